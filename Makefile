@@ -1,0 +1,38 @@
+# otel-valgen: the two commands a user needs are `make demo` and `make test` (see README).
+PYTHON ?= python3
+GO ?= go
+COLLECTOR_BIN := build/otelcol-valgen
+PROCESSOR_DIR := collector/valgensamplerprocessor
+
+.PHONY: demo install install-dev collector go-test go-lint lint typecheck test-py test ci
+
+demo: install
+	otel-valgen demo
+
+install:
+	$(PYTHON) -m pip install --quiet -e .
+
+install-dev:
+	$(PYTHON) -m pip install --quiet -e ".[dev]"
+
+collector:
+	bash collector/build.sh
+
+go-test:
+	cd $(PROCESSOR_DIR) && $(GO) vet ./... && $(GO) test -count=1 ./...
+
+go-lint:
+	@unformatted="$$(gofmt -l $(PROCESSOR_DIR))"; if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
+
+lint:
+	ruff check .
+	ruff format --check .
+
+typecheck:
+	mypy
+
+test-py:
+	$(PYTHON) -m pytest
+
+# Installs everything this project needs (Python packages, the collector build) and runs every check.
+test: install-dev collector lint typecheck go-lint go-test test-py

@@ -1,0 +1,39 @@
+"""otel-valgen: validation generations of LLM training jobs as OpenTelemetry log records.
+
+Typical use, from any process or Ray actor::
+
+    import otel_valgen as vg
+
+    with vg.validation(step=100, source="rollouter") as v:
+        vg.log_generations(inputs, outputs, scores)
+
+Nothing here ever raises into the training loop; see ``stats()`` for what was dropped.
+"""
+
+from otel_valgen._api import (
+    Validation,
+    configure,
+    current_settings,
+    end_step,
+    flush,
+    log_generations,
+    shutdown,
+    stats,
+    validation,
+)
+from otel_valgen._settings import Settings
+from otel_valgen.sampling import sample_key
+
+__all__ = [
+    "Settings",
+    "Validation",
+    "configure",
+    "current_settings",
+    "end_step",
+    "flush",
+    "log_generations",
+    "sample_key",
+    "shutdown",
+    "stats",
+    "validation",
+]

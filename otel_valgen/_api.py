@@ -1,0 +1,384 @@
+"""The public functions training code calls. None of them ever raises into the caller.
+
+The process-wide emitter is created on first use from the environment (or by
+``configure``); every entry point is guarded so that a bug or bad input here costs a
+counted, logged warning, never a failed training step.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextvars
+import functools
+import logging
+import sys
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from types import TracebackType
+from typing import Any, ParamSpec, TypeVar
+
+from opentelemetry.context import Context
+from opentelemetry.sdk._logs.export import LogRecordExporter
+from opentelemetry.trace import Span
+
+from otel_valgen import _stats, contract
+from otel_valgen._emitter import Batch, Emitter
+from otel_valgen._sanitize import clean_step
+from otel_valgen._settings import Settings, resolve_settings
+from otel_valgen._tracing import carrier_of, parent_context, start_validation_span
+
+_logger = logging.getLogger("otel_valgen")
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+_lock = threading.RLock()
+_emitter: Emitter | None = None
+_shut_down = False
+_stats_registry = _stats.Stats()
+_current: contextvars.ContextVar[Validation | None] = contextvars.ContextVar("otel_valgen_validation", default=None)
+_atexit_registered = False
+
+
+def _never_raise(default: R) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """Catch, log and count any exception so that it never reaches the training loop."""
+
+    def decorate(function: Callable[P, R]) -> Callable[P, R]:
+        @functools.wraps(function)
+        def guarded(*args: P.args, **kwargs: P.kwargs) -> R:
+            try:
+                return function(*args, **kwargs)
+            except Exception:
+                _stats_registry.add(_stats.INTERNAL_ERRORS)
+                _logger.exception("otel_valgen: %s failed; training continues", function.__name__)
+                return default
+
+        return guarded
+
+    return decorate
+
+
+def _at_exit() -> None:
+    emitter = _emitter
+    if emitter is not None:
+        emitter.shutdown(emitter.settings.flush_timeout_s)
+
+
+def _install(settings: Settings, exporter: LogRecordExporter | None = None) -> Emitter:
+    global _emitter, _shut_down, _atexit_registered
+    with _lock:
+        previous = _emitter
+        _emitter = None
+    if previous is not None:
+        previous.shutdown(previous.settings.flush_timeout_s)
+    emitter = Emitter(settings, _stats_registry, exporter)
+    with _lock:
+        _emitter = emitter
+        _shut_down = False
+        if not _atexit_registered:
+            atexit.register(_at_exit)
+            _atexit_registered = True
+    if settings.run_id_origin == "generated":
+        print(
+            f"otel_valgen: no run id configured (OTEL_VALGEN_RUN_ID or a wandb run); using {settings.run_id}",
+            file=sys.stderr,
+        )
+    _logger.info("otel_valgen: run %s, k=%d, sending to %s", settings.run_id, settings.count, emitter.pipeline.description)
+    return emitter
+
+
+@_never_raise(None)
+def configure(
+    *,
+    run_id: str | None = None,
+    count: int | None = None,
+    seed: int | None = None,
+    presample: bool | None = None,
+    endpoint: str | None = None,
+    protocol: str | None = None,
+    directory: str | None = None,
+    source: str | None = None,
+    max_field_bytes: int | None = None,
+    flush_timeout_s: float | None = None,
+) -> Settings | None:
+    """Configure this process's emitter; optional, every setting also comes from the environment.
+
+    Args:
+        run_id: the training run (default: ``OTEL_VALGEN_RUN_ID``, the wandb run, a generated id).
+        count: k, generations kept per step (``OTEL_VALGEN_COUNT``, 64).
+        seed: sampling seed (``OTEL_VALGEN_SEED``, 42).
+        presample: keep only the local bottom-k per step (``OTEL_VALGEN_PRESAMPLE``, on).
+        endpoint: OTLP endpoint (``OTEL_EXPORTER_OTLP_ENDPOINT``); none means the embedded sink.
+        protocol: ``http/protobuf`` or ``grpc`` (``OTEL_EXPORTER_OTLP_PROTOCOL``).
+        directory: embedded sink folder (``OTEL_VALGEN_DIR``, ``./valgen-data``).
+        source: default name of the emitting part (``OTEL_VALGEN_SOURCE``, ``main``).
+        max_field_bytes: longest text field sent (``OTEL_VALGEN_MAX_FIELD_BYTES``, 65536).
+        flush_timeout_s: longest a step end or flush blocks (``OTEL_VALGEN_FLUSH_TIMEOUT``, 10).
+
+    Returns:
+        The resolved settings, or None if configuration failed (logged).
+    """
+    settings = resolve_settings(
+        run_id=run_id,
+        count=count,
+        seed=seed,
+        presample=presample,
+        endpoint=endpoint,
+        protocol=protocol,
+        directory=directory,
+        source=source,
+        max_field_bytes=max_field_bytes,
+        flush_timeout_s=flush_timeout_s,
+    )
+    return _install(settings).settings
+
+
+def _active_emitter() -> Emitter | None:
+    """The emitter, configured from the environment on first use; None after shutdown."""
+    if _emitter is not None:
+        return _emitter
+    with _lock:
+        if _shut_down:
+            return None
+        if _emitter is not None:
+            return _emitter
+    return _install(resolve_settings())
+
+
+def _as_list(values: Any, name: str) -> Sequence[Any] | None:
+    if values is None:
+        return None
+    if isinstance(values, str | bytes):
+        raise TypeError(f"{name} must be a sequence of values, not a single {type(values).__name__}")
+    tolist = getattr(values, "tolist", None)
+    if callable(tolist):  # numpy arrays and torch tensors
+        converted = tolist()
+        return converted if isinstance(converted, list) else [converted]
+    return values if isinstance(values, Sequence) else list(values)
+
+
+@_never_raise(0)
+def log_generations(
+    inputs: Iterable[Any],
+    outputs: Iterable[Any],
+    scores: Iterable[Any] | None = None,
+    *,
+    step: int | None = None,
+    ground_truths: Iterable[Any] | None = None,
+    sample_ids: Iterable[Any] | None = None,
+    data_sources: Iterable[Any] | None = None,
+    source: str | None = None,
+) -> int:
+    """Record validation generations of one step; call any number of times, any batch size.
+
+    Args:
+        inputs, outputs: the prompts and the model's responses, one per generation.
+        scores: reward scores (None, NaN or inf are sent without a score, and counted).
+        step: the trainer's step; defaults to the enclosing ``validation`` block's step.
+        ground_truths, data_sources: optional, one per generation.
+        sample_ids: the dataset uid of each prompt; default a hash of the input. The i-th
+            response to the same id within one call gets ``/i`` appended.
+        source: the emitting part; defaults to the block's source, then the configured one.
+
+    Returns:
+        How many generations were accepted (0 when the batch was dropped; see ``stats()``).
+    """
+    block = _current.get()
+    emitter = _active_emitter()
+    columns = {
+        "inputs": _as_list(inputs, "inputs"),
+        "outputs": _as_list(outputs, "outputs"),
+        "scores": _as_list(scores, "scores"),
+        "ground_truths": _as_list(ground_truths, "ground_truths"),
+        "sample_ids": _as_list(sample_ids, "sample_ids"),
+        "data_sources": _as_list(data_sources, "data_sources"),
+    }
+    lengths = {name: len(values) for name, values in columns.items() if values is not None}
+    size = max(lengths.values(), default=0)
+    if emitter is None:
+        _stats_registry.drop("after_shutdown", size, "log_generations called after shutdown()")
+        return 0
+    resolved_step = clean_step(step if step is not None else (block.step if block is not None else None))
+    if resolved_step is None:
+        _stats_registry.drop(
+            "missing_step",
+            size,
+            "log_generations needs step= (an int) or an enclosing vg.validation(step=...) block; got %r",
+            step,
+        )
+        return 0
+    if len(set(lengths.values())) > 1:
+        _stats_registry.drop("length_mismatch", size, "log_generations got columns of unequal lengths %s", lengths)
+        if block is not None and block.state is not None:
+            block.state.dropped += size
+        return 0
+    name = source or (block.source if block is not None and block.step == resolved_step else None)
+    name = name or emitter.settings.source
+    context = block.context if block is not None and block.step == resolved_step else None
+    state = emitter.open_step(resolved_step, name, context)
+    batch = Batch(
+        inputs=columns["inputs"] or [],
+        outputs=columns["outputs"] or [],
+        scores=columns["scores"],
+        ground_truths=columns["ground_truths"],
+        sample_ids=columns["sample_ids"],
+        data_sources=columns["data_sources"],
+    )
+    return emitter.log(state, batch)
+
+
+@_never_raise(False)
+def end_step(step: int, *, source: str | None = None, sources_expected: int | None = None) -> bool:
+    """End this process's part of ``step``: send its kept records and end record, then flush.
+
+    Blocks at most the flush timeout. Returns True when everything was confirmed sent.
+    """
+    emitter = _active_emitter()
+    resolved_step = clean_step(step)
+    if emitter is None or resolved_step is None:
+        _stats_registry.warn("end_step_ignored", "end_step(%r) ignored: no step or after shutdown", step)
+        return False
+    return emitter.end_step(resolved_step, source or emitter.settings.source, sources_expected)
+
+
+class Validation:
+    """A validation step in this process: ``with vg.validation(step=...) as v:``.
+
+    Entering opens the step's span; ``carrier()`` returns its trace context for other
+    processes; leaving ends this source's part of the step and flushes (bounded).
+    """
+
+    def __init__(
+        self,
+        step: int,
+        source: str | None = None,
+        carrier: dict[str, str] | None = None,
+        sources_expected: int | None = None,
+    ) -> None:
+        self.step = clean_step(step)
+        self.source = source or ""
+        self.sources_expected = sources_expected
+        self._carrier_in = carrier
+        self.context: Context | None = None
+        self.state: Any = None
+        self._span: Span | None = None
+        self._token: contextvars.Token[Validation | None] | None = None
+        self.flushed: bool | None = None
+
+    @_never_raise(None)
+    def _open(self) -> None:
+        emitter = _active_emitter()
+        if emitter is None or self.step is None:
+            _stats_registry.warn("validation_ignored", "validation(step=%r) has no step or runs after shutdown", self.step)
+            return
+        self.source = self.source or emitter.settings.source
+        parent = parent_context(emitter.settings.run_id, self.step, self._carrier_in)
+        self._span, self.context = start_validation_span(
+            parent, {contract.RUN_ID: emitter.settings.run_id, contract.STEP: self.step, contract.SOURCE: self.source}
+        )
+        self.state = emitter.open_step(self.step, self.source, self.context, self.sources_expected)
+
+    def __enter__(self) -> Validation:
+        self._open()
+        self._token = _current.set(self)
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        if self._token is not None:
+            _current.reset(self._token)
+        self._close()
+
+    @_never_raise(None)
+    def _close(self) -> None:
+        if self.step is None:
+            return
+        self.flushed = end_step(self.step, source=self.source or None, sources_expected=self.sources_expected)
+        if self._span is not None:
+            self._span.end()
+
+    def carrier(self) -> dict[str, str]:
+        """The step's W3C trace context, to pass to the actors that validate a part of it."""
+        try:
+            return carrier_of(self.context) if self.context is not None else {}
+        except Exception:
+            _logger.exception("otel_valgen: carrier() failed")
+            return {}
+
+    def trace_id(self) -> str | None:
+        """The step's trace id as 32 hex digits, or None before the block opened."""
+        from opentelemetry import trace
+
+        if self.context is None:
+            return None
+        return format(trace.get_current_span(self.context).get_span_context().trace_id, "032x")
+
+
+def validation(
+    step: int,
+    *,
+    source: str | None = None,
+    carrier: dict[str, str] | None = None,
+    sources_expected: int | None = None,
+) -> Validation:
+    """Open a validation step; see ``Validation``.
+
+    Args:
+        step: the trainer's step (verl: global step or parameter version).
+        source: the emitting part, e.g. ``rollouter``, ``trainer``, ``worker-3``.
+        carrier: trace context from ``Validation.carrier()`` of the process that opened the step.
+        sources_expected: how many sources will end this step, so the collector can close
+            it as soon as all have ended instead of after its wait.
+    """
+    return Validation(step, source=source, carrier=carrier, sources_expected=sources_expected)
+
+
+@_never_raise(False)
+def flush(timeout_s: float = 10.0) -> bool:
+    """Export everything queued; block at most ``timeout_s``. True when all was confirmed."""
+    emitter = _emitter
+    return emitter.flush(timeout_s) if emitter is not None else True
+
+
+@_never_raise(False)
+def shutdown(timeout_s: float | None = None) -> bool:
+    """End open steps, flush and stop; later calls are counted as dropped, never raised."""
+    global _emitter, _shut_down
+    with _lock:
+        emitter, _emitter = _emitter, None
+        _shut_down = True
+    if emitter is None:
+        return True
+    return emitter.shutdown(emitter.settings.flush_timeout_s if timeout_s is None else timeout_s)
+
+
+def stats() -> dict[str, int]:
+    """Counters of this process: generations seen, emitted, dropped (by reason), exported..."""
+    snapshot = _stats_registry.snapshot()
+    confirmed = snapshot[_stats.RECORDS_EXPORTED] + snapshot[_stats.RECORDS_EXPORT_FAILED]
+    handed = snapshot[_stats.GENERATIONS_EMITTED] + snapshot.get(_stats.END_RECORDS_EMITTED, 0)
+    snapshot["records_unconfirmed"] = max(0, handed - confirmed)
+    return snapshot
+
+
+def current_settings() -> Settings | None:
+    """The settings in force, or None before configuration."""
+    emitter = _emitter
+    return emitter.settings if emitter is not None else None
+
+
+def _install_for_testing(settings: Settings, exporter: LogRecordExporter) -> Emitter:
+    """Install an emitter with a given exporter (``otel_valgen.testing``)."""
+    return _install(settings, exporter)
+
+
+def _reset_for_testing() -> None:
+    """Drop the emitter and counters without flushing (tests only)."""
+    global _emitter, _shut_down, _stats_registry
+    with _lock:
+        emitter, _emitter = _emitter, None
+        _shut_down = False
+        _stats_registry = _stats.Stats()
+    if emitter is not None:
+        emitter.shutdown(1.0)

@@ -1,0 +1,306 @@
+"""One process's emitter: turns calls into generation records, presamples, ends steps.
+
+State is kept per (step, source). With presampling on, each holds only the bottom-k of
+what this process saw (O(k) memory) and sends it when the step ends; otherwise every
+generation is handed to the SDK as it is logged.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import sys
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from opentelemetry._logs import SeverityNumber
+from opentelemetry.context import Context
+from opentelemetry.sdk._logs.export import LogRecordExporter
+from opentelemetry.util.types import AnyValue
+
+from otel_valgen import _stats, contract
+from otel_valgen._pipeline import Pipeline
+from otel_valgen._sanitize import CleanText, clean_score, clean_text
+from otel_valgen._settings import Settings
+from otel_valgen._tracing import derived_context
+from otel_valgen.sampling import BottomK, SortKey
+
+_logger = logging.getLogger("otel_valgen")
+
+MAX_OPEN_STEPS = 256
+_ENDED_MEMORY = 1024
+
+
+@dataclass
+class PendingRecord:
+    """A generation record waiting for the end of its step (presampling)."""
+
+    timestamp: int
+    body: dict[str, AnyValue]
+    attributes: dict[str, AnyValue]
+
+
+@dataclass
+class StepState:
+    """What this process knows of one (step, source)."""
+
+    step: int
+    source: str
+    context: Context
+    sources_expected: int | None = None
+    seen: int = 0
+    emitted: int = 0
+    dropped: int = 0
+    kept: BottomK[PendingRecord] | None = None
+    opened_at: float = field(default_factory=time.monotonic)
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One call's columns, already checked for equal lengths."""
+
+    inputs: Sequence[Any]
+    outputs: Sequence[Any]
+    scores: Sequence[Any] | None
+    ground_truths: Sequence[Any] | None
+    sample_ids: Sequence[Any] | None
+    data_sources: Sequence[Any] | None
+
+
+def _ray_resource() -> dict[str, str]:
+    """Ray job, node and actor ids, when this process is a Ray driver or worker."""
+    ray = sys.modules.get("ray")
+    if ray is None or not getattr(ray, "is_initialized", lambda: False)():
+        return {}
+    try:
+        runtime = ray.get_runtime_context()
+        ids = {
+            contract.RAY_JOB_ID: runtime.get_job_id(),
+            contract.RAY_NODE_ID: runtime.get_node_id(),
+            contract.RAY_ACTOR_ID: runtime.get_actor_id(),
+        }
+    except Exception:  # Ray's context API differs across versions; ids are optional
+        return {}
+    return {key: str(value) for key, value in ids.items() if value}
+
+
+def base_sample_id(sample_id: object, clean_input: str) -> str:
+    """The id of a prompt: the caller's id when given, else a hash of the input text."""
+    if sample_id is not None:
+        text = clean_text(sample_id, 1024).text
+        if text:
+            return text
+    return hashlib.sha256(clean_input.encode("utf-8")).hexdigest()[:16]
+
+
+class Emitter:
+    """Emits this process's validation generations through one SDK pipeline."""
+
+    def __init__(self, settings: Settings, stats: _stats.Stats, exporter: LogRecordExporter | None = None) -> None:
+        self.settings = settings
+        self.stats = stats
+        self.pipeline = Pipeline(settings, stats, _ray_resource(), exporter)
+        seed = settings.seed % (1 << 64)
+        self._seed_key = seed.to_bytes(8, "big")
+        # OTLP ints are int64: the seed travels as the same 64 bits read as signed.
+        self._seed_attribute = seed - (1 << 64) if seed >= 1 << 63 else seed
+        self._lock = threading.Lock()
+        self._steps: OrderedDict[tuple[int, str], StepState] = OrderedDict()
+        self._ended: OrderedDict[tuple[int, str], None] = OrderedDict()
+
+    # -- steps ---------------------------------------------------------------------------
+
+    def open_step(
+        self, step: int, source: str, context: Context | None, sources_expected: int | None = None
+    ) -> StepState:
+        """Return the state of (step, source), creating it (and ending the oldest if full)."""
+        overflow: StepState | None = None
+        with self._lock:
+            state = self._steps.get((step, source))
+            if state is None:
+                if (step, source) in self._ended:
+                    self.stats.warn(
+                        "step_reopened",
+                        "step %d (source %s) already ended; its new records will be late",
+                        step,
+                        source,
+                    )
+                state = StepState(step, source, context or derived_context(self.settings.run_id, step))
+                if self.settings.presample:
+                    state.kept = BottomK(self.settings.count)
+                self._steps[(step, source)] = state
+                if len(self._steps) > MAX_OPEN_STEPS:
+                    _, overflow = self._steps.popitem(last=False)
+            elif context is not None:
+                state.context = context
+            if sources_expected is not None:
+                state.sources_expected = sources_expected
+        if overflow is not None:
+            self.stats.warn(
+                "too_many_open_steps",
+                "more than %d steps open; ending step %d (source %s) early",
+                MAX_OPEN_STEPS,
+                overflow.step,
+                overflow.source,
+            )
+            self._finish(overflow)
+        return state
+
+    def end_step(self, step: int, source: str, sources_expected: int | None, flush: bool = True) -> bool:
+        """Send the step's kept records and its end record; flush (bounded) when asked."""
+        with self._lock:
+            state = self._steps.pop((step, source), None)
+        if state is None:
+            state = StepState(step, source, derived_context(self.settings.run_id, step))
+        if sources_expected is not None:
+            state.sources_expected = sources_expected
+        self._finish(state)
+        return self.flush(self.settings.flush_timeout_s) if flush else True
+
+    def end_all(self) -> None:
+        """End every open step (at exit or shutdown), without flushing."""
+        with self._lock:
+            states = list(self._steps.values())
+            self._steps.clear()
+        for state in states:
+            self._finish(state)
+
+    def _finish(self, state: StepState) -> None:
+        if state.kept is not None:
+            for _, pending in state.kept.items():
+                self._emit_generation(state, pending)
+        attributes: dict[str, AnyValue] = {
+            contract.RUN_ID: self.settings.run_id,
+            contract.STEP: state.step,
+            contract.SOURCE: state.source,
+            contract.SEEN: state.seen,
+            contract.EMITTED: state.emitted,
+            contract.DROPPED: state.dropped,
+            contract.SAMPLE_COUNT: self.settings.count,
+        }
+        if state.sources_expected is not None:
+            attributes[contract.SOURCES_EXPECTED] = state.sources_expected
+        self.pipeline.logger.emit(
+            timestamp=time.time_ns(),
+            context=state.context,
+            severity_number=SeverityNumber.INFO,
+            severity_text="INFO",
+            body=f"validation step {state.step} ended for source {state.source}",
+            attributes=attributes,
+            event_name=contract.EVENT_VALIDATION_END,
+        )
+        self.stats.add(_stats.END_RECORDS_EMITTED)
+        with self._lock:
+            self._ended[(state.step, state.source)] = None
+            while len(self._ended) > _ENDED_MEMORY:
+                self._ended.popitem(last=False)
+
+    # -- generations ---------------------------------------------------------------------
+
+    def log(self, state: StepState, batch: Batch) -> int:
+        """Record one batch of generations; return how many were accepted."""
+        counts: dict[str, int] = {}
+        max_bytes = self.settings.max_field_bytes
+        for index, raw_input in enumerate(batch.inputs):
+            self.stats.add(_stats.GENERATIONS_SEEN)
+            input_text = clean_text(raw_input, max_bytes)
+            base = base_sample_id(batch.sample_ids[index] if batch.sample_ids is not None else None, input_text.text)
+            response_index = counts.get(base, 0)
+            counts[base] = response_index + 1
+            sample_id = f"{base}/{response_index}"
+            key = int.from_bytes(hmac.digest(self._seed_key, sample_id.encode("utf-8"), "sha256")[:8], "big") >> 1
+            order = SortKey(key, sample_id.encode("utf-8"))
+            with self._lock:
+                state.seen += 1
+                if state.kept is not None and not state.kept.would_keep(order):
+                    state.kept.seen += 1
+                    continue
+            pending = self._build(state, batch, index, input_text, sample_id, key)
+            with self._lock:
+                if state.kept is not None:
+                    state.kept.offer(order, pending)
+                    continue
+            self._emit_generation(state, pending)
+        return len(batch.inputs)
+
+    def _build(
+        self, state: StepState, batch: Batch, index: int, input_text: CleanText, sample_id: str, key: int
+    ) -> PendingRecord:
+        max_bytes = self.settings.max_field_bytes
+        output_text = clean_text(batch.outputs[index], max_bytes)
+        body: dict[str, AnyValue] = {contract.BODY_INPUT: input_text.text, contract.BODY_OUTPUT: output_text.text}
+        attributes: dict[str, AnyValue] = {
+            contract.RUN_ID: self.settings.run_id,
+            contract.STEP: state.step,
+            contract.SAMPLE_ID: sample_id,
+            contract.SAMPLE_KEY: key,
+            contract.SEED: self._seed_attribute,
+            contract.SOURCE: state.source,
+            contract.SAMPLE_COUNT: self.settings.count,
+        }
+        texts: list[tuple[str, CleanText]] = [
+            (contract.INPUT_LENGTH, input_text),
+            (contract.OUTPUT_LENGTH, output_text),
+        ]
+        if batch.ground_truths is not None and batch.ground_truths[index] is not None:
+            truth = clean_text(batch.ground_truths[index], max_bytes)
+            body[contract.BODY_GROUND_TRUTH] = truth.text
+            texts.append((contract.GROUND_TRUTH_LENGTH, truth))
+        replaced = 0
+        for length_key, text in texts:
+            replaced += text.replaced_chars
+            if text.original_length is not None:
+                attributes[length_key] = text.original_length
+                self.stats.add(_stats.TRUNCATED_FIELDS)
+                self.stats.warn(
+                    "truncated", "a field of %s was %d bytes; truncated to %d", sample_id, text.original_length, max_bytes
+                )
+        if replaced:
+            attributes[contract.REPLACED_CHARS] = replaced
+            self.stats.add(_stats.REPLACED_CHARS, replaced)
+            self.stats.warn("replaced_chars", "%d invalid character(s) in %s replaced by U+FFFD", replaced, sample_id)
+        if batch.scores is not None:
+            score = clean_score(batch.scores[index])
+            if score.value is not None:
+                attributes[contract.SCORE] = score.value
+            if score.invalid is not None:
+                attributes[contract.SCORE_INVALID] = score.invalid
+                self.stats.add(_stats.INVALID_SCORES)
+                self.stats.warn("invalid_score", "score of %s is %s; sent without a score", sample_id, score.invalid)
+            if score.coerced:
+                self.stats.add(_stats.COERCED_VALUES)
+        if batch.data_sources is not None and batch.data_sources[index] is not None:
+            attributes[contract.DATA_SOURCE] = clean_text(batch.data_sources[index], 1024).text
+        return PendingRecord(time.time_ns(), body, attributes)
+
+    def _emit_generation(self, state: StepState, pending: PendingRecord) -> None:
+        self.pipeline.logger.emit(
+            timestamp=pending.timestamp,
+            context=state.context,
+            severity_number=SeverityNumber.INFO,
+            severity_text="INFO",
+            body=pending.body,
+            attributes=pending.attributes,
+            event_name=contract.EVENT_GENERATION,
+        )
+        with self._lock:
+            state.emitted += 1
+        self.stats.add(_stats.GENERATIONS_EMITTED)
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def flush(self, timeout_s: float) -> bool:
+        """Export what is queued, waiting at most ``timeout_s``; True if all was confirmed."""
+        failed_before = self.stats.get(_stats.RECORDS_EXPORT_FAILED)
+        completed = self.pipeline.flush(timeout_s)
+        return completed and self.stats.get(_stats.RECORDS_EXPORT_FAILED) == failed_before
+
+    def shutdown(self, timeout_s: float) -> bool:
+        """End open steps, flush and release the pipeline, waiting at most ``timeout_s``."""
+        self.end_all()
+        return self.pipeline.shutdown(timeout_s)

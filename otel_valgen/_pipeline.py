@@ -1,0 +1,187 @@
+"""The OTel SDK pipeline of one process: provider, batch processor and exporter.
+
+With an OTLP endpoint the SDK's own OTLP exporter sends the records; without one the
+embedded sink writes OTLP-JSON lines, the format of the collector's ``file`` exporter, to
+one file per process under the configured folder.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+
+from opentelemetry.sdk._logs import LoggerProvider, ReadableLogRecord
+from opentelemetry.sdk._logs.export import (
+    BatchLogRecordProcessor,
+    LogRecordExporter,
+    LogRecordExportResult,
+)
+from opentelemetry.sdk.resources import Resource
+
+from otel_valgen import _stats
+from otel_valgen._settings import Settings
+
+_logger = logging.getLogger("otel_valgen")
+
+_DEFAULT_MAX_QUEUE_SIZE = 16384
+_SCHEDULE_DELAY_MS = 1000
+
+
+class CountingExporter(LogRecordExporter):
+    """Wraps an exporter and counts the records it confirmed or failed; never raises."""
+
+    def __init__(self, inner: LogRecordExporter, stats: _stats.Stats, description: str) -> None:
+        self._inner = inner
+        self._stats = stats
+        self.description = description
+
+    def export(self, batch: Sequence[ReadableLogRecord]) -> LogRecordExportResult:
+        try:
+            result = self._inner.export(batch)
+        except Exception:  # an exporter bug must not kill the SDK's worker thread
+            _logger.exception("otel_valgen: exporter %s raised", self.description)
+            result = LogRecordExportResult.FAILURE
+        if result == LogRecordExportResult.SUCCESS:
+            self._stats.add(_stats.RECORDS_EXPORTED, len(batch))
+        else:
+            self._stats.add(_stats.RECORDS_EXPORT_FAILED, len(batch))
+            self._stats.warn(
+                "export_failed", "%d record(s) could not be exported to %s", len(batch), self.description
+            )
+        return result
+
+    def shutdown(self) -> None:
+        try:
+            self._inner.shutdown()
+        except Exception:
+            _logger.exception("otel_valgen: exporter %s failed to shut down", self.description)
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        try:
+            return self._inner.force_flush(timeout_millis)
+        except Exception:
+            _logger.exception("otel_valgen: exporter %s failed to flush", self.description)
+            return False
+
+
+class _UnavailableExporter(LogRecordExporter):
+    """Stands in when the sink cannot be opened: every export fails and is counted."""
+
+    def export(self, batch: Sequence[ReadableLogRecord]) -> LogRecordExportResult:
+        return LogRecordExportResult.FAILURE
+
+    def shutdown(self) -> None:
+        return None
+
+
+def _otlp_exporter(settings: Settings) -> tuple[LogRecordExporter, str]:
+    endpoint = settings.endpoint or ""
+    if settings.protocol == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter as GrpcExporter
+
+        return GrpcExporter(endpoint=endpoint), f"OTLP/gRPC {endpoint}"
+    from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter as HttpExporter
+
+    url = endpoint if endpoint.rstrip("/").endswith("/v1/logs") else endpoint.rstrip("/") + "/v1/logs"
+    return HttpExporter(endpoint=url), f"OTLP/HTTP {url}"
+
+
+def sink_path(directory: str, instance_id: str) -> Path:
+    """The embedded sink's file for this process."""
+    name = f"valgen-{socket.gethostname()}-{os.getpid()}-{instance_id[:8]}.jsonl"
+    return Path(directory) / name
+
+
+def _file_exporter(settings: Settings, instance_id: str) -> tuple[LogRecordExporter, str]:
+    from opentelemetry.exporter.otlp.json.file._log_exporter import FileLogExporter
+
+    path = sink_path(settings.directory, instance_id)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return FileLogExporter(path), f"file {path}"
+    except OSError as error:
+        _logger.error("otel_valgen: cannot open the embedded sink %s: %s; records will be counted as lost", path, error)
+        return _UnavailableExporter(), f"unavailable file {path}"
+
+
+def build_resource(settings: Settings, instance_id: str, extra: dict[str, str]) -> Resource:
+    """The process's resource: OTEL_RESOURCE_ATTRIBUTES/OTEL_SERVICE_NAME, then what we know."""
+    detected = Resource.create({"service.instance.id": instance_id})
+    attributes: dict[str, str] = {**settings.resource_attributes, **extra}
+    if detected.attributes.get("service.name", "").startswith("unknown_service"):
+        attributes["service.name"] = "otel-valgen"
+    return detected.merge(Resource(attributes))
+
+
+class Pipeline:
+    """One process's SDK provider and exporter; flushes are bounded in time."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        stats: _stats.Stats,
+        resource_extra: dict[str, str] | None = None,
+        exporter: LogRecordExporter | None = None,
+    ) -> None:
+        self.instance_id = str(uuid.uuid4())
+        if exporter is not None:
+            inner, description = exporter, f"custom {type(exporter).__name__}"
+        elif settings.endpoint:
+            inner, description = _otlp_exporter(settings)
+        else:
+            inner, description = _file_exporter(settings, self.instance_id)
+        self.exporter = CountingExporter(inner, stats, description)
+        self.resource = build_resource(settings, self.instance_id, resource_extra or {})
+        self.provider = LoggerProvider(resource=self.resource, shutdown_on_exit=False)
+        queue_size = None if os.environ.get("OTEL_BLRP_MAX_QUEUE_SIZE") else _DEFAULT_MAX_QUEUE_SIZE
+        self.provider.add_log_record_processor(
+            BatchLogRecordProcessor(
+                self.exporter,
+                schedule_delay_millis=None if os.environ.get("OTEL_BLRP_SCHEDULE_DELAY") else _SCHEDULE_DELAY_MS,
+                max_queue_size=queue_size,
+            )
+        )
+        self.logger = self.provider.get_logger("otel_valgen")
+        self._stats = stats
+
+    @property
+    def description(self) -> str:
+        """Where records go, for people."""
+        return self.exporter.description
+
+    def _bounded(self, action: str, timeout_s: float, call: object) -> bool:
+        outcome: list[bool] = []
+
+        def run() -> None:
+            try:
+                outcome.append(bool(call()))  # type: ignore[operator]
+            except Exception:
+                _logger.exception("otel_valgen: %s failed", action)
+                outcome.append(False)
+
+        worker = threading.Thread(target=run, name=f"otel-valgen-{action}", daemon=True)
+        worker.start()
+        worker.join(timeout_s)
+        if worker.is_alive():
+            self._stats.add(_stats.FLUSH_TIMEOUTS)
+            self._stats.warn(
+                "flush_timeout",
+                "%s did not finish within %.1fs; records keep being sent in the background",
+                action,
+                timeout_s,
+            )
+            return False
+        return bool(outcome and outcome[0])
+
+    def flush(self, timeout_s: float) -> bool:
+        """Export everything queued; wait at most ``timeout_s``. True when all was confirmed."""
+        return self._bounded("flush", timeout_s, lambda: self.provider.force_flush(int(timeout_s * 1000)))
+
+    def shutdown(self, timeout_s: float) -> bool:
+        """Flush and release the exporter; wait at most ``timeout_s``."""
+        return self._bounded("shutdown", timeout_s, self.provider.shutdown) 

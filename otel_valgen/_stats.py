@@ -1,0 +1,81 @@
+"""Counters of everything the emitter did, dropped or repaired, and rate-limited warnings.
+
+Every drop and every repair of bad input increments a named counter and logs a warning on
+the ``otel_valgen`` logger (the first few of each kind, then every 1000th), so nothing is
+lost silently and a noisy job does not flood its own logs.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import Counter
+from typing import Final
+
+_logger = logging.getLogger("otel_valgen")
+
+_WARN_FIRST: Final = 5
+_WARN_EVERY: Final = 1000
+
+# Counter names, documented in the README's "Bad input" table.
+GENERATIONS_SEEN: Final = "generations_seen"
+GENERATIONS_EMITTED: Final = "generations_emitted"
+GENERATIONS_DROPPED: Final = "generations_dropped"
+END_RECORDS_EMITTED: Final = "end_records_emitted"
+RECORDS_EXPORTED: Final = "records_exported"
+RECORDS_EXPORT_FAILED: Final = "records_export_failed"
+REPLACED_CHARS: Final = "replaced_chars"
+TRUNCATED_FIELDS: Final = "truncated_fields"
+INVALID_SCORES: Final = "invalid_scores"
+COERCED_VALUES: Final = "coerced_values"
+FLUSH_TIMEOUTS: Final = "flush_timeouts"
+INTERNAL_ERRORS: Final = "internal_errors"
+DROP_PREFIX: Final = "dropped."
+
+
+class Stats:
+    """Thread-safe named counters."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: Counter[str] = Counter()
+        self._warned: Counter[str] = Counter()
+
+    def add(self, name: str, value: int = 1) -> None:
+        """Add ``value`` to counter ``name``."""
+        if value:
+            with self._lock:
+                self._counts[name] += value
+
+    def drop(self, reason: str, generations: int, message: str, *args: object) -> None:
+        """Count ``generations`` dropped for ``reason`` and warn about it."""
+        self.add(GENERATIONS_DROPPED, generations)
+        self.add(DROP_PREFIX + reason, generations)
+        self.warn(reason, message + " (%d generation(s) dropped)", *args, generations)
+
+    def warn(self, kind: str, message: str, *args: object) -> None:
+        """Log a warning of ``kind``: the first few, then every 1000th, with the running count."""
+        with self._lock:
+            self._warned[kind] += 1
+            seen = self._warned[kind]
+        if seen <= _WARN_FIRST or seen % _WARN_EVERY == 0:
+            _logger.warning("otel_valgen: " + message + " [%s #%d]", *args, kind, seen)
+
+    def get(self, name: str) -> int:
+        """The current value of one counter."""
+        with self._lock:
+            return self._counts[name]
+
+    def snapshot(self) -> dict[str, int]:
+        """All counters, including the zero ones users look for first."""
+        with self._lock:
+            counts = dict(self._counts)
+        for name in (
+            GENERATIONS_SEEN,
+            GENERATIONS_EMITTED,
+            GENERATIONS_DROPPED,
+            RECORDS_EXPORTED,
+            RECORDS_EXPORT_FAILED,
+        ):
+            counts.setdefault(name, 0)
+        return dict(sorted(counts.items()))

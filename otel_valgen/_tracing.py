@@ -1,0 +1,66 @@
+"""Trace context of a validation step, shared by every process that emits for it.
+
+Records of one (run, step) carry one trace id: the one of the validation span when its
+carrier reaches the process, else one derived from (run, step) so that processes that got
+no carrier still agree.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.trace import NonRecordingSpan, Span, SpanContext, TraceFlags
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+_PROPAGATOR = TraceContextTextMapPropagator()
+_TRACER_NAME = "otel_valgen"
+SPAN_NAME = "valgen.validation"
+
+
+def derived_ids(run_id: str, step: int) -> tuple[int, int]:
+    """Trace and span ids derived from (run, step): SHA-256 of ``valgen.trace\\0run\\0step``."""
+    digest = hashlib.sha256(f"valgen.trace\0{run_id}\0{step}".encode("utf-8", "replace")).digest()
+    trace_id = int.from_bytes(digest[:16], "big") or 1
+    span_id = int.from_bytes(digest[16:24], "big") or 1
+    return trace_id, span_id
+
+
+def derived_context(run_id: str, step: int) -> Context:
+    """A context whose span has the trace id derived from (run, step)."""
+    trace_id, span_id = derived_ids(run_id, step)
+    span_context = SpanContext(trace_id, span_id, is_remote=True, trace_flags=TraceFlags(TraceFlags.SAMPLED))
+    return trace.set_span_in_context(NonRecordingSpan(span_context), Context())
+
+
+def parent_context(run_id: str, step: int, carrier: dict[str, str] | None) -> Context:
+    """The context a step's records hang under: the carrier's, the caller's, or the derived one."""
+    if carrier:
+        extracted = _PROPAGATOR.extract(carrier=carrier)
+        if trace.get_current_span(extracted).get_span_context().is_valid:
+            return extracted
+    if trace.get_current_span().get_span_context().is_valid:
+        from opentelemetry.context import get_current
+
+        return get_current()
+    return derived_context(run_id, step)
+
+
+def start_validation_span(parent: Context, attributes: dict[str, str | int]) -> tuple[Span, Context]:
+    """Open the step's span under ``parent`` with the global tracer provider.
+
+    With no SDK tracer provider installed the span is non-recording and keeps the parent's
+    ids, so records still carry the step's trace id.
+    """
+    span = trace.get_tracer(_TRACER_NAME).start_span(SPAN_NAME, context=parent, attributes=attributes)
+    if not span.get_span_context().is_valid:
+        span = trace.get_current_span(parent)
+    return span, trace.set_span_in_context(span, parent)
+
+
+def carrier_of(context: Context) -> dict[str, str]:
+    """The W3C trace-context headers of ``context``, to pass to other processes."""
+    carrier: dict[str, str] = {}
+    _PROPAGATOR.inject(carrier, context=context)
+    return carrier

@@ -1,0 +1,60 @@
+"""The wire contract: event names and attribute keys that every component agrees on.
+
+One validation generation is one OTel LogRecord with event name ``valgen.generation``,
+severity INFO, a map body ``{input, output, ground_truth?}`` and the attributes below.
+Each source ends its part of a step with a ``valgen.validation.end`` record; the sampler
+closes a step with a ``valgen.step.summary`` record after the kept records.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# Event names (LogRecord.event_name).
+EVENT_GENERATION: Final = "valgen.generation"
+EVENT_VALIDATION_END: Final = "valgen.validation.end"
+EVENT_STEP_SUMMARY: Final = "valgen.step.summary"
+EVENT_PREFIX: Final = "valgen."
+
+# Body keys of a generation record.
+BODY_INPUT: Final = "input"
+BODY_OUTPUT: Final = "output"
+BODY_GROUND_TRUTH: Final = "ground_truth"
+
+# Record attributes.
+RUN_ID: Final = "valgen.run_id"  # str, required
+STEP: Final = "valgen.step"  # int, required
+SAMPLE_ID: Final = "valgen.sample_id"  # str, required on generations
+SAMPLE_KEY: Final = "valgen.sample_key"  # int in [0, 2**63)
+SEED: Final = "valgen.seed"  # int: the seed the key was computed with
+SCORE: Final = "valgen.score"  # double, optional
+DATA_SOURCE: Final = "valgen.data_source"  # str, optional
+SOURCE: Final = "valgen.source"  # str: which part emitted the record
+SAMPLE_COUNT: Final = "valgen.sample_count"  # int: the k the job asked for
+SCORE_INVALID: Final = "valgen.score_invalid"  # str: why a given score was not sent
+INPUT_LENGTH: Final = "valgen.input.original_length"  # int: set when input was truncated
+OUTPUT_LENGTH: Final = "valgen.output.original_length"
+GROUND_TRUTH_LENGTH: Final = "valgen.ground_truth.original_length"
+REPLACED_CHARS: Final = "valgen.replaced_chars"  # int: undecodable chars replaced by U+FFFD
+
+# End-of-source and summary attributes.
+SEEN: Final = "valgen.seen"  # int: generations the source (or the group) saw
+EMITTED: Final = "valgen.emitted"  # int: generation records the source sent
+DROPPED: Final = "valgen.dropped"  # int: generations the source dropped (bad input)
+SOURCES_EXPECTED: Final = "valgen.sources_expected"  # int, optional
+KEPT: Final = "valgen.kept"
+SOURCES: Final = "valgen.sources"
+LATE: Final = "valgen.late"
+MISSING: Final = "valgen.missing"
+CLOSED_REASON: Final = "valgen.closed_reason"
+RANK: Final = "valgen.rank"  # int, 1-based, set by the sampler on kept records
+
+# Resource attributes.
+WANDB_PROJECT: Final = "wandb.project"
+WANDB_ENTITY: Final = "wandb.entity"
+WANDB_RUN_ID: Final = "wandb.run_id"
+RAY_JOB_ID: Final = "ray.job_id"
+RAY_NODE_ID: Final = "ray.node_id"
+RAY_ACTOR_ID: Final = "ray.actor_id"
+
+SCOPE_NAME: Final = "otel_valgen"

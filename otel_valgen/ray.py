@@ -1,0 +1,85 @@
+"""Ray glue: configure every worker process of a job the same way as the driver.
+
+Use ``runtime_env()`` when calling ``ray.init`` (or merge it into a job's runtime env)::
+
+    ray.init(runtime_env=otel_valgen.ray.runtime_env())
+
+It returns the module-path string of the setup hook (the only form that survives job
+submission, where the runtime env travels as JSON) and the environment variables that
+carry this process's settings, with the run id resolved here so that every worker groups
+its records under the same run.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any, Final
+
+from otel_valgen import _api
+from otel_valgen import _settings as env
+
+_logger = logging.getLogger("otel_valgen")
+
+SETUP_HOOK: Final = "otel_valgen.ray.setup_worker"
+
+FORWARDED_ENV: Final = (
+    env.OTEL_VALGEN_RUN_ID,
+    env.OTEL_VALGEN_COUNT,
+    env.OTEL_VALGEN_SEED,
+    env.OTEL_VALGEN_PRESAMPLE,
+    env.OTEL_VALGEN_DIR,
+    env.OTEL_VALGEN_MAX_FIELD_BYTES,
+    env.OTEL_VALGEN_FLUSH_TIMEOUT,
+    env.OTEL_EXPORTER_OTLP_ENDPOINT,
+    env.OTEL_EXPORTER_OTLP_LOGS_ENDPOINT,
+    env.OTEL_EXPORTER_OTLP_PROTOCOL,
+    env.OTEL_EXPORTER_OTLP_LOGS_PROTOCOL,
+    "OTEL_EXPORTER_OTLP_HEADERS",
+    "OTEL_EXPORTER_OTLP_LOGS_HEADERS",
+    "OTEL_EXPORTER_OTLP_CERTIFICATE",
+    "OTEL_EXPORTER_OTLP_INSECURE",
+    "OTEL_RESOURCE_ATTRIBUTES",
+    "OTEL_SERVICE_NAME",
+)
+
+
+def worker_env() -> dict[str, str]:
+    """The settings of this process as environment variables for Ray workers."""
+    settings = _api.current_settings() or _api.configure()
+    values = {name: os.environ[name] for name in FORWARDED_ENV if os.environ.get(name)}
+    if settings is not None:
+        values[env.OTEL_VALGEN_RUN_ID] = settings.run_id
+        values[env.OTEL_VALGEN_COUNT] = str(settings.count)
+        values[env.OTEL_VALGEN_SEED] = str(settings.seed)
+        values[env.OTEL_VALGEN_PRESAMPLE] = "true" if settings.presample else "false"
+        values[env.OTEL_VALGEN_DIR] = os.path.abspath(settings.directory)
+        if settings.endpoint:
+            values[env.OTEL_EXPORTER_OTLP_ENDPOINT] = settings.endpoint
+            values[env.OTEL_EXPORTER_OTLP_PROTOCOL] = settings.protocol
+    return values
+
+
+def runtime_env(base: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``base`` (a Ray runtime env) plus the setup hook and the forwarded variables."""
+    merged: dict[str, Any] = dict(base or {})
+    merged["env_vars"] = {**worker_env(), **dict(merged.get("env_vars") or {})}
+    hook = merged.get("worker_process_setup_hook")
+    if hook and hook != SETUP_HOOK:
+        _logger.warning(
+            "otel_valgen: runtime_env already has worker_process_setup_hook=%r; call "
+            "otel_valgen.ray.setup_worker() from it",
+            hook,
+        )
+    else:
+        merged["worker_process_setup_hook"] = SETUP_HOOK
+    return merged
+
+
+def setup_worker() -> None:
+    """Ray's worker setup hook: check the forwarded settings now, so a bad value is logged
+    at worker start; the emitter itself starts on the worker's first record."""
+    try:
+        env.resolve_settings()
+    except Exception:  # a setup hook that raises would fail the worker
+        _logger.exception("otel_valgen: worker setup failed; records will use defaults")

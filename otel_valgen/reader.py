@@ -1,0 +1,215 @@
+"""Read OTLP-JSON log files (the embedded sink's and the collector file exporter's).
+
+Each line is one ``ExportLogsServiceRequest`` in OTLP/JSON. ``.zst`` files are read
+through zstandard. A line that cannot be parsed is reported with its file and line
+number, and the rest is still read.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from otel_valgen import contract
+
+__all__ = ["EndRecord", "Generation", "ReadError", "Summary", "read_paths", "records_from_request"]
+
+
+@dataclass(frozen=True)
+class Generation:
+    """One ``valgen.generation`` record."""
+
+    run_id: str
+    step: int
+    sample_id: str
+    sample_key: int | None
+    input: str
+    output: str
+    ground_truth: str | None = None
+    score: float | None = None
+    data_source: str | None = None
+    source: str | None = None
+    sample_count: int | None = None
+    seed: int | None = None
+    trace_id: str = ""
+    rank: int | None = None
+    resource: dict[str, Any] = field(default_factory=dict, compare=False)
+    attributes: dict[str, Any] = field(default_factory=dict, compare=False)
+
+
+@dataclass(frozen=True)
+class EndRecord:
+    """One source's ``valgen.validation.end`` record."""
+
+    run_id: str
+    step: int
+    source: str
+    instance: str
+    seen: int
+    emitted: int
+    dropped: int = 0
+    sources_expected: int | None = None
+
+
+@dataclass(frozen=True)
+class Summary:
+    """The sampler's ``valgen.step.summary`` record."""
+
+    run_id: str
+    step: int
+    attributes: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ReadError:
+    """A line that could not be read."""
+
+    path: str
+    line: int
+    message: str
+
+
+Record = Generation | EndRecord | Summary
+
+
+def any_value(value: dict[str, Any]) -> Any:
+    """Decode an OTLP/JSON AnyValue."""
+    if "stringValue" in value:
+        return value["stringValue"]
+    if "intValue" in value:
+        return int(value["intValue"])
+    if "doubleValue" in value:
+        raw = value["doubleValue"]
+        return float(raw) if not isinstance(raw, str) else float(raw.replace("Infinity", "inf"))
+    if "boolValue" in value:
+        return bool(value["boolValue"])
+    if "kvlistValue" in value:
+        return {kv["key"]: any_value(kv.get("value", {})) for kv in value["kvlistValue"].get("values", [])}
+    if "arrayValue" in value:
+        return [any_value(item) for item in value["arrayValue"].get("values", [])]
+    if "bytesValue" in value:
+        return value["bytesValue"]
+    return None
+
+
+def attributes_of(items: list[dict[str, Any]] | None) -> dict[str, Any]:
+    """Decode an OTLP/JSON attribute list."""
+    return {item["key"]: any_value(item.get("value", {})) for item in items or []}
+
+
+def _opt_int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _opt_float(value: Any) -> float | None:
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
+
+
+def _record(log: dict[str, Any], resource: dict[str, Any]) -> Record | None:
+    event = log.get("eventName", "")
+    if not event.startswith(contract.EVENT_PREFIX):
+        return None
+    attrs = attributes_of(log.get("attributes"))
+    run_id, step = attrs.get(contract.RUN_ID), attrs.get(contract.STEP)
+    if not isinstance(run_id, str) or _opt_int(step) is None:
+        raise ValueError(f"{event} record lacks {contract.RUN_ID} or an int {contract.STEP}")
+    if event == contract.EVENT_STEP_SUMMARY:
+        return Summary(run_id, step, attrs)
+    if event == contract.EVENT_VALIDATION_END:
+        return EndRecord(
+            run_id=run_id,
+            step=step,
+            source=str(attrs.get(contract.SOURCE, "")),
+            instance=str(resource.get("service.instance.id", "")),
+            seen=_opt_int(attrs.get(contract.SEEN)) or 0,
+            emitted=_opt_int(attrs.get(contract.EMITTED)) or 0,
+            dropped=_opt_int(attrs.get(contract.DROPPED)) or 0,
+            sources_expected=_opt_int(attrs.get(contract.SOURCES_EXPECTED)),
+        )
+    if event != contract.EVENT_GENERATION:
+        return None
+    body = any_value(log.get("body", {}))
+    if not isinstance(body, dict):
+        body = {contract.BODY_OUTPUT: "" if body is None else str(body)}
+    sample_id = attrs.get(contract.SAMPLE_ID)
+    if not isinstance(sample_id, str):
+        raise ValueError(f"generation record lacks {contract.SAMPLE_ID}")
+    truth = body.get(contract.BODY_GROUND_TRUTH)
+    return Generation(
+        run_id=run_id,
+        step=step,
+        sample_id=sample_id,
+        sample_key=_opt_int(attrs.get(contract.SAMPLE_KEY)),
+        input=str(body.get(contract.BODY_INPUT, "")),
+        output=str(body.get(contract.BODY_OUTPUT, "")),
+        ground_truth=None if truth is None else str(truth),
+        score=_opt_float(attrs.get(contract.SCORE)),
+        data_source=attrs.get(contract.DATA_SOURCE) if isinstance(attrs.get(contract.DATA_SOURCE), str) else None,
+        source=attrs.get(contract.SOURCE) if isinstance(attrs.get(contract.SOURCE), str) else None,
+        sample_count=_opt_int(attrs.get(contract.SAMPLE_COUNT)),
+        seed=_opt_int(attrs.get(contract.SEED)),
+        trace_id=str(log.get("traceId", "")),
+        rank=_opt_int(attrs.get(contract.RANK)),
+        resource=resource,
+        attributes=attrs,
+    )
+
+
+def records_from_request(request: dict[str, Any]) -> Iterator[Record]:
+    """The valgen records of one OTLP/JSON ``ExportLogsServiceRequest``."""
+    for resource_logs in request.get("resourceLogs", []):
+        resource = attributes_of(resource_logs.get("resource", {}).get("attributes"))
+        for scope_logs in resource_logs.get("scopeLogs", []):
+            for log in scope_logs.get("logRecords", []):
+                record = _record(log, resource)
+                if record is not None:
+                    yield record
+
+
+def _lines(path: Path) -> Iterator[str]:
+    if path.suffix == ".zst":
+        import zstandard
+
+        with path.open("rb") as raw, zstandard.ZstdDecompressor().stream_reader(raw) as reader:
+            yield from io.TextIOWrapper(reader, encoding="utf-8", errors="replace")
+    else:
+        with path.open(encoding="utf-8", errors="replace") as handle:
+            yield from handle
+
+
+def _expand(paths: Iterable[str | Path]) -> Iterator[Path]:
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            for suffix in ("*.jsonl", "*.json", "*.jsonl.zst", "*.json.zst", "*.zst"):
+                yield from sorted(path.rglob(suffix))
+        else:
+            yield path
+
+
+def read_paths(paths: Iterable[str | Path], on_error: Callable[[ReadError], None]) -> Iterator[Record]:
+    """Every valgen record in ``paths`` (files or folders); errors go to ``on_error``."""
+    seen: set[Path] = set()
+    for path in _expand(paths):
+        if path in seen:
+            continue
+        seen.add(path)
+        try:
+            for number, line in enumerate(_lines(path), start=1):
+                if not line.strip():
+                    continue
+                try:
+                    yield from records_from_request(json.loads(line))
+                except (ValueError, KeyError, TypeError, AttributeError) as error:
+                    on_error(ReadError(str(path), number, str(error)))
+        except OSError as error:
+            on_error(ReadError(str(path), 0, str(error)))
+        except Exception as error:  # e.g. a corrupt zstd frame
+            on_error(ReadError(str(path), 0, f"{type(error).__name__}: {error}"))
