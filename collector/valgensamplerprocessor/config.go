@@ -1,0 +1,121 @@
+// Copyright The otel-valgen Authors
+// SPDX-License-Identifier: Apache-2.0
+
+package valgensamplerprocessor // import "github.com/otel-valgen/otel-valgen/collector/valgensamplerprocessor"
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"go.opentelemetry.io/collector/component"
+)
+
+// Late record policies.
+const (
+	LateRecordsDrop    = "drop"
+	LateRecordsForward = "forward"
+)
+
+// Defaults of the configuration fields.
+const (
+	defaultCount             = 64
+	defaultMaxCount          = 1024
+	defaultSeed              = 42
+	defaultDecisionWait      = 30 * time.Second
+	defaultMaxGroups         = 1000
+	defaultClosedGroupsCache = 10000
+	defaultLateRecords       = LateRecordsDrop
+)
+
+// defaultGroupBy returns the attributes that identify a validation step.
+func defaultGroupBy() []string {
+	return []string{attrRunID, attrStep}
+}
+
+var (
+	errEmptyGroupBy         = errors.New("group_by must name at least one attribute")
+	errInvalidGroupByEntry  = errors.New("group_by entries must be non-empty and distinct")
+	errInvalidCount         = errors.New("count must be > 0")
+	errInvalidMaxCount      = errors.New("max_count must be >= count")
+	errInvalidDecisionWait  = errors.New("decision_wait must be > 0")
+	errInvalidMaxGroups     = errors.New("max_groups must be > 0")
+	errInvalidClosedCache   = errors.New("closed_groups_cache must be >= 0")
+	errInvalidLateRecords   = errors.New("late_records must be \"drop\" or \"forward\"")
+	errDecisionWaitTooShort = errors.New("decision_wait must be at least 10ms")
+)
+
+// Config defines the configuration of the valgen_sampler processor.
+type Config struct {
+	// GroupBy lists the record attributes whose values identify a group (a validation step).
+	GroupBy []string `mapstructure:"group_by"`
+	// Count is the number of records kept per group when a record carries no valgen.sample_count.
+	Count int `mapstructure:"count"`
+	// MaxCount caps the valgen.sample_count that records may ask for.
+	MaxCount int `mapstructure:"max_count"`
+	// Seed is the sampling seed used for records that carry neither valgen.sample_key nor valgen.seed.
+	Seed uint64 `mapstructure:"seed"`
+	// DecisionWait is how long a group stays open after its last record when it cannot close as complete.
+	DecisionWait time.Duration `mapstructure:"decision_wait"`
+	// MaxGroups bounds the open groups; opening one more closes the oldest early.
+	MaxGroups int `mapstructure:"max_groups"`
+	// ClosedGroupsCache is how many closed groups are remembered to recognise late records.
+	ClosedGroupsCache int `mapstructure:"closed_groups_cache"`
+	// LateRecords says what happens to generations of a closed group: "drop" or "forward".
+	LateRecords string `mapstructure:"late_records"`
+
+	// prevent unkeyed literal initialization
+	_ struct{}
+}
+
+var _ component.Config = (*Config)(nil)
+
+func createDefaultConfig() component.Config {
+	return &Config{
+		GroupBy:           defaultGroupBy(),
+		Count:             defaultCount,
+		MaxCount:          defaultMaxCount,
+		Seed:              defaultSeed,
+		DecisionWait:      defaultDecisionWait,
+		MaxGroups:         defaultMaxGroups,
+		ClosedGroupsCache: defaultClosedGroupsCache,
+		LateRecords:       defaultLateRecords,
+	}
+}
+
+// Validate checks every field that can be checked before the processor starts.
+func (cfg *Config) Validate() error {
+	var errs []error
+	if len(cfg.GroupBy) == 0 {
+		errs = append(errs, errEmptyGroupBy)
+	}
+	seen := make(map[string]struct{}, len(cfg.GroupBy))
+	for _, key := range cfg.GroupBy {
+		if _, dup := seen[key]; dup || key == "" {
+			errs = append(errs, fmt.Errorf("%w: %q", errInvalidGroupByEntry, key))
+		}
+		seen[key] = struct{}{}
+	}
+	if cfg.Count <= 0 {
+		errs = append(errs, fmt.Errorf("%w, got %d", errInvalidCount, cfg.Count))
+	}
+	if cfg.MaxCount < cfg.Count {
+		errs = append(errs, fmt.Errorf("%w (%d), got %d", errInvalidMaxCount, cfg.Count, cfg.MaxCount))
+	}
+	switch {
+	case cfg.DecisionWait <= 0:
+		errs = append(errs, fmt.Errorf("%w, got %s", errInvalidDecisionWait, cfg.DecisionWait))
+	case cfg.DecisionWait < 10*time.Millisecond:
+		errs = append(errs, fmt.Errorf("%w, got %s", errDecisionWaitTooShort, cfg.DecisionWait))
+	}
+	if cfg.MaxGroups <= 0 {
+		errs = append(errs, fmt.Errorf("%w, got %d", errInvalidMaxGroups, cfg.MaxGroups))
+	}
+	if cfg.ClosedGroupsCache < 0 {
+		errs = append(errs, fmt.Errorf("%w, got %d", errInvalidClosedCache, cfg.ClosedGroupsCache))
+	}
+	if cfg.LateRecords != LateRecordsDrop && cfg.LateRecords != LateRecordsForward {
+		errs = append(errs, fmt.Errorf("%w, got %q", errInvalidLateRecords, cfg.LateRecords))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,157 @@
+// Copyright The otel-valgen Authors
+// SPDX-License-Identifier: Apache-2.0
+
+package valgensamplerprocessor // import "github.com/otel-valgen/otel-valgen/collector/valgensamplerprocessor"
+
+import (
+	"time"
+
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/plog"
+)
+
+// keptRecord is a copy of a kept generation with the resource and scope it came with.
+type keptRecord struct {
+	record         plog.LogRecord
+	resource       pcommon.Resource
+	resourceSchema string
+	scope          pcommon.InstrumentationScope
+	scopeSchema    string
+}
+
+// origin is where a record sits in the incoming batch.
+type origin struct {
+	rl plog.ResourceLogs
+	sl plog.ScopeLogs
+}
+
+func (o origin) keep(lr plog.LogRecord) keptRecord {
+	kept := keptRecord{
+		record:         plog.NewLogRecord(),
+		resource:       pcommon.NewResource(),
+		resourceSchema: o.rl.SchemaUrl(),
+		scope:          pcommon.NewInstrumentationScope(),
+		scopeSchema:    o.sl.SchemaUrl(),
+	}
+	lr.CopyTo(kept.record)
+	o.rl.Resource().CopyTo(kept.resource)
+	o.sl.Scope().CopyTo(kept.scope)
+	return kept
+}
+
+// sourceState is what a group knows of one source.
+type sourceState struct {
+	received int64 // generation records that arrived
+	ended    bool
+	end      endInfo
+}
+
+// group is one open validation step: its bottom-k and the bookkeeping of its sources.
+type group struct {
+	key      string
+	seq      uint64 // opening order, to close the oldest first
+	lastSeen time.Time
+
+	k    int // the smallest k any record asked for; -1 before the first generation
+	kept *bottomK[keptRecord]
+
+	resource pcommon.Resource // of the group's first record
+	traceID  pcommon.TraceID  // the first non-empty trace id
+	runID    pcommon.Value
+	step     pcommon.Value
+
+	sources         map[sourceID]*sourceState
+	sourcesExpected int64
+	late            int64
+}
+
+func newGroup(key string, seq uint64, lr plog.LogRecord, res pcommon.Resource) *group {
+	g := &group{
+		key:      key,
+		seq:      seq,
+		k:        -1,
+		resource: pcommon.NewResource(),
+		runID:    pcommon.NewValueEmpty(),
+		step:     pcommon.NewValueEmpty(),
+		sources:  make(map[sourceID]*sourceState),
+	}
+	res.CopyTo(g.resource)
+	if v, ok := lr.Attributes().Get(attrRunID); ok {
+		v.CopyTo(g.runID)
+	}
+	if v, ok := lr.Attributes().Get(attrStep); ok {
+		v.CopyTo(g.step)
+	}
+	return g
+}
+
+func (g *group) touch(lr plog.LogRecord, src sourceID, now time.Time) *sourceState {
+	g.lastSeen = now
+	if g.traceID.IsEmpty() {
+		g.traceID = lr.TraceID()
+	}
+	state, ok := g.sources[src]
+	if !ok {
+		state = &sourceState{}
+		g.sources[src] = state
+	}
+	return state
+}
+
+// addGeneration offers one generation to the group's bottom-k.
+func (g *group) addGeneration(gen generation, lr plog.LogRecord, at origin, src sourceID, now time.Time) {
+	g.touch(lr, src, now).received++
+	switch {
+	case g.kept == nil:
+		g.k = gen.k
+		g.kept = newBottomK[keptRecord](gen.k)
+	case gen.k < g.k:
+		// The group keeps the smallest k asked for: shrinking is exact, so the result does not
+		// depend on the order in which records with different counts arrive.
+		g.k = gen.k
+		g.kept.shrink(gen.k)
+	}
+	g.kept.offer(gen.order, func() keptRecord { return at.keep(lr) })
+}
+
+// addEnd records a source's end of step; a repeated end record keeps the largest counts.
+func (g *group) addEnd(end endInfo, lr plog.LogRecord, src sourceID, now time.Time) {
+	state := g.touch(lr, src, now)
+	state.ended = true
+	state.end.seen = max(state.end.seen, end.seen)
+	state.end.emitted = max(state.end.emitted, end.emitted)
+	state.end.dropped = max(state.end.dropped, end.dropped)
+	g.sourcesExpected = max(g.sourcesExpected, end.sourcesExpected)
+}
+
+// complete reports whether every expected source has ended and all it emitted has arrived.
+// More arrivals than emitted (retried deliveries) also count as complete.
+func (g *group) complete() bool {
+	if g.sourcesExpected <= 0 {
+		return false
+	}
+	var ended int64
+	for _, state := range g.sources {
+		if !state.ended {
+			continue
+		}
+		if state.received < state.end.emitted {
+			return false
+		}
+		ended++
+	}
+	return ended >= g.sourcesExpected
+}
+
+// totals sums the group's counts for the summary record.
+func (g *group) totals() (seen, missing int64) {
+	for _, state := range g.sources {
+		if !state.ended {
+			seen += state.received
+			continue
+		}
+		seen += state.end.seen
+		missing += max(0, state.end.emitted-state.received)
+	}
+	return seen, missing
+}

@@ -1,0 +1,165 @@
+// Copyright The otel-valgen Authors
+// SPDX-License-Identifier: Apache-2.0
+
+package valgensamplerprocessor // import "github.com/otel-valgen/otel-valgen/collector/valgensamplerprocessor"
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/consumer"
+	"go.opentelemetry.io/collector/pdata/plog"
+	"go.opentelemetry.io/collector/processor"
+	"go.uber.org/zap"
+
+	"github.com/otel-valgen/otel-valgen/collector/valgensamplerprocessor/internal/metadata"
+)
+
+// samplerProcessor holds the open groups and closes them; sampler.go routes the records.
+type samplerProcessor struct {
+	cfg       *Config
+	next      consumer.Logs
+	logger    *zap.Logger
+	telemetry *metadata.TelemetryBuilder
+	now       func() time.Time // injectable clock
+	tick      time.Duration    // how often expired groups are looked for
+
+	mu     sync.Mutex // guards the fields below
+	groups map[string]*group
+	seq    uint64
+	closed *closedGroups
+
+	lifecycle sync.Mutex // guards cancel
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+}
+
+var _ processor.Logs = (*samplerProcessor)(nil)
+
+func newSamplerProcessor(cfg *Config, next consumer.Logs, set processor.Settings) (*samplerProcessor, error) {
+	tb, err := metadata.NewTelemetryBuilder(set.TelemetrySettings)
+	if err != nil {
+		return nil, fmt.Errorf("failed to create telemetry builder: %w", err)
+	}
+	return &samplerProcessor{
+		cfg:       cfg,
+		next:      next,
+		logger:    set.Logger,
+		telemetry: tb,
+		now:       time.Now,
+		tick:      tickInterval(cfg.DecisionWait),
+		groups:    make(map[string]*group),
+		closed:    newClosedGroups(cfg.ClosedGroupsCache),
+	}, nil
+}
+
+// tickInterval checks for expired groups about ten times per decision_wait, at most once a
+// second and at least every 5ms.
+func tickInterval(wait time.Duration) time.Duration {
+	return min(max(wait/10, 5*time.Millisecond), time.Second)
+}
+
+// Start launches the goroutine that closes groups whose decision_wait has passed.
+func (p *samplerProcessor) Start(_ context.Context, _ component.Host) error {
+	p.lifecycle.Lock()
+	defer p.lifecycle.Unlock()
+	if p.cancel != nil {
+		return nil
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p.cancel = cancel
+	p.wg.Add(1)
+	go p.run(ctx)
+	return nil
+}
+
+func (p *samplerProcessor) run(ctx context.Context) {
+	defer p.wg.Done()
+	ticker := time.NewTicker(p.tick)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+			p.closeExpired(ctx)
+		}
+	}
+}
+
+// Shutdown stops the timer and flushes every open group downstream. It is safe to call
+// twice and before Start.
+func (p *samplerProcessor) Shutdown(ctx context.Context) error {
+	p.lifecycle.Lock()
+	if p.cancel != nil {
+		p.cancel()
+		p.wg.Wait()
+		p.cancel = nil
+	}
+	p.lifecycle.Unlock()
+
+	out := plog.NewLogs()
+	var st stats
+	p.mu.Lock()
+	now := p.now()
+	for _, g := range p.groupsByAge() {
+		p.closeGroup(g, closedShutdown, now, out, &st)
+	}
+	p.mu.Unlock()
+	st.record(ctx, p.telemetry)
+	p.emit(ctx, out)
+	return nil
+}
+
+// Capabilities says that the processor removes and annotates records of the batches it gets.
+func (*samplerProcessor) Capabilities() consumer.Capabilities {
+	return consumer.Capabilities{MutatesData: true}
+}
+
+// closeExpired closes the groups that have had no record for decision_wait.
+func (p *samplerProcessor) closeExpired(ctx context.Context) {
+	out := plog.NewLogs()
+	var st stats
+	p.mu.Lock()
+	now := p.now()
+	for _, g := range p.groupsByAge() {
+		if now.Sub(g.lastSeen) >= p.cfg.DecisionWait {
+			p.closeGroup(g, closedWait, now, out, &st)
+		}
+	}
+	p.mu.Unlock()
+	st.record(ctx, p.telemetry)
+	p.emit(ctx, out)
+}
+
+// groupsByAge lists the open groups, oldest first. Callers hold p.mu.
+func (p *samplerProcessor) groupsByAge() []*group {
+	list := make([]*group, 0, len(p.groups))
+	for _, g := range p.groups {
+		list = append(list, g)
+	}
+	sort.Slice(list, func(i, j int) bool { return list[i].seq < list[j].seq })
+	return list
+}
+
+// closeGroup removes a group, remembers it as closed and appends its output. Callers hold p.mu.
+func (p *samplerProcessor) closeGroup(g *group, reason string, now time.Time, out plog.Logs, st *stats) {
+	delete(p.groups, g.key)
+	p.closed.add(g.key)
+	st.close(reason, appendClosed(out, g, reason, now))
+}
+
+// emit sends closed groups downstream; it is called without holding p.mu.
+func (p *samplerProcessor) emit(ctx context.Context, out plog.Logs) {
+	if out.LogRecordCount() == 0 {
+		return
+	}
+	if err := p.next.ConsumeLogs(ctx, out); err != nil {
+		p.logger.Error("failed to send closed valgen groups downstream",
+			zap.Int("records", out.LogRecordCount()), zap.Error(err))
+	}
+}

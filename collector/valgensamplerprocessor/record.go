@@ -1,0 +1,202 @@
+// Copyright The otel-valgen Authors
+// SPDX-License-Identifier: Apache-2.0
+
+package valgensamplerprocessor // import "github.com/otel-valgen/otel-valgen/collector/valgensamplerprocessor"
+
+import (
+	"strconv"
+	"strings"
+
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/plog"
+)
+
+// Event names and attribute keys of the otel-valgen wire contract (otel_valgen/contract.py).
+const (
+	eventGeneration = "valgen.generation"
+	eventEnd        = "valgen.validation.end"
+	eventSummary    = "valgen.step.summary"
+
+	attrEventName       = "event.name" // older SDKs carry the event name as an attribute
+	attrServiceInstance = "service.instance.id"
+
+	attrRunID           = "valgen.run_id"
+	attrStep            = "valgen.step"
+	attrSampleID        = "valgen.sample_id"
+	attrSampleKey       = "valgen.sample_key"
+	attrSeed            = "valgen.seed"
+	attrSource          = "valgen.source"
+	attrSampleCount     = "valgen.sample_count"
+	attrSeen            = "valgen.seen"
+	attrEmitted         = "valgen.emitted"
+	attrDropped         = "valgen.dropped"
+	attrSourcesExpected = "valgen.sources_expected"
+	attrKept            = "valgen.kept"
+	attrSources         = "valgen.sources"
+	attrLate            = "valgen.late"
+	attrMissing         = "valgen.missing"
+	attrClosedReason    = "valgen.closed_reason"
+	attrRank            = "valgen.rank"
+)
+
+// Reasons attached to the dropped-records metric.
+const (
+	reasonMissingAttribute = "missing_attribute"
+	reasonInvalidAttribute = "invalid_attribute"
+	reasonLate             = "late"
+)
+
+// eventName returns the record's event name, falling back to the event.name attribute.
+func eventName(lr plog.LogRecord) string {
+	if name := lr.EventName(); name != "" {
+		return name
+	}
+	if v, ok := lr.Attributes().Get(attrEventName); ok && v.Type() == pcommon.ValueTypeStr {
+		return v.Str()
+	}
+	return ""
+}
+
+// isSampled reports whether the processor handles the record rather than passing it through.
+func isSampled(name string) bool {
+	return name == eventGeneration || name == eventEnd
+}
+
+// generation is what the sampler needs from a valgen.generation record.
+type generation struct {
+	order sortKey
+	k     int
+}
+
+// endInfo is what the sampler needs from a valgen.validation.end record.
+type endInfo struct {
+	seen, emitted, dropped int64
+	sourcesExpected        int64 // 0 when the record does not say
+}
+
+// checkCommon verifies the attributes that every sampled record must carry.
+func checkCommon(attrs pcommon.Map) string {
+	runID, ok := attrs.Get(attrRunID)
+	if !ok {
+		return reasonMissingAttribute
+	}
+	if runID.Type() != pcommon.ValueTypeStr || runID.Str() == "" {
+		return reasonInvalidAttribute
+	}
+	_, reason := intAttr(attrs, attrStep, true)
+	return reason
+}
+
+// intAttr reads an int attribute; reason is empty when the value is usable.
+func intAttr(attrs pcommon.Map, key string, required bool) (value int64, reason string) {
+	v, ok := attrs.Get(key)
+	if !ok {
+		if required {
+			return 0, reasonMissingAttribute
+		}
+		return 0, ""
+	}
+	if v.Type() != pcommon.ValueTypeInt {
+		return 0, reasonInvalidAttribute
+	}
+	return v.Int(), ""
+}
+
+// parseGeneration validates a generation record and computes its sort key and k.
+func parseGeneration(attrs pcommon.Map, cfg *Config) (generation, string) {
+	if reason := checkCommon(attrs); reason != "" {
+		return generation{}, reason
+	}
+	idValue, ok := attrs.Get(attrSampleID)
+	if !ok {
+		return generation{}, reasonMissingAttribute
+	}
+	if idValue.Type() != pcommon.ValueTypeStr {
+		return generation{}, reasonInvalidAttribute
+	}
+	id := idValue.Str()
+	gen := generation{k: cfg.Count}
+	if count, present := attrs.Get(attrSampleCount); present {
+		if count.Type() != pcommon.ValueTypeInt || count.Int() < 0 {
+			return generation{}, reasonInvalidAttribute
+		}
+		gen.k = int(min(count.Int(), int64(cfg.MaxCount)))
+	}
+	if key, present := attrs.Get(attrSampleKey); present {
+		if key.Type() != pcommon.ValueTypeInt || key.Int() < 0 {
+			return generation{}, reasonInvalidAttribute
+		}
+		gen.order = sortKey{key: uint64(key.Int()), id: id}
+		return gen, ""
+	}
+	seed := cfg.Seed
+	if s, present := attrs.Get(attrSeed); present {
+		if s.Type() != pcommon.ValueTypeInt {
+			return generation{}, reasonInvalidAttribute
+		}
+		seed = uint64(s.Int()) // two's complement: the seed modulo 2^64, as in Python
+	}
+	gen.order = sortKey{key: sampleKey(seed, id), id: id}
+	return gen, ""
+}
+
+// parseEnd validates an end record.
+func parseEnd(attrs pcommon.Map) (endInfo, string) {
+	if reason := checkCommon(attrs); reason != "" {
+		return endInfo{}, reason
+	}
+	var end endInfo
+	var reason string
+	if end.seen, reason = intAttr(attrs, attrSeen, true); reason != "" {
+		return endInfo{}, reason
+	}
+	if end.emitted, reason = intAttr(attrs, attrEmitted, true); reason != "" {
+		return endInfo{}, reason
+	}
+	if end.dropped, reason = intAttr(attrs, attrDropped, false); reason != "" {
+		return endInfo{}, reason
+	}
+	if end.sourcesExpected, reason = intAttr(attrs, attrSourcesExpected, false); reason != "" {
+		return endInfo{}, reason
+	}
+	if end.seen < 0 || end.emitted < 0 || end.dropped < 0 || end.sourcesExpected < 0 {
+		return endInfo{}, reasonInvalidAttribute
+	}
+	return end, ""
+}
+
+// groupKey builds an unambiguous key from the group_by attribute values (type and value).
+func groupKey(attrs pcommon.Map, groupBy []string) string {
+	var b strings.Builder
+	for _, name := range groupBy {
+		v, ok := attrs.Get(name)
+		if !ok {
+			b.WriteString("-|")
+			continue
+		}
+		s := v.AsString()
+		b.WriteString(strconv.Itoa(int(v.Type())))
+		b.WriteByte(':')
+		b.WriteString(strconv.Itoa(len(s)))
+		b.WriteByte(':')
+		b.WriteString(s)
+		b.WriteByte('|')
+	}
+	return b.String()
+}
+
+// sourceID identifies one emitting process: its valgen.source and its service.instance.id.
+type sourceID struct {
+	name, instance string
+}
+
+func sourceOf(attrs pcommon.Map, res pcommon.Resource) sourceID {
+	var id sourceID
+	if v, ok := attrs.Get(attrSource); ok {
+		id.name = v.AsString()
+	}
+	if v, ok := res.Attributes().Get(attrServiceInstance); ok {
+		id.instance = v.AsString()
+	}
+	return id
+}

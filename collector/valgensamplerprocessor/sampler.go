@@ -1,0 +1,127 @@
+// Copyright The otel-valgen Authors
+// SPDX-License-Identifier: Apache-2.0
+
+package valgensamplerprocessor // import "github.com/otel-valgen/otel-valgen/collector/valgensamplerprocessor"
+
+import (
+	"context"
+	"time"
+
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/plog"
+)
+
+// batch is the state of one ConsumeLogs call while it holds the processor's lock.
+type batch struct {
+	now     time.Time
+	out     plog.Logs
+	st      stats
+	touched []*group
+}
+
+// ConsumeLogs takes the generation and end records out of ld into their groups, forwards
+// everything else at once, then sends the groups that this batch completed.
+func (p *samplerProcessor) ConsumeLogs(ctx context.Context, ld plog.Logs) error {
+	b := &batch{out: plog.NewLogs()}
+	p.mu.Lock()
+	b.now = p.now()
+	ld.ResourceLogs().RemoveIf(func(rl plog.ResourceLogs) bool {
+		emptied := false
+		rl.ScopeLogs().RemoveIf(func(sl plog.ScopeLogs) bool {
+			records := sl.LogRecords()
+			before := records.Len()
+			at := origin{rl: rl, sl: sl}
+			records.RemoveIf(func(lr plog.LogRecord) bool { return p.take(lr, at, b) })
+			removed := records.Len() < before && records.Len() == 0
+			emptied = emptied || removed
+			return removed
+		})
+		return emptied && rl.ScopeLogs().Len() == 0
+	})
+	for _, g := range b.touched {
+		if p.groups[g.key] == g && g.complete() {
+			p.closeGroup(g, closedComplete, b.now, b.out, &b.st)
+		}
+	}
+	p.mu.Unlock()
+
+	b.st.record(ctx, p.telemetry)
+	var err error
+	if ld.LogRecordCount() > 0 {
+		err = p.next.ConsumeLogs(ctx, ld)
+	}
+	p.emit(ctx, b.out)
+	return err
+}
+
+// take handles one record and reports whether it leaves the batch. Callers hold p.mu.
+func (p *samplerProcessor) take(lr plog.LogRecord, at origin, b *batch) bool {
+	name := eventName(lr)
+	if !isSampled(name) {
+		return false
+	}
+	attrs := lr.Attributes()
+	isGeneration := name == eventGeneration
+	var gen generation
+	var end endInfo
+	var reason string
+	if isGeneration {
+		b.st.received++
+		gen, reason = parseGeneration(attrs, p.cfg)
+	} else {
+		end, reason = parseEnd(attrs)
+	}
+	if reason != "" {
+		b.st.drop(reason)
+		return true
+	}
+
+	key := groupKey(attrs, p.cfg.GroupBy)
+	g, open := p.groups[key]
+	if !open {
+		if p.closed.markLate(key) {
+			b.st.late++
+			if isGeneration && p.cfg.LateRecords == LateRecordsForward {
+				attrs.PutBool(attrLate, true)
+				return false
+			}
+			b.st.drop(reasonLate)
+			return true
+		}
+		g = p.open(key, lr, at.rl.Resource(), b)
+	}
+	src := sourceOf(attrs, at.rl.Resource())
+	if isGeneration {
+		g.addGeneration(gen, lr, at, src, b.now)
+	} else {
+		g.addEnd(end, lr, src, b.now)
+	}
+	if n := len(b.touched); n == 0 || b.touched[n-1] != g {
+		b.touched = append(b.touched, g)
+	}
+	return true
+}
+
+// open starts a group, first closing the oldest one when max_groups are open.
+func (p *samplerProcessor) open(key string, lr plog.LogRecord, res pcommon.Resource, b *batch) *group {
+	if len(p.groups) >= p.cfg.MaxGroups {
+		if oldest := p.oldestGroup(); oldest != nil {
+			p.closeGroup(oldest, closedMaxGroups, b.now, b.out, &b.st)
+		}
+	}
+	p.seq++
+	g := newGroup(key, p.seq, lr, res)
+	p.groups[key] = g
+	b.st.openDelta++
+	return g
+}
+
+func (p *samplerProcessor) oldestGroup() *group {
+	var oldest *group
+	for _, g := range p.groups {
+		if oldest == nil || g.seq < oldest.seq {
+			oldest = g
+		}
+	}
+	return oldest
+}
