@@ -1,0 +1,53 @@
+// Copyright The otel-valgen Authors
+// SPDX-License-Identifier: Apache-2.0
+
+package valgensamplerprocessor
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"go.opentelemetry.io/collector/consumer/consumertest"
+	"go.opentelemetry.io/collector/pdata/plog"
+	"go.opentelemetry.io/collector/processor/processortest"
+
+	"github.com/otel-valgen/otel-valgen/collector/valgensamplerprocessor/internal/metadata"
+)
+
+// BenchmarkConsumeLogs measures sampling batches of 512 generations into 64-of-N groups.
+func BenchmarkConsumeLogs(b *testing.B) {
+	const batchSize = 512
+	cfg := createDefaultConfig().(*Config)
+	p, err := newSamplerProcessor(cfg, consumertest.NewNop(), processortest.NewNopSettings(metadata.Type))
+	if err != nil {
+		b.Fatal(err)
+	}
+	batches := make([]plog.Logs, 64)
+	for i := range batches {
+		records := make([]rec, 0, batchSize)
+		for j := range batchSize {
+			records = append(records, rec{step: int64(i % 8), id: fmt.Sprintf("prompt-%d-%d", i, j), count: 64})
+		}
+		batches[i] = logsOf(records...)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		ld := plog.NewLogs()
+		batches[i%len(batches)].CopyTo(ld)
+		if err := p.ConsumeLogs(context.Background(), ld); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.N*batchSize)/b.Elapsed().Seconds(), "records/s")
+	_ = p.Shutdown(context.Background())
+}
+
+// BenchmarkSampleKey measures the HMAC-SHA256 key of one sample id.
+func BenchmarkSampleKey(b *testing.B) {
+	for i := 0; i < b.N; i++ {
+		_ = sampleKey(42, "gsm8k-train-000123/0")
+	}
+}

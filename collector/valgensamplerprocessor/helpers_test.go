@@ -1,0 +1,202 @@
+// Copyright The otel-valgen Authors
+// SPDX-License-Identifier: Apache-2.0
+
+package valgensamplerprocessor
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/collector/component/componenttest"
+	"go.opentelemetry.io/collector/consumer/consumertest"
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/plog"
+
+	"github.com/otel-valgen/otel-valgen/collector/valgensamplerprocessor/internal/metadatatest"
+)
+
+// fakeClock is a clock that only moves when a test advances it.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func newFakeClock() *fakeClock {
+	return &fakeClock{now: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// harness is a processor wired to a sink, a fake clock and test telemetry.
+type harness struct {
+	p     *samplerProcessor
+	sink  *consumertest.LogsSink
+	clock *fakeClock
+	tel   *componenttest.Telemetry
+}
+
+func newHarness(t *testing.T, edit func(*Config)) *harness {
+	t.Helper()
+	cfg := createDefaultConfig().(*Config)
+	if edit != nil {
+		edit(cfg)
+	}
+	require.NoError(t, cfg.Validate())
+	tel := componenttest.NewTelemetry()
+	t.Cleanup(func() { require.NoError(t, tel.Shutdown(context.Background())) })
+	set := metadatatest.NewSettings(tel)
+	sink := &consumertest.LogsSink{}
+	p, err := newSamplerProcessor(cfg, sink, set)
+	require.NoError(t, err)
+	clock := newFakeClock()
+	p.now = clock.Now
+	return &harness{p: p, sink: sink, clock: clock, tel: tel}
+}
+
+func (h *harness) consume(t *testing.T, ld plog.Logs) {
+	t.Helper()
+	require.NoError(t, h.p.ConsumeLogs(context.Background(), ld))
+}
+
+// zeroCount asks logsOf for an explicit valgen.sample_count of 0.
+const zeroCount = -1
+
+// rec describes one test record; zero values mean "use the default".
+type rec struct {
+	event    string // default: valgen.generation
+	run      string // default: "run-1"
+	step     int64
+	id       string
+	key      int64 // sent only when hasKey; otherwise computed from the seed
+	hasKey   bool
+	count    int64 // valgen.sample_count: 0 = absent, zeroCount = an explicit 0
+	source   string
+	instance string
+	traceID  byte
+	// end records
+	seen, emitted, expected int64
+}
+
+// logsOf builds one ResourceLogs per record, with service.instance.id as the resource.
+func logsOf(records ...rec) plog.Logs {
+	ld := plog.NewLogs()
+	for _, r := range records {
+		rl := ld.ResourceLogs().AppendEmpty()
+		rl.Resource().Attributes().PutStr("service.name", "trainer")
+		rl.Resource().Attributes().PutStr(attrServiceInstance, orDefault(r.instance, "i-"+r.source))
+		sl := rl.ScopeLogs().AppendEmpty()
+		sl.Scope().SetName("otel_valgen")
+		appendRec(sl.LogRecords(), r)
+	}
+	return ld
+}
+
+func appendRec(lrs plog.LogRecordSlice, r rec) plog.LogRecord {
+	lr := lrs.AppendEmpty()
+	lr.SetEventName(orDefault(r.event, eventGeneration))
+	lr.SetSeverityNumber(plog.SeverityNumberInfo)
+	lr.SetTraceID(pcommon.TraceID{r.traceID + 1})
+	attrs := lr.Attributes()
+	attrs.PutStr(attrRunID, orDefault(r.run, "run-1"))
+	attrs.PutInt(attrStep, r.step)
+	attrs.PutStr(attrSource, orDefault(r.source, "trainer"))
+	if lr.EventName() == eventEnd {
+		attrs.PutInt(attrSeen, r.seen)
+		attrs.PutInt(attrEmitted, r.emitted)
+		if r.expected > 0 {
+			attrs.PutInt(attrSourcesExpected, r.expected)
+		}
+		return lr
+	}
+	attrs.PutStr(attrSampleID, r.id)
+	if r.hasKey {
+		attrs.PutInt(attrSampleKey, r.key)
+	}
+	switch {
+	case r.count > 0:
+		attrs.PutInt(attrSampleCount, r.count)
+	case r.count == zeroCount:
+		attrs.PutInt(attrSampleCount, 0)
+	}
+	body := lr.Body().SetEmptyMap()
+	body.PutStr("input", "prompt "+r.id)
+	body.PutStr("output", "answer "+r.id)
+	return lr
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+// output is what the sink received, split into kinds.
+type output struct {
+	kept      []plog.LogRecord // generation records, in the order received
+	summaries []plog.LogRecord
+	other     []plog.LogRecord
+	resources []pcommon.Resource // resource of each kept record
+}
+
+func collect(sink *consumertest.LogsSink) output {
+	var out output
+	for _, ld := range sink.AllLogs() {
+		for i := 0; i < ld.ResourceLogs().Len(); i++ {
+			rl := ld.ResourceLogs().At(i)
+			for j := 0; j < rl.ScopeLogs().Len(); j++ {
+				lrs := rl.ScopeLogs().At(j).LogRecords()
+				for k := 0; k < lrs.Len(); k++ {
+					lr := lrs.At(k)
+					switch eventName(lr) {
+					case eventGeneration:
+						out.kept = append(out.kept, lr)
+						out.resources = append(out.resources, rl.Resource())
+					case eventSummary:
+						out.summaries = append(out.summaries, lr)
+					default:
+						out.other = append(out.other, lr)
+					}
+				}
+			}
+		}
+	}
+	return out
+}
+
+func ids(records []plog.LogRecord) []string {
+	out := make([]string, 0, len(records))
+	for _, lr := range records {
+		v, _ := lr.Attributes().Get(attrSampleID)
+		out = append(out, v.Str())
+	}
+	return out
+}
+
+func intOf(t *testing.T, lr plog.LogRecord, key string) int64 {
+	t.Helper()
+	v, ok := lr.Attributes().Get(key)
+	require.Truef(t, ok, "attribute %s missing", key)
+	require.Equal(t, pcommon.ValueTypeInt, v.Type(), key)
+	return v.Int()
+}
+
+func strOf(t *testing.T, lr plog.LogRecord, key string) string {
+	t.Helper()
+	v, ok := lr.Attributes().Get(key)
+	require.Truef(t, ok, "attribute %s missing", key)
+	return v.AsString()
+}

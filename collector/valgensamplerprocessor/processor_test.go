@@ -1,0 +1,203 @@
+// Copyright The otel-valgen Authors
+// SPDX-License-Identifier: Apache-2.0
+
+package valgensamplerprocessor
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/collector/component/componenttest"
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/plog"
+)
+
+// stepRecords returns n generations of one step from one source, ids "<source>/<i>".
+func stepRecords(step int64, source string, n int, count int64) []rec {
+	out := make([]rec, 0, n)
+	for i := range n {
+		out = append(out, rec{step: step, id: fmt.Sprintf("%s/%d", source, i), source: source, count: count})
+	}
+	return out
+}
+
+func endRec(step int64, source string, seen, emitted, expected int64) rec {
+	return rec{event: eventEnd, step: step, source: source, seen: seen, emitted: emitted, expected: expected}
+}
+
+// TestPassThrough checks that non-valgen records and unknown valgen events leave at once, untouched.
+func TestPassThrough(t *testing.T) {
+	h := newHarness(t, nil)
+	ld := plog.NewLogs()
+	lrs := ld.ResourceLogs().AppendEmpty().ScopeLogs().AppendEmpty().LogRecords()
+	lrs.AppendEmpty().Body().SetStr("plain log")
+	other := lrs.AppendEmpty()
+	other.SetEventName("valgen.step.summary")
+	other.Attributes().PutStr(attrRunID, "upstream")
+	appendRec(lrs, rec{id: "a/0"})
+	h.consume(t, ld)
+
+	got := collect(h.sink)
+	require.Empty(t, got.kept, "generations wait for their group to close")
+	require.Len(t, got.summaries, 1)
+	require.Len(t, got.other, 1)
+	require.Equal(t, "plain log", got.other[0].Body().Str())
+}
+
+// TestCompleteClose checks that a step closes as soon as every expected source has ended and
+// all it emitted has arrived, with ranked records in key order and a reconciling summary.
+func TestCompleteClose(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.Count = 4 })
+	trainer := stepRecords(3, "trainer", 6, 0)
+	rollouter := stepRecords(3, "rollouter", 5, 0)
+	h.consume(t, logsOf(append(trainer, endRec(3, "trainer", 9, 6, 2))...))
+	require.Empty(t, collect(h.sink).summaries, "one of two sources has ended")
+	h.consume(t, logsOf(rollouter...))
+	require.Empty(t, collect(h.sink).summaries, "rollouter has not ended")
+	h.consume(t, logsOf(endRec(3, "rollouter", 5, 5, 2)))
+
+	got := collect(h.sink)
+	require.Len(t, got.kept, 4)
+	require.Len(t, got.summaries, 1)
+	var want []sortKey
+	for _, r := range append(trainer, rollouter...) {
+		want = append(want, sortKey{key: sampleKey(defaultSeed, r.id), id: r.id})
+	}
+	ref := newBottomK[string](4)
+	for _, o := range want {
+		ref.offer(o, func() string { return o.id })
+	}
+	var wantIDs []string
+	for _, e := range ref.sorted() {
+		wantIDs = append(wantIDs, e.item)
+	}
+	require.Equal(t, wantIDs, ids(got.kept))
+	for i, lr := range got.kept {
+		assert.Equal(t, int64(i+1), intOf(t, lr, attrRank))
+		assert.Equal(t, pcommon.TraceID{1}, lr.TraceID())
+		instance, _ := got.resources[i].Attributes().Get(attrServiceInstance)
+		assert.Equal(t, "i-"+strOf(t, lr, attrSource), instance.Str(), "resource preserved")
+	}
+	s := got.summaries[0]
+	assert.Equal(t, "run-1", strOf(t, s, attrRunID))
+	assert.Equal(t, int64(3), intOf(t, s, attrStep))
+	assert.Equal(t, int64(9+5), intOf(t, s, attrSeen))
+	assert.Equal(t, int64(4), intOf(t, s, attrKept))
+	assert.Equal(t, int64(2), intOf(t, s, attrSources))
+	assert.Equal(t, int64(2), intOf(t, s, attrSourcesExpected))
+	assert.Equal(t, int64(0), intOf(t, s, attrLate))
+	assert.Equal(t, int64(0), intOf(t, s, attrMissing))
+	assert.Equal(t, closedComplete, strOf(t, s, attrClosedReason))
+	assert.Equal(t, pcommon.TraceID{1}, s.TraceID())
+	assert.Equal(t, plog.SeverityNumberInfo, s.SeverityNumber())
+	assert.Zero(t, len(h.p.groups))
+}
+
+// TestWaitClose checks that a group that cannot complete closes decision_wait after its last record.
+func TestWaitClose(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.DecisionWait = 10 * time.Second })
+	h.consume(t, logsOf(stepRecords(1, "trainer", 3, 0)...))
+	h.clock.Advance(9 * time.Second)
+	h.consume(t, logsOf(append(stepRecords(1, "rollouter", 2, 0), endRec(1, "rollouter", 3, 3, 2))...))
+	h.clock.Advance(9 * time.Second)
+	h.p.closeExpired(context.Background())
+	require.Empty(t, collect(h.sink).summaries, "the last record came 9s ago")
+
+	h.clock.Advance(time.Second)
+	h.p.closeExpired(context.Background())
+	got := collect(h.sink)
+	require.Len(t, got.summaries, 1)
+	s := got.summaries[0]
+	assert.Equal(t, closedWait, strOf(t, s, attrClosedReason))
+	assert.Equal(t, int64(3+3), intOf(t, s, attrSeen))
+	assert.Equal(t, int64(1), intOf(t, s, attrMissing), "rollouter emitted 3, 2 arrived")
+	assert.Equal(t, int64(5), intOf(t, s, attrKept))
+}
+
+// TestWaitCloseByTimer checks that the goroutine Start launches closes expired groups.
+func TestWaitCloseByTimer(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.DecisionWait = 20 * time.Millisecond })
+	h.p.now = time.Now
+	require.NoError(t, h.p.Start(context.Background(), componenttest.NewNopHost()))
+	h.consume(t, logsOf(stepRecords(1, "trainer", 3, 0)...))
+	require.Eventually(t, func() bool { return len(collect(h.sink).summaries) == 1 }, 5*time.Second, 5*time.Millisecond)
+	require.NoError(t, h.p.Shutdown(context.Background()))
+	assert.Equal(t, closedWait, strOf(t, collect(h.sink).summaries[0], attrClosedReason))
+}
+
+// TestShutdownFlush checks that shutdown emits every open group and is safe to repeat.
+func TestShutdownFlush(t *testing.T) {
+	h := newHarness(t, nil)
+	require.NoError(t, h.p.Start(context.Background(), componenttest.NewNopHost()))
+	h.consume(t, logsOf(stepRecords(1, "trainer", 3, 0)...))
+	h.consume(t, logsOf(stepRecords(2, "trainer", 2, 0)...))
+	require.NoError(t, h.p.Shutdown(context.Background()))
+	require.NoError(t, h.p.Shutdown(context.Background()))
+	got := collect(h.sink)
+	require.Len(t, got.kept, 5)
+	require.Len(t, got.summaries, 2)
+	for _, s := range got.summaries {
+		assert.Equal(t, closedShutdown, strOf(t, s, attrClosedReason))
+	}
+	assert.Equal(t, int64(1), intOf(t, got.summaries[0], attrStep), "oldest group first")
+}
+
+// TestShutdownBeforeStart checks that shutdown works on a processor that never started.
+func TestShutdownBeforeStart(t *testing.T) {
+	h := newHarness(t, nil)
+	require.NoError(t, h.p.Shutdown(context.Background()))
+	require.NoError(t, h.p.Shutdown(context.Background()))
+	require.Empty(t, h.sink.AllLogs())
+}
+
+// TestSampleCountCap checks that k is the record's sample_count capped by max_count, else count.
+func TestSampleCountCap(t *testing.T) {
+	tests := []struct {
+		name  string
+		count int64
+		want  int
+	}{
+		{"asked below cap", 5, 5},
+		{"asked above cap", 500, 8},
+		{"not asked", 0, 3},
+		{"asked for none", zeroCount, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t, func(c *Config) { c.Count = 3; c.MaxCount = 8 })
+			h.consume(t, logsOf(stepRecords(1, "trainer", 20, tt.count)...))
+			require.NoError(t, h.p.Shutdown(context.Background()))
+			got := collect(h.sink)
+			require.Len(t, got.kept, tt.want)
+			require.Equal(t, int64(tt.want), intOf(t, got.summaries[0], attrKept))
+			require.Equal(t, int64(20), intOf(t, got.summaries[0], attrSeen))
+		})
+	}
+}
+
+// TestDuplicatesKeptOnce checks that a record delivered twice is kept once.
+func TestDuplicatesKeptOnce(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.Count = 10 })
+	records := stepRecords(1, "trainer", 4, 0)
+	h.consume(t, logsOf(records...))
+	h.consume(t, logsOf(records...))
+	require.NoError(t, h.p.Shutdown(context.Background()))
+	require.Len(t, collect(h.sink).kept, 4)
+}
+
+// TestMaxGroups checks that opening a group beyond max_groups closes the oldest one early.
+func TestMaxGroups(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.MaxGroups = 2 })
+	for step := int64(1); step <= 3; step++ {
+		h.consume(t, logsOf(stepRecords(step, "trainer", 2, 0)...))
+	}
+	got := collect(h.sink)
+	require.Len(t, got.summaries, 1)
+	assert.Equal(t, int64(1), intOf(t, got.summaries[0], attrStep))
+	assert.Equal(t, closedMaxGroups, strOf(t, got.summaries[0], attrClosedReason))
+	assert.Len(t, h.p.groups, 2)
+}
