@@ -185,14 +185,20 @@ def log_generations(
     """
     block = _current.get()
     emitter = _active_emitter()
-    columns = {
-        "inputs": _as_list(inputs, "inputs"),
-        "outputs": _as_list(outputs, "outputs"),
-        "scores": _as_list(scores, "scores"),
-        "ground_truths": _as_list(ground_truths, "ground_truths"),
-        "sample_ids": _as_list(sample_ids, "sample_ids"),
-        "data_sources": _as_list(data_sources, "data_sources"),
+    raw = {
+        "inputs": inputs,
+        "outputs": outputs,
+        "scores": scores,
+        "ground_truths": ground_truths,
+        "sample_ids": sample_ids,
+        "data_sources": data_sources,
     }
+    try:
+        columns = {name: _as_list(values, name) for name, values in raw.items()}
+    except TypeError as error:
+        sizes = [len(v) for v in raw.values() if isinstance(v, Sequence) and not isinstance(v, str | bytes)]
+        _stats_registry.drop("bad_columns", max(sizes, default=1), "log_generations: %s", error)
+        return 0
     lengths = {name: len(values) for name, values in columns.items() if values is not None}
     size = max(lengths.values(), default=0)
     if emitter is None:
@@ -373,12 +379,13 @@ def _install_for_testing(settings: Settings, exporter: LogRecordExporter) -> Emi
     return _install(settings, exporter)
 
 
-def _reset_for_testing() -> None:
-    """Drop the emitter and counters without flushing (tests only)."""
+def _reset_for_testing(keep_stats: bool = False) -> None:
+    """Drop the emitter (and the counters unless ``keep_stats``), as if nothing was configured."""
     global _emitter, _shut_down, _stats_registry
     with _lock:
         emitter, _emitter = _emitter, None
         _shut_down = False
-        _stats_registry = _stats.Stats()
+        if not keep_stats:
+            _stats_registry = _stats.Stats()
     if emitter is not None:
         emitter.shutdown(1.0)

@@ -78,6 +78,9 @@ class _UnavailableExporter(LogRecordExporter):
     def shutdown(self) -> None:
         return None
 
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return True
+
 
 def _otlp_exporter(settings: Settings) -> tuple[LogRecordExporter, str]:
     endpoint = settings.endpoint or ""

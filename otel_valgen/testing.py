@@ -52,13 +52,17 @@ class CapturingExporter(LogRecordExporter):
     def shutdown(self) -> None:
         return None
 
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return True
+
 
 @contextmanager
 def capture_records(**settings: Any) -> Iterator[list[dict[str, Any]]]:
     """Route otel_valgen's records into a list for the duration of the block.
 
     Keyword arguments are those of ``otel_valgen.configure``. The list fills as records are
-    exported: at each step end and at ``flush()``, and when the block exits.
+    exported: at each step end and at ``flush()``, and when the block exits. Counters start
+    from zero and stay readable with ``otel_valgen.stats()`` after the block.
     """
     exporter = CapturingExporter()
     _api._reset_for_testing()
@@ -67,4 +71,4 @@ def capture_records(**settings: Any) -> Iterator[list[dict[str, Any]]]:
         yield exporter.records
     finally:
         emitter.flush(5.0)
-        _api._reset_for_testing()
+        _api._reset_for_testing(keep_stats=True)

@@ -1,0 +1,133 @@
+"""Shared fixtures: a clean emitter per test and real OTLP receivers on loopback."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from concurrent import futures
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from google.protobuf.json_format import MessageToDict
+from opentelemetry.proto.collector.logs.v1 import logs_service_pb2, logs_service_pb2_grpc
+
+from otel_valgen import _api
+
+REPO = Path(__file__).resolve().parent.parent
+
+_ENV = (
+    "OTEL_VALGEN_RUN_ID",
+    "OTEL_VALGEN_COUNT",
+    "OTEL_VALGEN_SEED",
+    "OTEL_VALGEN_PRESAMPLE",
+    "OTEL_VALGEN_DIR",
+    "OTEL_VALGEN_SOURCE",
+    "OTEL_VALGEN_MAX_FIELD_BYTES",
+    "OTEL_VALGEN_FLUSH_TIMEOUT",
+    "OTEL_EXPORTER_OTLP_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_PROTOCOL",
+    "OTEL_EXPORTER_OTLP_LOGS_PROTOCOL",
+    "OTEL_SERVICE_NAME",
+    "OTEL_RESOURCE_ATTRIBUTES",
+)
+
+
+@pytest.fixture(autouse=True)
+def clean_emitter(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
+    """Each test starts with no emitter, no valgen environment and its own sink folder."""
+    for name in _ENV:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("OTEL_VALGEN_DIR", str(tmp_path / "sink"))
+    _api._reset_for_testing()
+    yield
+    _api._reset_for_testing()
+
+
+def to_otlp_json(request: logs_service_pb2.ExportLogsServiceRequest) -> dict[str, Any]:
+    """OTLP/JSON view of a protobuf request (trace and span ids as hex, as OTLP/JSON has them)."""
+    data = MessageToDict(request)
+    for resource_logs in data.get("resourceLogs", []):
+        for scope_logs in resource_logs.get("scopeLogs", []):
+            for log in scope_logs.get("logRecords", []):
+                for key in ("traceId", "spanId"):
+                    if key in log:
+                        import base64
+
+                        log[key] = base64.b64decode(log[key]).hex()
+    return data
+
+
+class OtlpHttpReceiver:
+    """A real OTLP/HTTP logs endpoint: decodes each protobuf POST to /v1/logs."""
+
+    def __init__(self, status: int = 200) -> None:
+        self.requests: list[logs_service_pb2.ExportLogsServiceRequest] = []
+        self.status = status
+        self.hits = 0
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length", "0"))
+                payload = self.rfile.read(length)
+                receiver.hits += 1
+                if self.path != "/v1/logs" or receiver.status != 200:
+                    self.send_response(404 if self.path != "/v1/logs" else receiver.status)
+                    self.end_headers()
+                    return
+                request = logs_service_pb2.ExportLogsServiceRequest()
+                request.ParseFromString(payload)
+                receiver.requests.append(request)
+                body = logs_service_pb2.ExportLogsServiceResponse().SerializeToString()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                return None
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def json_requests(self) -> list[dict[str, Any]]:
+        """Every received request in OTLP/JSON form."""
+        return [to_otlp_json(request) for request in self.requests]
+
+
+@pytest.fixture
+def otlp_http() -> Iterator[OtlpHttpReceiver]:
+    """An OTLP/HTTP receiver on a free loopback port."""
+    receiver = OtlpHttpReceiver()
+    receiver.thread.start()
+    yield receiver
+    receiver.server.shutdown()
+    receiver.server.server_close()
+
+
+class _LogsService(logs_service_pb2_grpc.LogsServiceServicer):
+    def __init__(self) -> None:
+        self.requests: list[logs_service_pb2.ExportLogsServiceRequest] = []
+
+    def Export(self, request: Any, context: Any) -> logs_service_pb2.ExportLogsServiceResponse:  # noqa: N802
+        self.requests.append(request)
+        return logs_service_pb2.ExportLogsServiceResponse()
+
+
+@pytest.fixture
+def otlp_grpc() -> Iterator[tuple[str, _LogsService]]:
+    """An OTLP/gRPC receiver on a free loopback port: (endpoint, service)."""
+    import grpc
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    service = _LogsService()
+    logs_service_pb2_grpc.add_LogsServiceServicer_to_server(service, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    yield f"http://127.0.0.1:{port}", service
+    server.stop(grace=None)

@@ -1,0 +1,204 @@
+"""The public API: what each call puts on the wire, presampling, end records, never raising."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from typing import Any
+
+import pytest
+
+import otel_valgen as vg
+from otel_valgen import contract
+from otel_valgen.sampling import SortKey, bottom_k, sample_key
+from otel_valgen.testing import capture_records
+
+
+def _generations(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for r in records if r["event_name"] == contract.EVENT_GENERATION]
+
+
+def _ends(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for r in records if r["event_name"] == contract.EVENT_VALIDATION_END]
+
+
+def test_generation_record_follows_the_wire_contract() -> None:
+    """A generation is an INFO record with event name, map body and the contract attributes."""
+    with capture_records(run_id="r1", count=5, seed=7) as records, vg.validation(step=3, source="trainer"):
+        vg.log_generations(["q"], ["a"], [0.5], ground_truths=["g"], sample_ids=["uid-1"], data_sources=["gsm8k"])
+    (record,) = _generations(records)
+    assert record["severity_text"] == "INFO"
+    assert record["body"] == {"input": "q", "output": "a", "ground_truth": "g"}
+    attributes = record["attributes"]
+    assert attributes[contract.RUN_ID] == "r1"
+    assert attributes[contract.STEP] == 3
+    assert attributes[contract.SAMPLE_ID] == "uid-1/0"
+    assert attributes[contract.SAMPLE_KEY] == sample_key(7, "uid-1/0")
+    assert attributes[contract.SCORE] == 0.5
+    assert attributes[contract.DATA_SOURCE] == "gsm8k"
+    assert attributes[contract.SOURCE] == "trainer"
+    assert attributes[contract.SAMPLE_COUNT] == 5
+    assert record["resource"]["service.instance.id"]
+
+
+def test_sample_id_defaults_to_input_hash_plus_response_index() -> None:
+    """Without uids the id is sha256(input)[:16] plus /i for the i-th response to that input."""
+    with capture_records(run_id="r", count=10) as records:
+        vg.log_generations(["same", "same", "other"], ["x", "y", "z"], [1, 2, 3], step=1)
+        vg.end_step(1)
+    ids = sorted(r["attributes"][contract.SAMPLE_ID] for r in _generations(records))
+    same = hashlib.sha256(b"same").hexdigest()[:16]
+    other = hashlib.sha256(b"other").hexdigest()[:16]
+    assert ids == sorted([f"{same}/0", f"{same}/1", f"{other}/0"])
+
+
+@pytest.mark.parametrize("presample", [True, False])
+def test_step_keeps_the_bottom_k_and_reports_counts(presample: bool) -> None:
+    """With or without presampling the bottom-k is sent; presampling sends only those."""
+    inputs = [f"prompt {i}" for i in range(100)]
+    with capture_records(run_id="r", count=8, seed=3, presample=presample) as records:
+        with vg.validation(step=2, source="s", sources_expected=2):
+            for start in range(0, 100, 13):
+                vg.log_generations(inputs[start : start + 13], ["o"] * len(inputs[start : start + 13]), None)
+    sent = _generations(records)
+    expected_ids = [
+        sid
+        for _, sid in bottom_k(
+            ((SortKey.of(sample_key(3, i), i), i) for i in (f"{hashlib.sha256(p.encode()).hexdigest()[:16]}/0" for p in inputs)),
+            8,
+        )
+    ]
+    chosen = bottom_k(
+        ((SortKey.of(r["attributes"][contract.SAMPLE_KEY], r["attributes"][contract.SAMPLE_ID]), r) for r in sent), 8
+    )
+    assert [r["attributes"][contract.SAMPLE_ID] for _, r in chosen] == expected_ids
+    assert len(sent) == (8 if presample else 100)
+    (end,) = _ends(records)
+    assert end["attributes"][contract.SEEN] == 100
+    assert end["attributes"][contract.EMITTED] == len(sent)
+    assert end["attributes"][contract.SOURCES_EXPECTED] == 2
+    assert end["attributes"][contract.SOURCE] == "s"
+
+
+def test_records_of_a_step_share_the_block_trace_id() -> None:
+    """Generations and the end record of one block carry the block's trace id."""
+    with capture_records(run_id="r", count=4) as records, vg.validation(step=9) as block:
+        vg.log_generations(["a", "b"], ["1", "2"], [0, 1])
+    trace_ids = {r["trace_id"] for r in records}
+    assert trace_ids == {block.trace_id()}
+
+
+def test_carrier_makes_another_block_join_the_trace() -> None:
+    """A block opened with another block's carrier emits under that trace id."""
+    with capture_records(run_id="r", count=4) as records:
+        with vg.validation(step=1, source="driver") as driver:
+            carrier = driver.carrier()
+        with vg.validation(step=1, source="actor", carrier=carrier):
+            vg.log_generations(["a"], ["b"], [1.0])
+    assert {r["trace_id"] for r in records} == {driver.trace_id()}
+
+
+def test_without_carrier_the_trace_id_is_derived_from_run_and_step() -> None:
+    """Two processes with no carrier agree on the trace id of (run, step)."""
+    with capture_records(run_id="r", count=4) as first, vg.validation(step=4):
+        vg.log_generations(["a"], ["b"], [1.0])
+    with capture_records(run_id="r", count=4) as second:
+        vg.log_generations(["c"], ["d"], [1.0], step=4)
+        vg.end_step(4)
+    with capture_records(run_id="r", count=4) as other_step:
+        vg.log_generations(["c"], ["d"], [1.0], step=5)
+        vg.end_step(5)
+    assert {r["trace_id"] for r in first} == {r["trace_id"] for r in second}
+    assert {r["trace_id"] for r in first} != {r["trace_id"] for r in other_step}
+
+
+def test_end_step_without_generations_still_sends_an_end_record() -> None:
+    """A source that saw nothing still tells the collector it is done."""
+    with capture_records(run_id="r", count=4) as records:
+        assert vg.end_step(6, source="idle") is True
+    (end,) = _ends(records)
+    assert end["attributes"][contract.SEEN] == 0
+    assert end["attributes"][contract.SOURCE] == "idle"
+
+
+def test_missing_step_is_counted_and_logged_not_raised(caplog: pytest.LogCaptureFixture) -> None:
+    """log_generations without a step drops the batch with a clear message."""
+    with capture_records(run_id="r", count=4) as records, caplog.at_level(logging.WARNING, "otel_valgen"):
+        assert vg.log_generations(["a", "b"], ["c", "d"], [1, 2]) == 0
+    assert not _generations(records)
+    assert vg.stats()["dropped.missing_step"] == 2
+    assert "needs step=" in caplog.text
+
+
+def test_unequal_lengths_drop_the_batch_and_count_it(caplog: pytest.LogCaptureFixture) -> None:
+    """Columns of unequal length drop that batch (counted, warned); later batches still go."""
+    with capture_records(run_id="r", count=4) as records, vg.validation(step=1):
+        assert vg.log_generations(["a", "b", "c"], ["x", "y"], [1, 2, 3]) == 0
+        assert vg.log_generations(["a"], ["x"], [1]) == 1
+    assert len(_generations(records)) == 1
+    assert vg.stats()["dropped.length_mismatch"] == 3
+    assert _ends(records)[0]["attributes"][contract.DROPPED] == 3
+    assert "unequal lengths" in caplog.text
+
+
+def test_calls_after_shutdown_are_counted_never_raised() -> None:
+    """After shutdown every call returns quietly and counts what it dropped."""
+    vg.configure(run_id="r", count=2)
+    vg.shutdown()
+    assert vg.log_generations(["a"], ["b"], [1], step=1) == 0
+    assert vg.end_step(1) is False
+    with vg.validation(step=1) as block:
+        vg.log_generations(["a"], ["b"], [1])
+    assert block.carrier() == {}
+    assert vg.flush() is True
+    assert vg.stats()["dropped.after_shutdown"] == 2
+
+
+def test_nothing_configured_uses_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With no configure() call the first record configures from the environment."""
+    monkeypatch.setenv("OTEL_VALGEN_RUN_ID", "from-env")
+    monkeypatch.setenv("OTEL_VALGEN_COUNT", "3")
+    assert vg.log_generations(["a"], ["b"], [1.0], step=1) == 1
+    settings = vg.current_settings()
+    assert settings is not None
+    assert (settings.run_id, settings.count, settings.embedded) == ("from-env", 3, True)
+
+
+def test_an_internal_error_never_reaches_the_caller(monkeypatch: pytest.MonkeyPatch) -> None:
+    """If the emitter itself breaks, the call returns a default and counts the error."""
+    vg.configure(run_id="r")
+    emitter = vg._api._emitter
+    assert emitter is not None
+
+    def broken(*args: Any, **kwargs: Any) -> int:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(emitter, "log", broken)
+    assert vg.log_generations(["a"], ["b"], [1], step=1) == 0
+    assert vg.stats()["internal_errors"] == 1
+
+
+def test_a_single_string_instead_of_a_list_is_dropped_with_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+    """Passing a bare string where a column is expected drops that call, counted and warned."""
+    vg.configure(run_id="r")
+    assert vg.log_generations("abc", ["x", "y"], step=1) == 0
+    assert vg.stats()["dropped.bad_columns"] == 2
+    assert vg.stats().get("internal_errors", 0) == 0
+    assert "must be a sequence" in caplog.text
+
+
+def test_public_api_is_stable() -> None:
+    """The names exported by the package stay what the README documents."""
+    assert vg.__all__ == [
+        "Settings",
+        "Validation",
+        "configure",
+        "current_settings",
+        "end_step",
+        "flush",
+        "log_generations",
+        "sample_key",
+        "shutdown",
+        "stats",
+        "validation",
+    ]
