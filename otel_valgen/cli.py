@@ -21,8 +21,6 @@ from otel_valgen.selection import StepSelection, select_steps
 EXIT_READ_ERRORS = 1
 EXIT_NOTHING_FOUND = 3
 
-_stderr = Console(stderr=True)
-
 
 @click.group()
 @click.version_option(package_name="otel-valgen")
@@ -96,7 +94,7 @@ def show(
     def report(error: ReadError) -> None:
         errors.append(error)
         where = f"{error.path}:{error.line}" if error.line else error.path
-        _stderr.print(f"[yellow]warning:[/] {where}: {error.message}", highlight=False)
+        click.echo(f"warning: {where}: {error.message}", err=True)
 
     records = (
         r
@@ -112,10 +110,10 @@ def show(
     else:
         render_tables(selections, Console())
     if not selections:
-        _stderr.print("no validation generations found in " + ", ".join(paths))
+        click.echo("no validation generations found in " + ", ".join(paths), err=True)
         sys.exit(EXIT_NOTHING_FOUND)
     if errors:
-        _stderr.print(f"{len(errors)} line(s) could not be read")
+        click.echo(f"{len(errors)} line(s) could not be read", err=True)
         sys.exit(EXIT_READ_ERRORS)
 
 

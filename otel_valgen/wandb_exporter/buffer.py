@@ -186,7 +186,7 @@ class StepBuffer:
         self.stats.closed[reason] = self.stats.closed.get(reason, 0) + 1
         kept = group.summary.get(contract.KEPT) if group.summary else None
         complete = group.summary is not None and (not isinstance(kept, int) or len(group.generations) >= kept)
-        if not complete and not group.late_addition:
+        if not complete and not group.late_addition and reason != "spooled":
             _logger.warning(
                 "run %s step %d written incomplete (%s): %d generations, summary %s",
                 key[0],
@@ -234,8 +234,9 @@ class StepBuffer:
                 for group in self._open.values()
             ]
 
-    def restore(self, items: list[dict[str, Any]]) -> None:
-        """Reopen steps saved by ``snapshot`` (their clocks restart now)."""
+    def restore(self, items: list[dict[str, Any]]) -> list[ClosedStep]:
+        """Reopen steps saved by ``snapshot`` (their clocks restart now); return those complete."""
+        closed: list[ClosedStep] = []
         with self._lock:
             for item in items:
                 key = (str(item["group"]), int(item["step"]))
@@ -249,3 +250,5 @@ class StepBuffer:
                         group.generations[generation.sample_id] = generation
                         group.nbytes += record_bytes(generation)
                         self._bytes += record_bytes(generation)
+                closed += self._close_if_complete(key, group)
+        return closed

@@ -1,0 +1,172 @@
+"""OTLP/HTTP (``POST /v1/logs``) and OTLP/gRPC (``LogsService/Export``) front ends.
+
+Answers follow the OTLP specification: success (with ``partial_success`` counting the log
+records rejected, and why); HTTP 400 / gRPC ``INVALID_ARGUMENT`` for a malformed payload,
+which the sender must not retry; HTTP 503 with ``Retry-After`` / gRPC ``UNAVAILABLE`` while
+the service cannot take data, which the sender retries. Both bind loopback by default.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from concurrent import futures
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from otel_valgen.wandb_exporter.decode import MalformedPayload, decode_body, decode_request, request_to_dict
+from otel_valgen.wandb_exporter.service import ExporterService, Outcome, Unavailable
+
+__all__ = ["MAX_BODY_BYTES", "ExporterServer", "parse_address"]
+
+_logger = logging.getLogger("otel_valgen.wandb_exporter")
+
+MAX_BODY_BYTES = 64 * 1024 * 1024
+"""Largest request body accepted (HTTP) or message received (gRPC)."""
+_GRPC_INVALID_ARGUMENT, _GRPC_UNAVAILABLE = 3, 14
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[v6]:PORT`` for IPv6) as a (host, port) pair."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        raise ValueError(f"expected HOST:PORT, got {address!r}")
+    return host.strip("[]"), int(port)
+
+
+def _response(outcome: Outcome, *, as_json: bool) -> bytes:
+    from google.protobuf.json_format import MessageToJson
+    from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceResponse
+
+    response = ExportLogsServiceResponse()
+    if outcome.rejected:
+        response.partial_success.rejected_log_records = outcome.rejected
+        response.partial_success.error_message = outcome.message
+    return MessageToJson(response).encode() if as_json else bytes(response.SerializeToString())
+
+
+def _status(code: int, message: str, *, as_json: bool) -> bytes:
+    from google.protobuf.json_format import MessageToJson
+    from google.rpc.status_pb2 import Status
+
+    status = Status(code=code, message=message)
+    return MessageToJson(status).encode() if as_json else bytes(status.SerializeToString())
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server_version = "otel-valgen-wandb-exporter"
+    protocol_version = "HTTP/1.1"
+    service: ExporterService  # set on the subclass made per server
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+        _logger.debug("%s " + format, self.address_string(), *args)
+
+    def _send(self, code: int, body: bytes, content_type: str, headers: dict[str, str] | None = None) -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:
+        """Health check at ``/healthz``."""
+        if self.path == "/healthz":
+            self._send(200, b"ok\n", "text/plain")
+        else:
+            self._send(404, b"not found\n", "text/plain")
+
+    def do_POST(self) -> None:
+        """Receive one ``ExportLogsServiceRequest``."""
+        if self.path.split("?")[0] != "/v1/logs":
+            self._send(404, b"not found\n", "text/plain")
+            return
+        content_type = (self.headers.get("Content-Type") or "").split(";")[0].strip().lower()
+        as_json = content_type == "application/json"
+        reply_type = "application/json" if as_json else "application/x-protobuf"
+        length = int(self.headers.get("Content-Length") or 0)
+        if length > MAX_BODY_BYTES:
+            self.close_connection = True
+            self._send(413, _status(_GRPC_INVALID_ARGUMENT, "body too large", as_json=as_json), reply_type)
+            return
+        body = self.rfile.read(length)
+        if content_type not in ("application/x-protobuf", "application/protobuf", "application/json"):
+            self._send(415, _status(_GRPC_INVALID_ARGUMENT, f"unsupported {content_type!r}", as_json=False), reply_type)
+            return
+        try:
+            raw = decode_body(body, self.headers.get("Content-Encoding"))
+            outcome = self.service.accept(decode_request(raw, json_body=as_json))
+        except MalformedPayload as error:
+            _logger.warning("malformed request from %s: %s", self.address_string(), error)
+            self._send(400, _status(_GRPC_INVALID_ARGUMENT, str(error), as_json=as_json), reply_type)
+            return
+        except Unavailable as error:
+            retry = str(max(1, round(error.retry_after_s)))
+            self._send(503, _status(_GRPC_UNAVAILABLE, str(error), as_json=as_json), reply_type, {"Retry-After": retry})
+            return
+        except Exception:
+            _logger.exception("request failed")
+            self._send(500, _status(13, "internal error", as_json=as_json), reply_type)
+            return
+        self._send(200, _response(outcome, as_json=as_json), reply_type)
+
+
+def _grpc_servicer(service: ExporterService) -> Any:
+    import grpc
+    from opentelemetry.proto.collector.logs.v1 import logs_service_pb2, logs_service_pb2_grpc
+
+    class LogsServicer(logs_service_pb2_grpc.LogsServiceServicer):  # type: ignore[misc]
+        def Export(self, request: Any, context: Any) -> Any:  # noqa: N802 - the generated name
+            try:
+                outcome = service.accept(request_to_dict(request))
+            except MalformedPayload as error:
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
+            except Unavailable as error:
+                context.abort(grpc.StatusCode.UNAVAILABLE, str(error))
+            response = logs_service_pb2.ExportLogsServiceResponse()
+            if outcome.rejected:
+                response.partial_success.rejected_log_records = outcome.rejected
+                response.partial_success.error_message = outcome.message
+            return response
+
+    return LogsServicer()
+
+
+class ExporterServer:
+    """Serves one ``ExporterService`` over OTLP/HTTP and/or OTLP/gRPC."""
+
+    def __init__(self, service: ExporterService, *, http: str | None, grpc_address: str | None) -> None:
+        self.service = service
+        self._http_address, self._grpc_address = http, grpc_address
+        self._http: ThreadingHTTPServer | None = None
+        self._grpc: Any = None
+        self.http_port: int | None = None
+        self.grpc_port: int | None = None
+
+    def start(self) -> None:
+        """Bind and start serving (port 0 picks a free port; see ``http_port``/``grpc_port``)."""
+        if self._http_address:
+            handler = type("Handler", (_Handler,), {"service": self.service})
+            self._http = ThreadingHTTPServer(parse_address(self._http_address), handler)
+            self._http.daemon_threads = True
+            self.http_port = int(self._http.server_address[1])
+            threading.Thread(target=self._http.serve_forever, name="valgen-otlp-http", daemon=True).start()
+        if self._grpc_address:
+            import grpc
+            from opentelemetry.proto.collector.logs.v1 import logs_service_pb2_grpc
+
+            options = [("grpc.max_receive_message_length", MAX_BODY_BYTES)]
+            self._grpc = grpc.server(futures.ThreadPoolExecutor(max_workers=4), options=options)
+            logs_service_pb2_grpc.add_LogsServiceServicer_to_server(_grpc_servicer(self.service), self._grpc)
+            host, port = parse_address(self._grpc_address)
+            self.grpc_port = self._grpc.add_insecure_port(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
+            self._grpc.start()
+
+    def stop(self, grace_s: float = 5.0) -> None:
+        """Stop accepting requests (in-flight ones finish within ``grace_s``)."""
+        if self._grpc is not None:
+            self._grpc.stop(grace_s).wait(grace_s)
+        if self._http is not None:
+            self._http.shutdown()
+            self._http.server_close()

@@ -1,0 +1,119 @@
+"""The embedded sink's files and the ``otel-valgen show`` command that reads them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import zstandard
+from click.testing import CliRunner
+
+import otel_valgen as vg
+from otel_valgen import contract
+from otel_valgen.cli import main
+from otel_valgen.reader import Generation, read_paths
+from otel_valgen.sampling import SortKey, bottom_k, sample_key
+
+
+def _emit(directory: Path, run_id: str = "run-a", steps: int = 2, n: int = 40, k: int = 5) -> None:
+    vg.configure(run_id=run_id, count=k, directory=str(directory), seed=42)
+    for step in range(1, steps + 1):
+        with vg.validation(step=step, source="trainer"):
+            vg.log_generations(
+                [f"prompt {i}" for i in range(n)],
+                [f"answer {i} at {step}" for i in range(n)],
+                [float(i) for i in range(n)],
+                sample_ids=[f"uid-{i}" for i in range(n)],
+            )
+    vg.shutdown()
+
+
+def test_embedded_sink_writes_collector_file_exporter_json(tmp_path: Path) -> None:
+    """Each line is an OTLP/JSON ExportLogsServiceRequest, as the collector's file exporter writes."""
+    _emit(tmp_path)
+    files = list(tmp_path.glob("valgen-*.jsonl"))
+    assert len(files) == 1
+    line = json.loads(files[0].read_text().splitlines()[0])
+    log = line["resourceLogs"][0]["scopeLogs"][0]["logRecords"][0]
+    assert log["eventName"] in (contract.EVENT_GENERATION, contract.EVENT_VALIDATION_END)
+    assert len(log["traceId"]) == 32
+    assert log["severityNumber"] == 9
+    step = next(a for a in log["attributes"] if a["key"] == contract.STEP)
+    assert step["value"] == {"intValue": "1"}
+
+
+def test_show_json_prints_bottom_k_per_step_in_key_order(tmp_path: Path) -> None:
+    """`show --format json` prints one object per (run, step) with the documented fields."""
+    _emit(tmp_path)
+    result = CliRunner().invoke(main, ["show", str(tmp_path), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [(o["run_id"], o["step"]) for o in lines] == [("run-a", 1), ("run-a", 2)]
+    expected = [sid for _, sid in bottom_k(((SortKey.of(sample_key(42, f"uid-{i}/0"), f"uid-{i}/0"), f"uid-{i}/0") for i in range(40)), 5)]
+    for obj in lines:
+        assert obj["seen"] == 40
+        assert obj["kept"] == 5
+        assert [g["sample_id"] for g in obj["generations"]] == expected
+        assert set(obj["generations"][0]) == {
+            "sample_id", "sample_key", "input", "output", "score", "ground_truth", "data_source", "source",
+        }
+
+
+def test_show_filters_run_and_step_and_reads_zstd(tmp_path: Path) -> None:
+    """--run/--step filter; a .zst file of the same lines reads the same."""
+    _emit(tmp_path / "a", run_id="run-a")
+    _emit(tmp_path / "b", run_id="run-b")
+    source = next((tmp_path / "b").glob("*.jsonl"))
+    compressed = tmp_path / "b" / "copy.jsonl.zst"
+    compressed.write_bytes(zstandard.ZstdCompressor().compress(source.read_bytes()))
+    source.unlink()
+    result = CliRunner().invoke(main, ["show", str(tmp_path), "--run", "run-b", "--step", "2", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    (obj,) = [json.loads(line) for line in result.stdout.splitlines()]
+    assert (obj["run_id"], obj["step"], obj["kept"]) == ("run-b", 2, 5)
+
+
+def test_bad_lines_are_reported_with_file_and_line_and_the_rest_is_read(tmp_path: Path) -> None:
+    """A broken line names its file and line on stderr, exit code 1, good lines still shown."""
+    _emit(tmp_path)
+    path = next(tmp_path.glob("*.jsonl"))
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join([lines[0], "{not json", *lines[1:]]) + "\n")
+    result = CliRunner().invoke(main, ["show", str(path), "--format", "csv"])
+    assert result.exit_code == 1
+    assert f"{path}:2" in result.stderr
+    rows = result.stdout.strip().splitlines()
+    assert rows[0].startswith("run_id,step,rank")
+    assert len(rows) == 1 + 2 * 5
+
+
+def test_show_table_and_nothing_found(tmp_path: Path) -> None:
+    """The table format names run and step; an empty folder exits 3 with a message."""
+    _emit(tmp_path)
+    result = CliRunner().invoke(main, ["show", str(tmp_path)])
+    assert result.exit_code == 0
+    assert "run run-a · step 1 · kept 5 of 40" in result.stdout
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    result = CliRunner().invoke(main, ["show", str(empty)])
+    assert result.exit_code == 3
+    assert "no validation generations found" in result.stderr
+
+
+def test_records_from_several_processes_merge_to_the_single_process_choice(tmp_path: Path) -> None:
+    """Files written by separate emitters (presampled each) merge to the global bottom-k."""
+    ids = [f"uid-{i}" for i in range(90)]
+    for part in range(3):
+        vg.configure(run_id="merge", count=7, directory=str(tmp_path), source=f"worker-{part}")
+        with vg.validation(step=1):
+            mine = ids[part::3]
+            vg.log_generations(mine, ["o"] * len(mine), None, sample_ids=mine)
+        vg.shutdown()
+        vg._api._reset_for_testing(keep_stats=True)
+    generations = [r for r in read_paths([tmp_path], print) if isinstance(r, Generation)]
+    assert len(generations) == 3 * 7
+    result = CliRunner().invoke(main, ["show", str(tmp_path), "--format", "json"])
+    (obj,) = [json.loads(line) for line in result.stdout.splitlines()]
+    expected = [sid for _, sid in bottom_k(((SortKey.of(sample_key(42, f"{i}/0"), f"{i}/0"), f"{i}/0") for i in ids), 7)]
+    assert [g["sample_id"] for g in obj["generations"]] == expected
+    assert obj["seen"] == 90
