@@ -35,6 +35,7 @@ class BufferLimits:
         max_open_steps: open (run, step) groups held at once.
         max_bytes: bytes of buffered texts (plus a fixed overhead per record).
         step_timeout_s: seconds after a step's last record before it is written incomplete.
+
     """
 
     max_open_steps: int = 256
@@ -220,7 +221,7 @@ class StepBuffer:
             return [self._close(key, reason) for key in list(self._open)]
 
     def snapshot(self) -> list[dict[str, Any]]:
-        """The open steps as JSON-able dicts (for the spool kept across restarts)."""
+        """Return the open steps as JSON-able dicts (for the spool kept across restarts)."""
         with self._lock:
             return [
                 {

@@ -13,6 +13,10 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
+from google.protobuf.json_format import MessageToDict
+from google.protobuf.message import DecodeError
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+
 from otel_valgen.reader import EndRecord, Generation, Summary, attributes_of, records_from_request
 
 __all__ = ["Decoded", "MalformedPayload", "decode_body", "decode_request", "split_records"]
@@ -56,7 +60,7 @@ def decode_body(body: bytes, content_encoding: str | None = None) -> bytes:
 
 
 def decode_request(body: bytes, *, json_body: bool) -> dict[str, Any]:
-    """An ``ExportLogsServiceRequest`` (protobuf or OTLP/JSON bytes) as an OTLP/JSON dict."""
+    """Parse an ``ExportLogsServiceRequest`` (protobuf or OTLP/JSON bytes) into an OTLP/JSON dict."""
     if json_body:
         try:
             request = json.loads(body)
@@ -65,9 +69,6 @@ def decode_request(body: bytes, *, json_body: bool) -> dict[str, Any]:
         if not isinstance(request, dict):
             raise MalformedPayload("the JSON body is not an object")
         return request
-    from google.protobuf.message import DecodeError
-    from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
-
     message = ExportLogsServiceRequest()
     try:
         message.ParseFromString(body)
@@ -77,9 +78,7 @@ def decode_request(body: bytes, *, json_body: bool) -> dict[str, Any]:
 
 
 def request_to_dict(message: Any) -> dict[str, Any]:
-    """A protobuf ``ExportLogsServiceRequest`` in its OTLP/JSON shape (camelCase keys)."""
-    from google.protobuf.json_format import MessageToDict
-
+    """Convert a protobuf ``ExportLogsServiceRequest`` to its OTLP/JSON shape (camelCase keys)."""
     result: dict[str, Any] = MessageToDict(message)
     return result
 

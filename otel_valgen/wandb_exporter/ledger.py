@@ -66,7 +66,7 @@ class Ledger:
             return (group, step) in self._committed
 
     def committed_samples(self, group: str, step: int) -> set[str]:
-        """The samples of (group, step) whose write has finished."""
+        """Return the samples of (group, step) whose write has finished."""
         with self._lock:
             return set(self._committed.get((group, step), ()))
 
@@ -91,6 +91,6 @@ class Ledger:
                 os.fsync(handle.fileno())
 
     def rows(self, group: str) -> list[list[Any]]:
-        """The verl rows written for this group so far, ordered by step."""
+        """Return the verl rows written for this group so far, ordered by step."""
         with self._lock:
             return sorted(self._rows.get(group, []), key=lambda row: row[0])

@@ -43,6 +43,8 @@ class ClosedStep:
         complete: whether the summary arrived and all the records it counts.
         reason: why the step closed (summary, timeout, overflow, shutdown, push).
         closed_at: ``time.monotonic()`` when the step closed.
+        late_addition: the step was written before; these are generations that came later.
+
     """
 
     group_id: str
@@ -59,7 +61,7 @@ class ClosedStep:
 def run_ref_from_resource(
     resource: Mapping[str, Any], run_id: str, project: str | None = None, entity: str | None = None
 ) -> RunRef:
-    """The target run: ``wandb.*`` resource attributes, else ``run_id`` and the given defaults."""
+    """Name the target run: ``wandb.*`` resource attributes, else ``run_id`` and the defaults."""
     wandb_id = resource.get(contract.WANDB_RUN_ID)
     wandb_project = resource.get(contract.WANDB_PROJECT)
     wandb_entity = resource.get(contract.WANDB_ENTITY)
@@ -76,12 +78,12 @@ def _order_key(generation: Generation) -> tuple[float, int, str]:
 
 
 def order_generations(generations: Iterable[Generation]) -> list[Generation]:
-    """Generations by ``valgen.rank`` (1-based); unranked ones last, by sample key and id."""
+    """Sort generations by ``valgen.rank`` (1-based); unranked ones last, by sample key and id."""
     return sorted(generations, key=_order_key)
 
 
 def record_bytes(generation: Generation) -> int:
-    """The bytes a buffered generation is charged: its texts plus a fixed overhead."""
+    """Return the bytes a buffered generation is charged: its texts plus a fixed overhead."""
     texts = len(generation.input) + len(generation.output) + len(generation.ground_truth or "")
     return texts + len(generation.sample_id) + RECORD_OVERHEAD_BYTES
 
@@ -95,7 +97,7 @@ SUMMARY_SCALARS = (
 
 
 def summary_scalars(summary: Mapping[str, Any] | None) -> dict[str, int]:
-    """The per-step scalars (seen, kept, late, missing) a summary carries."""
+    """Return the per-step scalars (seen, kept, late, missing) a summary carries."""
     if not summary:
         return {}
     out: dict[str, int] = {}

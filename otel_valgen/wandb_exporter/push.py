@@ -15,7 +15,7 @@ from otel_valgen import contract
 from otel_valgen.reader import ReadError, read_paths
 from otel_valgen.selection import StepSelection, select_steps
 from otel_valgen.wandb_exporter.ledger import Ledger
-from otel_valgen.wandb_exporter.model import ClosedStep, RunRef, order_generations, run_ref_from_resource
+from otel_valgen.wandb_exporter.model import ClosedStep, order_generations, run_ref_from_resource
 from otel_valgen.wandb_exporter.writer import WandbWriter, WriterConfig
 
 __all__ = ["PushReport", "push_paths", "step_from_selection"]
@@ -32,13 +32,10 @@ class PushReport:
 
 
 def step_from_selection(selection: StepSelection, project: str | None, entity: str | None) -> ClosedStep:
-    """A closed step from a file selection; its target run comes from the records' resource."""
-    target = RunRef(selection.run_id, project, entity)
-    for generation in selection.generations:
-        if generation.resource.get(contract.WANDB_RUN_ID) or target.project is None:
-            target = run_ref_from_resource(generation.resource, selection.run_id, project, entity)
-            if generation.resource.get(contract.WANDB_RUN_ID):
-                break
+    """Make a closed step of a file selection; its target run comes from the records' resource."""
+    resources = [generation.resource for generation in selection.generations]
+    named = next((r for r in resources if r.get(contract.WANDB_RUN_ID)), resources[0] if resources else {})
+    target = run_ref_from_resource(named, selection.run_id, project, entity)
     summary = dict(selection.summary or {})
     summary.setdefault(contract.SEEN, selection.seen)
     summary.setdefault(contract.KEPT, selection.kept)
@@ -73,6 +70,7 @@ def push_paths(
         project: wandb project for records without a ``wandb.project`` resource attribute.
         entity: wandb entity for records without a ``wandb.entity`` resource attribute.
         on_error: called with each line that could not be read.
+
     """
     report = PushReport()
 

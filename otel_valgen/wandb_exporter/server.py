@@ -14,6 +14,12 @@ from concurrent import futures
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+import grpc
+from google.protobuf.json_format import MessageToJson
+from google.rpc.status_pb2 import Status
+from opentelemetry.proto.collector.logs.v1 import logs_service_pb2_grpc
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceResponse
+
 from otel_valgen.wandb_exporter.decode import MalformedPayload, decode_body, decode_request, request_to_dict
 from otel_valgen.wandb_exporter.service import ExporterService, Outcome, Unavailable
 
@@ -35,9 +41,6 @@ def parse_address(address: str) -> tuple[str, int]:
 
 
 def _response(outcome: Outcome, *, as_json: bool) -> bytes:
-    from google.protobuf.json_format import MessageToJson
-    from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceResponse
-
     response = ExportLogsServiceResponse()
     if outcome.rejected:
         response.partial_success.rejected_log_records = outcome.rejected
@@ -46,9 +49,6 @@ def _response(outcome: Outcome, *, as_json: bool) -> bytes:
 
 
 def _status(code: int, message: str, *, as_json: bool) -> bytes:
-    from google.protobuf.json_format import MessageToJson
-    from google.rpc.status_pb2 import Status
-
     status = Status(code=code, message=message)
     return MessageToJson(status).encode() if as_json else bytes(status.SerializeToString())
 
@@ -58,7 +58,7 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     service: ExporterService  # set on the subclass made per server
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+    def log_message(self, format: str, *args: Any) -> None:
         _logger.debug("%s " + format, self.address_string(), *args)
 
     def _send(self, code: int, body: bytes, content_type: str, headers: dict[str, str] | None = None) -> None:
@@ -113,18 +113,15 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 def _grpc_servicer(service: ExporterService) -> Any:
-    import grpc
-    from opentelemetry.proto.collector.logs.v1 import logs_service_pb2, logs_service_pb2_grpc
-
     class LogsServicer(logs_service_pb2_grpc.LogsServiceServicer):  # type: ignore[misc]
-        def Export(self, request: Any, context: Any) -> Any:  # noqa: N802 - the generated name
+        def Export(self, request: Any, context: Any) -> Any:
             try:
                 outcome = service.accept(request_to_dict(request))
             except MalformedPayload as error:
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
             except Unavailable as error:
                 context.abort(grpc.StatusCode.UNAVAILABLE, str(error))
-            response = logs_service_pb2.ExportLogsServiceResponse()
+            response = ExportLogsServiceResponse()
             if outcome.rejected:
                 response.partial_success.rejected_log_records = outcome.rejected
                 response.partial_success.error_message = outcome.message
@@ -153,12 +150,11 @@ class ExporterServer:
             self.http_port = int(self._http.server_address[1])
             threading.Thread(target=self._http.serve_forever, name="valgen-otlp-http", daemon=True).start()
         if self._grpc_address:
-            import grpc
-            from opentelemetry.proto.collector.logs.v1 import logs_service_pb2_grpc
-
             options = [("grpc.max_receive_message_length", MAX_BODY_BYTES)]
             self._grpc = grpc.server(futures.ThreadPoolExecutor(max_workers=4), options=options)
-            logs_service_pb2_grpc.add_LogsServiceServicer_to_server(_grpc_servicer(self.service), self._grpc)
+            logs_service_pb2_grpc.add_LogsServiceServicer_to_server(  # type: ignore[no-untyped-call]
+                _grpc_servicer(self.service), self._grpc
+            )
             host, port = parse_address(self._grpc_address)
             self.grpc_port = self._grpc.add_insecure_port(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
             self._grpc.start()

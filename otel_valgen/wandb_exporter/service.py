@@ -102,6 +102,7 @@ class ExporterService:
         Raises:
             Unavailable: wandb is failing or the write queue is full; nothing was buffered.
             MalformedPayload: the request is not an OTLP logs request.
+
         """
         with self._cond:
             if self._stopping:

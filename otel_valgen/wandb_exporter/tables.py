@@ -11,9 +11,20 @@ from __future__ import annotations
 import inspect
 from typing import Any, Final, Literal
 
+import wandb
+
 from otel_valgen.wandb_exporter.model import ClosedStep
 
-__all__ = ["LAYOUTS", "ROW_COLUMNS", "Layout", "generation_rows", "pad_rows", "supports_incremental", "verl_columns", "verl_row"]
+__all__ = [
+    "LAYOUTS",
+    "ROW_COLUMNS",
+    "Layout",
+    "generation_rows",
+    "pad_rows",
+    "supports_incremental",
+    "verl_columns",
+    "verl_row",
+]
 
 Layout = Literal["verl", "rows"]
 LAYOUTS: Final = ("verl", "rows")
@@ -21,7 +32,7 @@ ROW_COLUMNS: Final = ["step", "sample_id", "data_source", "source", "input", "ou
 
 
 def verl_columns(width: int) -> list[str]:
-    """verl's columns for ``width`` samples per step."""
+    """Return verl's columns for ``width`` samples per step."""
     columns = ["step"]
     for i in range(1, width + 1):
         columns += [f"input_{i}", f"output_{i}", f"score_{i}"]
@@ -29,7 +40,7 @@ def verl_columns(width: int) -> list[str]:
 
 
 def verl_row(step: ClosedStep) -> list[Any]:
-    """The step's verl row: ``[step, input_1, output_1, score_1, ...]`` in rank order."""
+    """Return the step's verl row: ``[step, input_1, output_1, score_1, ...]`` in rank order."""
     row: list[Any] = [step.step]
     for generation in step.generations:
         row += [generation.input, generation.output, generation.score]
@@ -44,7 +55,7 @@ def pad_rows(rows: list[list[Any]]) -> tuple[list[str], list[list[Any]]]:
 
 
 def generation_rows(step: ClosedStep, skip: set[str] | frozenset[str] = frozenset()) -> list[list[Any]]:
-    """The ``rows`` layout's rows of a step, leaving out the sample ids in ``skip``."""
+    """Return the ``rows`` layout's rows of a step, leaving out the sample ids in ``skip``."""
     return [
         [
             step.step,
@@ -63,6 +74,4 @@ def generation_rows(step: ClosedStep, skip: set[str] | frozenset[str] = frozense
 
 def supports_incremental() -> bool:
     """Whether the installed ``wandb.Table`` takes ``log_mode="INCREMENTAL"``."""
-    import wandb
-
     return "log_mode" in inspect.signature(wandb.Table.__init__).parameters

@@ -16,7 +16,9 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, cast
+
+import wandb
 
 from otel_valgen.wandb_exporter.ledger import Ledger
 from otel_valgen.wandb_exporter.model import ClosedStep, RunRef, summary_scalars
@@ -43,6 +45,7 @@ class WriterConfig:
         max_runs: attachments kept open at once.
         scalars: log seen, kept, late and missing per step from the summary.
         step_metric: the metric the table and scalars are plotted against.
+
     """
 
     layout: str = "verl"
@@ -76,10 +79,9 @@ class WandbWriter:
         self.written_steps = 0
 
     def _settings(self) -> Any:
-        import wandb
-
+        mode = cast(Literal["shared", "offline"], self.config.mode)
         return wandb.Settings(
-            mode=self.config.mode,
+            mode=mode,
             x_primary=False,
             x_label=self.config.label,
             x_update_finish_state=False,
@@ -100,8 +102,6 @@ class WandbWriter:
             key, oldest = self._runs.popitem(last=False)
             _logger.info("closing least recently used attachment %s", key)
             self._finish(oldest)
-        import wandb
-
         try:
             run = wandb.init(id=ref.run_id, project=ref.project, entity=ref.entity, settings=self._settings())
             run.define_metric(self.config.step_metric)
@@ -117,16 +117,19 @@ class WandbWriter:
 
         Raises:
             WriterUnavailable: wandb did not take the step; it may be retried as it is.
-        """
-        import wandb
 
+        """
         committed = self._ledger.committed_samples(step.group_id, step.step)
         if self.config.layout == "verl":
             if self._ledger.is_committed(step.group_id, step.step):
                 return 0
             row = verl_row(step)
             columns, data = pad_rows([*self._ledger.rows(step.group_id), row])
-            table, added, new_ids = wandb.Table(columns=columns, data=data), 1, [g.sample_id for g in step.generations]
+            table, added, new_ids = (
+                wandb.Table(columns=list[str | int](columns), data=data),
+                1,
+                [g.sample_id for g in step.generations],
+            )
         else:
             rows = generation_rows(step, skip=committed)
             if not rows:

@@ -1,0 +1,167 @@
+"""The ``wandb-exporter`` and ``push`` commands (registered on ``otel-valgen`` by the core CLI).
+
+wandb and grpc are imported inside the commands, so ``otel-valgen --help`` stays fast.
+The wandb API key is read by wandb itself from ``WANDB_API_KEY``; it is never logged here.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+from types import FrameType
+
+import click
+
+from otel_valgen.wandb_exporter.tables import LAYOUTS
+
+__all__ = ["push_command", "wandb_exporter_command"]
+
+DEFAULT_HTTP = "127.0.0.1:4418"
+DEFAULT_GRPC = "127.0.0.1:4417"
+DEFAULT_TABLE_KEY = "val/generations"
+
+
+def _default_mode() -> str:
+    return "offline" if os.environ.get("WANDB_MODE", "").lower() in ("offline", "dryrun") else "shared"
+
+
+_layout = click.option("--layout", type=click.Choice(LAYOUTS), default="verl", show_default=True, help="Table layout.")
+_table_key = click.option("--table-key", default=DEFAULT_TABLE_KEY, show_default=True, help="Key of the table.")
+_mode = click.option(
+    "--wandb-mode",
+    type=click.Choice(["shared", "offline"]),
+    default=None,
+    help="shared: attach to the live run; offline: local run files. Default: offline if WANDB_MODE=offline.",
+)
+_project = click.option("--project", default=None, help="wandb project for records without wandb.project.")
+_entity = click.option("--entity", default=None, help="wandb entity for records without wandb.entity.")
+_scalars = click.option("--scalars/--no-scalars", default=True, show_default=True, help="Log seen/kept/late/missing.")
+
+
+@click.command("wandb-exporter")
+@click.option("--http", "http_address", default=DEFAULT_HTTP, show_default=True, help="OTLP/HTTP address ('' = off).")
+@click.option("--grpc", "grpc_address", default=DEFAULT_GRPC, show_default=True, help="OTLP/gRPC address ('' = off).")
+@_layout
+@_table_key
+@_mode
+@_project
+@_entity
+@_scalars
+@click.option(
+    "--state-dir",
+    default="./otel-valgen-exporter-state",
+    show_default=True,
+    help="Ledger of written steps and spool of open steps, kept across restarts ('' = memory only).",
+)
+@click.option("--step-timeout", type=float, default=120.0, show_default=True, help="Seconds to wait for a summary.")
+@click.option("--max-open-steps", type=int, default=256, show_default=True, help="Open (run, step) groups at most.")
+@click.option("--max-bytes", type=int, default=256 * 1024 * 1024, show_default=True, help="Buffered bytes at most.")
+@click.option("--max-runs", type=int, default=16, show_default=True, help="wandb attachments kept open at once.")
+@click.option("--retry-after", type=float, default=5.0, show_default=True, help="Retry-After while wandb fails.")
+@click.option("--log-level", default="INFO", show_default=True, help="Python logging level.")
+def wandb_exporter_command(  # noqa: PLR0917 - click passes options positionally
+    http_address: str,
+    grpc_address: str,
+    layout: str,
+    table_key: str,
+    wandb_mode: str | None,
+    project: str | None,
+    entity: str | None,
+    scalars: bool,
+    state_dir: str,
+    step_timeout: float,
+    max_open_steps: int,
+    max_bytes: int,
+    max_runs: int,
+    retry_after: float,
+    log_level: str,
+) -> None:
+    """Receive sampled generations over OTLP and write them into their wandb runs."""
+    from otel_valgen.wandb_exporter.buffer import BufferLimits  # noqa: PLC0415 - lazy, keeps --help fast
+    from otel_valgen.wandb_exporter.server import ExporterServer  # noqa: PLC0415 - lazy, keeps --help fast
+    from otel_valgen.wandb_exporter.service import ExporterService, ServiceConfig  # noqa: PLC0415 - lazy, keeps --help fast
+    from otel_valgen.wandb_exporter.writer import WriterConfig  # noqa: PLC0415 - lazy, keeps --help fast
+
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not http_address and not grpc_address:
+        raise click.UsageError("give --http or --grpc an address")
+    try:
+        config = ServiceConfig(
+            writer=WriterConfig(
+                layout=layout,
+                table_key=table_key,
+                mode=wandb_mode or _default_mode(),
+                max_runs=max_runs,
+                scalars=scalars,
+            ),
+            limits=BufferLimits(max_open_steps=max_open_steps, max_bytes=max_bytes, step_timeout_s=step_timeout),
+            state_dir=state_dir or None,
+            project=project,
+            entity=entity,
+            retry_after_s=retry_after,
+        )
+    except ValueError as error:
+        raise click.UsageError(str(error)) from error
+    service = ExporterService(config)
+    server = ExporterServer(service, http=http_address or None, grpc_address=grpc_address or None)
+    service.start()
+    server.start()
+    click.echo(
+        f"wandb-exporter: http={http_address or 'off'} grpc={grpc_address or 'off'} "
+        f"layout={layout} mode={config.writer.mode}",
+        err=True,
+    )
+    done = threading.Event()
+
+    def _stop(signum: int, _frame: FrameType | None) -> None:
+        logging.getLogger("otel_valgen.wandb_exporter").info("signal %d: shutting down", signum)
+        done.set()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    done.wait()
+    server.stop()
+    service.stop()
+    click.echo(f"wandb-exporter stopped: {service.stats()}", err=True)
+
+
+@click.command("push")
+@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True))
+@_layout
+@_table_key
+@_mode
+@_project
+@_entity
+@_scalars
+@click.option("--count", type=int, default=None, help="k per step (default: the records' sample count).")
+@click.option("--state-dir", default=None, help="Ledger folder, so that pushing again adds nothing.")
+def push_command(  # noqa: PLR0917 - click passes options positionally
+    paths: tuple[str, ...],
+    layout: str,
+    table_key: str,
+    wandb_mode: str | None,
+    project: str | None,
+    entity: str | None,
+    scalars: bool,
+    count: int | None,
+    state_dir: str | None,
+) -> None:
+    """Write generations from OTLP-JSON files to wandb (backfill)."""
+    from otel_valgen.wandb_exporter.push import push_paths  # noqa: PLC0415 - lazy, keeps --help fast
+    from otel_valgen.wandb_exporter.writer import WriterConfig  # noqa: PLC0415 - lazy, keeps --help fast
+
+    config = WriterConfig(layout=layout, table_key=table_key, mode=wandb_mode or _default_mode(), scalars=scalars)
+    report = push_paths(
+        paths,
+        config,
+        count=count,
+        state_dir=state_dir,
+        project=project,
+        entity=entity,
+        on_error=lambda e: click.echo(f"{e.path}:{e.line}: {e.message}", err=True),
+    )
+    click.echo(f"pushed {report.steps} steps ({report.rows} rows); {report.steps_skipped} already written")
+    if report.errors:
+        raise SystemExit(1)
