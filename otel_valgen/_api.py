@@ -40,7 +40,7 @@ _current: contextvars.ContextVar[Validation | None] = contextvars.ContextVar("ot
 _atexit_registered = False
 
 
-def _never_raise(default: R) -> Callable[[Callable[P, R]], Callable[P, R]]:
+def _never_raise(default: object) -> Callable[[Callable[P, R]], Callable[P, R]]:
     """Catch, log and count any exception so that it never reaches the training loop."""
 
     def decorate(function: Callable[P, R]) -> Callable[P, R]:
@@ -51,7 +51,7 @@ def _never_raise(default: R) -> Callable[[Callable[P, R]], Callable[P, R]]:
             except Exception:
                 _stats_registry.add(_stats.INTERNAL_ERRORS)
                 _logger.exception("otel_valgen: %s failed; training continues", function.__name__)
-                return default
+                return default  # type: ignore[return-value]
 
         return guarded
 
@@ -83,7 +83,9 @@ def _install(settings: Settings, exporter: LogRecordExporter | None = None) -> E
             f"otel_valgen: no run id configured (OTEL_VALGEN_RUN_ID or a wandb run); using {settings.run_id}",
             file=sys.stderr,
         )
-    _logger.info("otel_valgen: run %s, k=%d, sending to %s", settings.run_id, settings.count, emitter.pipeline.description)
+    _logger.info(
+        "otel_valgen: run %s, k=%d, sending to %s", settings.run_id, settings.count, emitter.pipeline.description
+    )
     return emitter
 
 
@@ -117,6 +119,7 @@ def configure(
 
     Returns:
         The resolved settings, or None if configuration failed (logged).
+
     """
     settings = resolve_settings(
         run_id=run_id,
@@ -168,6 +171,7 @@ def log_generations(
     sample_ids: Iterable[Any] | None = None,
     data_sources: Iterable[Any] | None = None,
     source: str | None = None,
+    count: int | None = None,
 ) -> int:
     """Record validation generations of one step; call any number of times, any batch size.
 
@@ -179,9 +183,12 @@ def log_generations(
         sample_ids: the dataset uid of each prompt; default a hash of the input. The i-th
             response to the same id within one call gets ``/i`` appended.
         source: the emitting part; defaults to the block's source, then the configured one.
+        count: k for this step, when it differs from the configured one (set by the first
+            call or block of the step).
 
     Returns:
         How many generations were accepted (0 when the batch was dropped; see ``stats()``).
+
     """
     block = _current.get()
     emitter = _active_emitter()
@@ -221,7 +228,10 @@ def log_generations(
     name = source or (block.source if block is not None and block.step == resolved_step else None)
     name = name or emitter.settings.source
     context = block.context if block is not None and block.step == resolved_step else None
-    state = emitter.open_step(resolved_step, name, context)
+    step_count = (
+        count if count is not None else (block.count if block is not None and block.step == resolved_step else None)
+    )
+    state = emitter.open_step(resolved_step, name, context, count=step_count)
     batch = Batch(
         inputs=columns["inputs"] or [],
         outputs=columns["outputs"] or [],
@@ -260,8 +270,10 @@ class Validation:
         source: str | None = None,
         carrier: dict[str, str] | None = None,
         sources_expected: int | None = None,
+        count: int | None = None,
     ) -> None:
         self.step = clean_step(step)
+        self.count = count
         self.source = source or ""
         self.sources_expected = sources_expected
         self._carrier_in = carrier
@@ -275,14 +287,16 @@ class Validation:
     def _open(self) -> None:
         emitter = _active_emitter()
         if emitter is None or self.step is None:
-            _stats_registry.warn("validation_ignored", "validation(step=%r) has no step or runs after shutdown", self.step)
+            _stats_registry.warn(
+                "validation_ignored", "validation(step=%r) has no step or runs after shutdown", self.step
+            )
             return
         self.source = self.source or emitter.settings.source
         parent = parent_context(emitter.settings.run_id, self.step, self._carrier_in)
         self._span, self.context = start_validation_span(
             parent, {contract.RUN_ID: emitter.settings.run_id, contract.STEP: self.step, contract.SOURCE: self.source}
         )
-        self.state = emitter.open_step(self.step, self.source, self.context, self.sources_expected)
+        self.state = emitter.open_step(self.step, self.source, self.context, self.sources_expected, self.count)
 
     def __enter__(self) -> Validation:
         self._open()
@@ -327,6 +341,7 @@ def validation(
     source: str | None = None,
     carrier: dict[str, str] | None = None,
     sources_expected: int | None = None,
+    count: int | None = None,
 ) -> Validation:
     """Open a validation step; see ``Validation``.
 
@@ -336,8 +351,10 @@ def validation(
         carrier: trace context from ``Validation.carrier()`` of the process that opened the step.
         sources_expected: how many sources will end this step, so the collector can close
             it as soon as all have ended instead of after its wait.
+        count: k for this step when it differs from the configured one.
+
     """
-    return Validation(step, source=source, carrier=carrier, sources_expected=sources_expected)
+    return Validation(step, source=source, carrier=carrier, sources_expected=sources_expected, count=count)
 
 
 @_never_raise(False)

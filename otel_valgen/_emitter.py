@@ -52,6 +52,7 @@ class StepState:
     step: int
     source: str
     context: Context
+    count: int = 0
     sources_expected: int | None = None
     seen: int = 0
     emitted: int = 0
@@ -116,7 +117,12 @@ class Emitter:
     # -- steps ---------------------------------------------------------------------------
 
     def open_step(
-        self, step: int, source: str, context: Context | None, sources_expected: int | None = None
+        self,
+        step: int,
+        source: str,
+        context: Context | None,
+        sources_expected: int | None = None,
+        count: int | None = None,
     ) -> StepState:
         """Return the state of (step, source), creating it (and ending the oldest if full)."""
         overflow: StepState | None = None
@@ -130,9 +136,14 @@ class Emitter:
                         step,
                         source,
                     )
-                state = StepState(step, source, context or derived_context(self.settings.run_id, step))
+                state = StepState(
+                    step,
+                    source,
+                    context or derived_context(self.settings.run_id, step),
+                    count=self.settings.count if count is None else count,
+                )
                 if self.settings.presample:
-                    state.kept = BottomK(self.settings.count)
+                    state.kept = BottomK(state.count)
                 self._steps[(step, source)] = state
                 if len(self._steps) > MAX_OPEN_STEPS:
                     _, overflow = self._steps.popitem(last=False)
@@ -156,7 +167,7 @@ class Emitter:
         with self._lock:
             state = self._steps.pop((step, source), None)
         if state is None:
-            state = StepState(step, source, derived_context(self.settings.run_id, step))
+            state = StepState(step, source, derived_context(self.settings.run_id, step), count=self.settings.count)
         if sources_expected is not None:
             state.sources_expected = sources_expected
         self._finish(state)
@@ -181,7 +192,7 @@ class Emitter:
             contract.SEEN: state.seen,
             contract.EMITTED: state.emitted,
             contract.DROPPED: state.dropped,
-            contract.SAMPLE_COUNT: self.settings.count,
+            contract.SAMPLE_COUNT: state.count,
         }
         if state.sources_expected is not None:
             attributes[contract.SOURCES_EXPECTED] = state.sources_expected
@@ -241,7 +252,7 @@ class Emitter:
             contract.SAMPLE_KEY: key,
             contract.SEED: self._seed_attribute,
             contract.SOURCE: state.source,
-            contract.SAMPLE_COUNT: self.settings.count,
+            contract.SAMPLE_COUNT: state.count,
         }
         texts: list[tuple[str, CleanText]] = [
             (contract.INPUT_LENGTH, input_text),
@@ -258,7 +269,11 @@ class Emitter:
                 attributes[length_key] = text.original_length
                 self.stats.add(_stats.TRUNCATED_FIELDS)
                 self.stats.warn(
-                    "truncated", "a field of %s was %d bytes; truncated to %d", sample_id, text.original_length, max_bytes
+                    "truncated",
+                    "a field of %s was %d bytes; truncated to %d",
+                    sample_id,
+                    text.original_length,
+                    max_bytes,
                 )
         if replaced:
             attributes[contract.REPLACED_CHARS] = replaced

@@ -50,14 +50,12 @@ class CountingExporter(LogRecordExporter):
             self._stats.add(_stats.RECORDS_EXPORTED, len(batch))
         else:
             self._stats.add(_stats.RECORDS_EXPORT_FAILED, len(batch))
-            self._stats.warn(
-                "export_failed", "%d record(s) could not be exported to %s", len(batch), self.description
-            )
+            self._stats.warn("export_failed", "%d record(s) could not be exported to %s", len(batch), self.description)
         return result
 
     def shutdown(self) -> None:
         try:
-            self._inner.shutdown()
+            self._inner.shutdown()  # type: ignore[no-untyped-call]
         except Exception:
             _logger.exception("otel_valgen: exporter %s failed to shut down", self.description)
 
@@ -116,7 +114,7 @@ def build_resource(settings: Settings, instance_id: str, extra: dict[str, str]) 
     """The process's resource: OTEL_RESOURCE_ATTRIBUTES/OTEL_SERVICE_NAME, then what we know."""
     detected = Resource.create({"service.instance.id": instance_id})
     attributes: dict[str, str] = {**settings.resource_attributes, **extra}
-    if detected.attributes.get("service.name", "").startswith("unknown_service"):
+    if str(detected.attributes.get("service.name", "")).startswith("unknown_service"):
         attributes["service.name"] = "otel-valgen"
     return detected.merge(Resource(attributes))
 
@@ -187,4 +185,4 @@ class Pipeline:
 
     def shutdown(self, timeout_s: float) -> bool:
         """Flush and release the exporter; wait at most ``timeout_s``."""
-        return self._bounded("shutdown", timeout_s, self.provider.shutdown) 
+        return self._bounded("shutdown", timeout_s, self.provider.shutdown)

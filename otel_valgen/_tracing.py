@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 
 from opentelemetry import trace
-from opentelemetry.context import Context
+from opentelemetry.context import Context, get_current
 from opentelemetry.trace import NonRecordingSpan, Span, SpanContext, TraceFlags
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
@@ -20,7 +20,7 @@ SPAN_NAME = "valgen.validation"
 
 
 def derived_ids(run_id: str, step: int) -> tuple[int, int]:
-    """Trace and span ids derived from (run, step): SHA-256 of ``valgen.trace\\0run\\0step``."""
+    """Trace and span ids derived from (run, step): SHA-256 of ``valgen.trace``, run and step, NUL-separated."""
     digest = hashlib.sha256(f"valgen.trace\0{run_id}\0{step}".encode("utf-8", "replace")).digest()
     trace_id = int.from_bytes(digest[:16], "big") or 1
     span_id = int.from_bytes(digest[16:24], "big") or 1
@@ -41,8 +41,6 @@ def parent_context(run_id: str, step: int, carrier: dict[str, str] | None) -> Co
         if trace.get_current_span(extracted).get_span_context().is_valid:
             return extracted
     if trace.get_current_span().get_span_context().is_valid:
-        from opentelemetry.context import get_current
-
         return get_current()
     return derived_context(run_id, step)
 

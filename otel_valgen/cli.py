@@ -74,7 +74,17 @@ def _write_csv(selections: Sequence[StepSelection]) -> None:
     for selection in selections:
         for rank, g in enumerate(selection.generations, start=1):
             writer.writerow(
-                [selection.run_id, selection.step, rank, g.sample_id, g.source, g.data_source, g.input, g.output, g.score]
+                [
+                    selection.run_id,
+                    selection.step,
+                    rank,
+                    g.sample_id,
+                    g.source,
+                    g.data_source,
+                    g.input,
+                    g.output,
+                    g.score,
+                ]
             )
 
 
@@ -123,7 +133,9 @@ def show(
 @click.option("--prompts", type=click.IntRange(min=1), default=512, show_default=True)
 @click.option("--responses", type=click.IntRange(min=1), default=2, show_default=True, help="Responses per prompt.")
 @click.option("--workers", type=click.IntRange(min=1), default=3, show_default=True, help="Generation actors.")
-@click.option("--directory", type=click.Path(), help="Embedded sink folder (default: OTEL_VALGEN_DIR or ./valgen-data).")
+@click.option(
+    "--directory", type=click.Path(), help="Embedded sink folder (default: OTEL_VALGEN_DIR or ./valgen-data)."
+)
 def demo(steps: int, count: int, prompts: int, responses: int, workers: int, directory: str | None) -> None:
     """Simulate verl's fully-async validation on a local Ray cluster and show what was sampled."""
     from otel_valgen.demo import run_demo

@@ -51,6 +51,16 @@ def generate(step: int, prompts: list[tuple[str, str, str]], responses: int, see
     return columns
 
 
+def _log(columns: dict[str, list[Any]]) -> None:
+    vg.log_generations(
+        columns["inputs"],
+        columns["outputs"],
+        columns["scores"],
+        ground_truths=columns["ground_truths"],
+        sample_ids=columns["sample_ids"],
+    )
+
+
 def _define_actors() -> tuple[Any, Any, Any]:
     import ray
 
@@ -64,7 +74,7 @@ def _define_actors() -> tuple[Any, Any, Any]:
         def validate(self, step: int, carrier: dict[str, str], batches: list[Any], responses: int) -> int:
             with vg.validation(step=step, source=f"generation-{self.index}", carrier=carrier):
                 for batch in batches:
-                    vg.log_generations(**generate(step, batch, responses, seed=self.index), data_sources=None)
+                    _log(generate(step, batch, responses, seed=self.index))
             return sum(len(batch) for batch in batches) * responses
 
     @ray.remote(num_cpus=0)
@@ -72,7 +82,7 @@ def _define_actors() -> tuple[Any, Any, Any]:
         """verl's rollouter: validates at the trainer's step, spread over generation workers."""
 
         def __init__(self, workers: int) -> None:
-            self.workers = [GenerationWorker.remote(i) for i in range(workers)]
+            self.workers = [GenerationWorker.remote(i) for i in range(workers)]  # type: ignore[attr-defined]
 
         def validate(self, step: int, carrier: dict[str, str], prompts: list[Any], responses: int) -> int:
             batches = [prompts[i : i + _BATCH] for i in range(0, len(prompts), _BATCH)]
@@ -94,7 +104,7 @@ def _define_actors() -> tuple[Any, Any, Any]:
 
         def validate(self, step: int, carrier: dict[str, str], prompts: list[Any], responses: int) -> int:
             with vg.validation(step=step, source="trainer", carrier=carrier):
-                vg.log_generations(**generate(step, prompts, responses, seed=99))
+                _log(generate(step, prompts, responses, seed=99))
             return len(prompts) * responses
 
     return GenerationWorker, Rollouter, Trainer
@@ -110,7 +120,8 @@ def run_demo(steps: int, count: int, prompts: int, responses: int, workers: int,
     if settings is None:
         console.print("[red]could not configure otel_valgen[/]")
         return 1
-    console.print(f"run [bold]{run_id}[/]: k={count}, sending to {'OTLP ' + settings.endpoint if settings.endpoint else 'files in ' + os.path.abspath(settings.directory)}")
+    target = f"OTLP {settings.endpoint}" if settings.endpoint else f"files in {os.path.abspath(settings.directory)}"
+    console.print(f"run [bold]{run_id}[/]: k={count}, sending to {target}")
     ray.init(runtime_env=vg_ray.runtime_env(), include_dashboard=False, log_to_driver=False, num_cpus=2)
     try:
         _, rollouter_cls, trainer_cls = _define_actors()

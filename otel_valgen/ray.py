@@ -77,8 +77,10 @@ def runtime_env(base: dict[str, Any] | None = None) -> dict[str, Any]:
 
 
 def setup_worker() -> None:
-    """Ray's worker setup hook: check the forwarded settings now, so a bad value is logged
-    at worker start; the emitter itself starts on the worker's first record."""
+    """Ray's worker setup hook: check the forwarded settings at worker start.
+
+    A bad value is logged now; the emitter itself starts on the worker's first record.
+    """
     try:
         env.resolve_settings()
     except Exception:  # a setup hook that raises would fail the worker

@@ -77,7 +77,7 @@ class ReadError:
 Record = Generation | EndRecord | Summary
 
 
-def any_value(value: dict[str, Any]) -> Any:
+def any_value(value: dict[str, Any]) -> Any:  # noqa: PLR0911 (one return per OTLP value kind)
     """Decode an OTLP/JSON AnyValue."""
     if "stringValue" in value:
         return value["stringValue"]
@@ -117,8 +117,8 @@ def _record(log: dict[str, Any], resource: dict[str, Any]) -> Record | None:
     if not event.startswith(contract.EVENT_PREFIX):
         return None
     attrs = attributes_of(log.get("attributes"))
-    run_id, step = attrs.get(contract.RUN_ID), attrs.get(contract.STEP)
-    if not isinstance(run_id, str) or _opt_int(step) is None:
+    run_id, step = attrs.get(contract.RUN_ID), _opt_int(attrs.get(contract.STEP))
+    if not isinstance(run_id, str) or step is None:
         raise ValueError(f"{event} record lacks {contract.RUN_ID} or an int {contract.STEP}")
     if event == contract.EVENT_STEP_SUMMARY:
         return Summary(run_id, step, attrs)

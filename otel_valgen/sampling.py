@@ -20,8 +20,8 @@ that both test suites read.
 from __future__ import annotations
 
 import hashlib
-import hmac
 import heapq
+import hmac
 from collections.abc import Iterable, Iterator
 from typing import Generic, NamedTuple, TypeVar
 
@@ -37,6 +37,7 @@ def sample_key(seed: int, sample_id: str) -> int:
     Args:
         seed: any integer; it enters as its value modulo 2**64, 8 bytes big-endian.
         sample_id: the stable id of the generation; lone surrogates are encoded as U+FFFD.
+
     """
     key = (seed % _SEED_MODULUS).to_bytes(8, "big")
     message = sample_id.encode("utf-8", "replace")

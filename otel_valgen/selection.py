@@ -27,8 +27,9 @@ class StepSelection:
     @property
     def seen(self) -> int:
         """Generations the sources reported seeing; else what was read."""
-        if self.summary is not None and isinstance(self.summary.get("valgen.seen"), int):
-            return int(self.summary["valgen.seen"])  # type: ignore[call-overload]
+        reported = self.summary.get("valgen.seen") if self.summary is not None else None
+        if isinstance(reported, int):
+            return reported
         return self.seen_reported if self.seen_reported is not None else self.read
 
     @property
@@ -63,8 +64,11 @@ def select_steps(
     max_count: int | None = None,
     seed: int = DEFAULT_SEED,
 ) -> list[StepSelection]:
-    """Group by (run, step) and keep the bottom-k of each, k being ``count`` if given, else
-    the records' ``valgen.sample_count`` (capped by ``max_count``), else the default."""
+    """Group by (run, step) and keep the bottom-k of each.
+
+    k is ``count`` if given, else the records' ``valgen.sample_count`` (capped by
+    ``max_count``), else the default.
+    """
     groups: dict[tuple[str, int], _Group] = {}
     for record in records:
         group = groups.setdefault((record.run_id, record.step), _Group(record.run_id, record.step))

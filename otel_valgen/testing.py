@@ -46,13 +46,15 @@ class CapturingExporter(LogRecordExporter):
         self.records: list[dict[str, Any]] = []
 
     def export(self, batch: Sequence[ReadableLogRecord]) -> LogRecordExportResult:
+        """Append the batch."""
         self.records.extend(record_to_dict(record) for record in batch)
         return LogRecordExportResult.SUCCESS
 
     def shutdown(self) -> None:
-        return None
+        """Nothing to release."""
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
+        """Nothing is buffered."""
         return True
 
 

@@ -114,7 +114,7 @@ class _LogsService(logs_service_pb2_grpc.LogsServiceServicer):
     def __init__(self) -> None:
         self.requests: list[logs_service_pb2.ExportLogsServiceRequest] = []
 
-    def Export(self, request: Any, context: Any) -> logs_service_pb2.ExportLogsServiceResponse:  # noqa: N802
+    def Export(self, request: Any, context: Any) -> logs_service_pb2.ExportLogsServiceResponse:
         self.requests.append(request)
         return logs_service_pb2.ExportLogsServiceResponse()
 

@@ -56,15 +56,20 @@ def test_sample_id_defaults_to_input_hash_plus_response_index() -> None:
 def test_step_keeps_the_bottom_k_and_reports_counts(presample: bool) -> None:
     """With or without presampling the bottom-k is sent; presampling sends only those."""
     inputs = [f"prompt {i}" for i in range(100)]
-    with capture_records(run_id="r", count=8, seed=3, presample=presample) as records:
-        with vg.validation(step=2, source="s", sources_expected=2):
-            for start in range(0, 100, 13):
-                vg.log_generations(inputs[start : start + 13], ["o"] * len(inputs[start : start + 13]), None)
+    with (
+        capture_records(run_id="r", count=8, seed=3, presample=presample) as records,
+        vg.validation(step=2, source="s", sources_expected=2),
+    ):
+        for start in range(0, 100, 13):
+            vg.log_generations(inputs[start : start + 13], ["o"] * len(inputs[start : start + 13]), None)
     sent = _generations(records)
     expected_ids = [
         sid
         for _, sid in bottom_k(
-            ((SortKey.of(sample_key(3, i), i), i) for i in (f"{hashlib.sha256(p.encode()).hexdigest()[:16]}/0" for p in inputs)),
+            (
+                (SortKey.of(sample_key(3, i), i), i)
+                for i in (f"{hashlib.sha256(p.encode()).hexdigest()[:16]}/0" for p in inputs)
+            ),
             8,
         )
     ]

@@ -90,7 +90,7 @@ def test_scores_become_finite_floats_or_are_omitted_with_a_reason(score: Any, ex
 
 
 def test_torch_scalars_and_tensors_are_accepted() -> None:
-    """torch scalars, 0-d tensors and a score tensor are converted like numpy's."""
+    """Torch scalars, 0-d tensors and a score tensor are converted like numpy's."""
     torch = pytest.importorskip("torch", reason="torch is an optional dependency of the tests")
     with capture_records(run_id="r", count=10) as records, vg.validation(step=torch.tensor(4)):
         vg.log_generations(["a", "b"], ["x", "y"], torch.tensor([0.5, float("nan")]))
@@ -103,7 +103,7 @@ def test_torch_scalars_and_tensors_are_accepted() -> None:
 
 
 def test_numpy_columns_and_steps_are_accepted() -> None:
-    """numpy arrays as columns and numpy ints as steps work like lists and ints."""
+    """Numpy arrays as columns and numpy ints as steps work like lists and ints."""
     with capture_records(run_id="r", count=10) as records:
         vg.log_generations(np.array(["a", "b"]), np.array(["x", "y"]), np.array([1.0, 2.0]), step=np.int64(7))
         vg.end_step(np.int64(7))  # type: ignore[arg-type]
@@ -112,7 +112,10 @@ def test_numpy_columns_and_steps_are_accepted() -> None:
     assert len(records) == 3
 
 
-@pytest.mark.parametrize(("raw", "step"), [(3, 3), (np.int32(5), 5), (4.0, 4), ("12", 12), (None, None), (True, None), (2.5, None), ("x", None)])
+@pytest.mark.parametrize(
+    ("raw", "step"),
+    [(3, 3), (np.int32(5), 5), (4.0, 4), ("12", 12), (None, None), (True, None), (2.5, None), ("x", None)],
+)
 def test_step_coercion(raw: Any, step: int | None) -> None:
     """Steps are ints; integral floats, numpy ints and digit strings are accepted."""
     assert clean_step(raw) == step
@@ -140,7 +143,9 @@ def test_every_warning_kind_is_rate_limited(caplog: pytest.LogCaptureFixture) ->
 
 
 texts = st.one_of(st.text(), st.binary(max_size=64), st.none(), st.integers(), st.floats())
-scores = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.none(), st.integers(-(2**70), 2**70), st.text(max_size=5))
+scores = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True), st.none(), st.integers(-(2**70), 2**70), st.text(max_size=5)
+)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

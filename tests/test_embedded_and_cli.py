@@ -49,13 +49,25 @@ def test_show_json_prints_bottom_k_per_step_in_key_order(tmp_path: Path) -> None
     assert result.exit_code == 0, result.output
     lines = [json.loads(line) for line in result.stdout.splitlines()]
     assert [(o["run_id"], o["step"]) for o in lines] == [("run-a", 1), ("run-a", 2)]
-    expected = [sid for _, sid in bottom_k(((SortKey.of(sample_key(42, f"uid-{i}/0"), f"uid-{i}/0"), f"uid-{i}/0") for i in range(40)), 5)]
+    expected = [
+        sid
+        for _, sid in bottom_k(
+            ((SortKey.of(sample_key(42, f"uid-{i}/0"), f"uid-{i}/0"), f"uid-{i}/0") for i in range(40)), 5
+        )
+    ]
     for obj in lines:
         assert obj["seen"] == 40
         assert obj["kept"] == 5
         assert [g["sample_id"] for g in obj["generations"]] == expected
         assert set(obj["generations"][0]) == {
-            "sample_id", "sample_key", "input", "output", "score", "ground_truth", "data_source", "source",
+            "sample_id",
+            "sample_key",
+            "input",
+            "output",
+            "score",
+            "ground_truth",
+            "data_source",
+            "source",
         }
 
 
@@ -114,6 +126,8 @@ def test_records_from_several_processes_merge_to_the_single_process_choice(tmp_p
     assert len(generations) == 3 * 7
     result = CliRunner().invoke(main, ["show", str(tmp_path), "--format", "json"])
     (obj,) = [json.loads(line) for line in result.stdout.splitlines()]
-    expected = [sid for _, sid in bottom_k(((SortKey.of(sample_key(42, f"{i}/0"), f"{i}/0"), f"{i}/0") for i in ids), 7)]
+    expected = [
+        sid for _, sid in bottom_k(((SortKey.of(sample_key(42, f"{i}/0"), f"{i}/0"), f"{i}/0") for i in ids), 7)
+    ]
     assert [g["sample_id"] for g in obj["generations"]] == expected
     assert obj["seen"] == 90

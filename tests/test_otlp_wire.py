@@ -22,7 +22,10 @@ def test_otlp_http_carries_event_name_body_attributes_and_trace(otlp_http: OtlpH
     vg.configure(run_id="wire", count=3, seed=5, endpoint=otlp_http.endpoint)
     with vg.validation(step=11, source="rollouter", sources_expected=1) as block:
         vg.log_generations(
-            [f"q{i}" for i in range(10)], [f"a{i}" for i in range(10)], [i / 10 for i in range(10)], ground_truths=["g"] * 10
+            [f"q{i}" for i in range(10)],
+            [f"a{i}" for i in range(10)],
+            [i / 10 for i in range(10)],
+            ground_truths=["g"] * 10,
         )
     assert block.flushed is True
     raw_logs = [

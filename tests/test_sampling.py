@@ -67,7 +67,7 @@ def test_key_range_and_seed_modulo() -> None:
 
 def test_key_is_the_documented_hmac() -> None:
     """The key is HMAC-SHA256 keyed by the 8-byte big-endian seed over the UTF-8 id."""
-    digest = hmac.new((42).to_bytes(8, "big"), "uid/1".encode(), hashlib.sha256).digest()
+    digest = hmac.new((42).to_bytes(8, "big"), b"uid/1", hashlib.sha256).digest()
     assert sample_key(42, "uid/1") == int.from_bytes(digest[:8], "big") >> 1
 
 
@@ -113,9 +113,7 @@ def test_merge_of_partitions_equals_the_single_choice(ids: list[str], k: int, se
 @given(prompts=st.lists(st.text(max_size=8), min_size=1, max_size=60, unique=True), k=st.integers(1, 20))
 def test_same_prompts_are_chosen_at_every_step(prompts: list[str], k: int) -> None:
     """The choice depends only on (seed, sample_id): every step keeps the same prompts."""
-    chosen = [
-        [sid for _, sid in bottom_k(_keyed([f"{p}/0" for p in prompts], 42), k)] for _step in range(3)
-    ]
+    chosen = [[sid for _, sid in bottom_k(_keyed([f"{p}/0" for p in prompts], 42), k)] for _step in range(3)]
     assert chosen[0] == chosen[1] == chosen[2]
 
 

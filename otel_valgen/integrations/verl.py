@@ -63,12 +63,13 @@ def log_val_generations(
     sample_ids: Sequence[Any] | None = None,
     data_sources: Sequence[Any] | None = None,
     sources_expected: int | None = None,
+    count: int | None = None,
 ) -> bool:
     """Emit one validation's generations at the trainer's ``step`` and end this source's part.
 
     Returns whether the step's records were confirmed sent (never raises).
     """
-    with vg.validation(step=step, source=source, sources_expected=sources_expected) as block:
+    with vg.validation(step=step, source=source, sources_expected=sources_expected, count=count) as block:
         vg.log_generations(
             inputs, outputs, scores, ground_truths=ground_truths, sample_ids=sample_ids, data_sources=data_sources
         )
@@ -102,16 +103,21 @@ class ValGenerationsMixin:
         scores: Sequence[Any],
         sample_metadata: Sequence[dict[str, Any]] | None = None,
     ) -> None:
-        """verl's hook: send every generation; the sampler keeps ``log_val_generations`` of them."""
+        """Verl's hook: send every generation; the sampler keeps ``log_val_generations`` of them."""
         count = self._valgen_count()
         if count == 0:
             return
-        current = vg.current_settings()
-        if count is not None and (current is None or current.count != count):
-            vg.configure(run_id=current.run_id if current is not None else None, count=count)
         step = getattr(self, self.valgen_step_attribute, None)
         sample_ids = None
         if sample_metadata is not None and len(sample_metadata) == len(inputs):
             uids = [meta.get("uid") if isinstance(meta, dict) else None for meta in sample_metadata]
             sample_ids = uids if all(uid is not None for uid in uids) else None
-        log_val_generations(inputs, outputs, scores, step=step, source=self.valgen_source, sample_ids=sample_ids)  # type: ignore[arg-type]
+        log_val_generations(  # a missing step is logged and counted by log_generations
+            inputs,
+            outputs,
+            scores,
+            step=step,  # type: ignore[arg-type]
+            source=self.valgen_source,
+            sample_ids=sample_ids,
+            count=count,
+        )

@@ -139,7 +139,9 @@ def test_records_of_an_ended_step_survive_kill_and_shutdown(tmp_path: Path) -> N
             ray.shutdown()
         records = [r for req in receiver.json_requests() for r in records_from_request(req)]
         generations = [r for r in records if isinstance(r, Generation) and r.run_id == "kill-run"]
-        expected = [sid for _, sid in bottom_k(((SortKey.of(sample_key(42, f"{i}/0"), f"{i}/0"), f"{i}/0") for i in ids), 4)]
+        expected = [
+            sid for _, sid in bottom_k(((SortKey.of(sample_key(42, f"{i}/0"), f"{i}/0"), f"{i}/0") for i in ids), 4)
+        ]
         assert sorted(g.sample_id for g in generations) == sorted(expected)
         (end,) = [r for r in records if isinstance(r, EndRecord)]
         assert (end.seen, end.emitted, end.source) == (50, 4, "doomed")
