@@ -17,6 +17,7 @@ install-dev:
 
 collector:
 	bash collector/build.sh
+	bash collector/validate.sh
 
 go-test:
 	cd $(PROCESSOR_DIR) && $(GO) vet ./... && $(GO) test -count=1 ./...

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Validates every shipped collector configuration with the built distribution.
+# Usage: bash collector/validate.sh   (after collector/build.sh)
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+BIN="build/otelcol-valgen"
+if [[ ! -x "$BIN" ]]; then
+  echo "validate.sh: $BIN is missing; run 'make collector' first" >&2
+  exit 1
+fi
+
+# Each line is one collector invocation: the --config files it merges, in order.
+configs=(
+  "collector-config/collector.yaml"
+  "collector-config/agent.yaml"
+  "collector-config/collector.yaml collector-config/sampler.yaml"
+)
+status=0
+for set in "${configs[@]}"; do
+  args=()
+  for file in $set; do args+=(--config "$file"); done
+  if "$BIN" validate "${args[@]}"; then
+    echo "validate.sh: ok      $set"
+  else
+    echo "validate.sh: INVALID $set" >&2
+    status=1
+  fi
+done
+exit "$status"
