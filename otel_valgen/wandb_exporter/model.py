@@ -26,8 +26,8 @@ class RunRef:
 
     @property
     def key(self) -> str:
-        """A stable string naming the run (entity/project/id, blanks where unknown)."""
-        return f"{self.entity or ''}/{self.project or ''}/{self.run_id}"
+        """Name the attachment: the run id (wandb allows one live attachment per id in a process)."""
+        return self.run_id
 
 
 @dataclass

@@ -59,6 +59,7 @@ def push_paths(
     project: str | None = None,
     entity: str | None = None,
     on_error: Callable[[ReadError], None] | None = None,
+    teardown: bool = True,
 ) -> PushReport:
     """Write every (run, step) found in ``paths`` to wandb; return counts.
 
@@ -70,6 +71,7 @@ def push_paths(
         project: wandb project for records without a ``wandb.project`` resource attribute.
         entity: wandb entity for records without a ``wandb.entity`` resource attribute.
         on_error: called with each line that could not be read.
+        teardown: wait for wandb's service to write everything out before returning.
 
     """
     report = PushReport()
@@ -90,5 +92,5 @@ def push_paths(
             report.steps += 1 if added else 0
             report.steps_skipped += 0 if added else 1
     finally:
-        writer.close()
+        writer.close(teardown=teardown)
     return report

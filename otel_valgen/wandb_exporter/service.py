@@ -168,8 +168,11 @@ class ExporterService:
         with self._cond:
             return not self._pending and self.buffer.open_steps == 0
 
-    def stop(self, timeout_s: float = 30.0) -> None:
-        """Write what is held (spool open steps when there is a state folder), finish attachments."""
+    def stop(self, timeout_s: float = 30.0, *, teardown: bool = True) -> None:
+        """Write what is held (spool open steps when there is a state folder), finish attachments.
+
+        ``teardown`` waits for wandb's service to write everything out (see ``WandbWriter.close``).
+        """
         if self._spool is not None:
             open_steps = self.buffer.snapshot()
             self.buffer.drain("spooled")
@@ -191,7 +194,7 @@ class ExporterService:
             open_steps += [_spool_item(step) for step in unwritten]
             self._spool.write_text(json.dumps(open_steps), encoding="utf-8")
             _logger.info("spooled %d steps to %s", len(open_steps), self._spool)
-        self.writer.close()
+        self.writer.close(teardown=teardown)
 
     def stats(self) -> dict[str, Any]:
         """Counters for logs and tests."""

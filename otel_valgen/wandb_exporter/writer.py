@@ -14,6 +14,7 @@ All calls happen on the caller's thread: the service uses a single writer thread
 from __future__ import annotations
 
 import logging
+import os
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
@@ -45,6 +46,7 @@ class WriterConfig:
         max_runs: attachments kept open at once.
         scalars: log seen, kept, late and missing per step from the summary.
         step_metric: the metric the table and scalars are plotted against.
+        directory: the folder wandb writes under (default: ``WANDB_DIR`` when attaching).
 
     """
 
@@ -55,6 +57,7 @@ class WriterConfig:
     max_runs: int = 16
     scalars: bool = True
     step_metric: str = "valgen/step"
+    directory: str | None = None
 
 
 @dataclass
@@ -103,7 +106,9 @@ class WandbWriter:
             _logger.info("closing least recently used attachment %s", key)
             self._finish(oldest)
         try:
-            run = wandb.init(id=ref.run_id, project=ref.project, entity=ref.entity, settings=self._settings())
+            directory = self.config.directory or os.environ.get("WANDB_DIR")
+            settings = self._settings()
+            run = wandb.init(id=ref.run_id, project=ref.project, entity=ref.entity, dir=directory, settings=settings)
             run.define_metric(self.config.step_metric)
             run.define_metric(f"{self.config.table_key}*", step_metric=self.config.step_metric)
         except Exception as error:
@@ -169,8 +174,14 @@ class WandbWriter:
         except Exception as error:  # finishing is best effort: the data was logged
             _logger.warning("finishing an attachment failed: %s: %s", type(error).__name__, error)
 
-    def close(self) -> None:
-        """Finish every attachment (the trainer's run is not marked finished)."""
+    def close(self, *, teardown: bool = False) -> None:
+        """Finish every attachment (the trainer's run is not marked finished).
+
+        ``run.finish()`` may return before wandb's service has written everything;
+        ``teardown=True`` also waits for the service (use it when the process ends).
+        """
         while self._runs:
             _, attachment = self._runs.popitem(last=False)
             self._finish(attachment)
+        if teardown:
+            wandb.teardown()

@@ -1,0 +1,103 @@
+"""Fixtures: an offline wandb folder per test, and OTLP requests built from plain values."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue, KeyValueList
+from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
+
+from otel_valgen import contract
+
+
+@pytest.fixture
+def wandb_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """An empty WANDB_DIR in offline mode; no network, no API key."""
+    folder = tmp_path / "wandb-dir"
+    folder.mkdir()
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(folder))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.setenv("WANDB_DISABLE_GIT", "true")
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    yield folder
+    import wandb
+
+    wandb.teardown()  # the SDK caches settings (WANDB_DIR) process-wide
+    assert os.environ["WANDB_MODE"] == "offline"
+
+
+def _any(value: Any) -> AnyValue:
+    if isinstance(value, bool):
+        return AnyValue(bool_value=value)
+    if isinstance(value, int):
+        return AnyValue(int_value=value)
+    if isinstance(value, float):
+        return AnyValue(double_value=value)
+    if isinstance(value, dict):
+        return AnyValue(kvlist_value=KeyValueList(values=[KeyValue(key=k, value=_any(v)) for k, v in value.items()]))
+    return AnyValue(string_value=str(value))
+
+
+def _attrs(values: dict[str, Any]) -> list[KeyValue]:
+    return [KeyValue(key=k, value=_any(v)) for k, v in values.items() if v is not None]
+
+
+def generation(run: str, step: int, i: int, *, text: str = "", rank: int | None = None, score: float = 0.5) -> LogRecord:
+    """A ``valgen.generation`` log record for sample ``s{i}``."""
+    return LogRecord(
+        event_name=contract.EVENT_GENERATION,
+        severity_number=9,
+        body=_any({"input": f"q{i}{text}", "output": f"a{i}@{step}{text}", "ground_truth": f"t{i}"}),
+        attributes=_attrs(
+            {
+                contract.RUN_ID: run,
+                contract.STEP: step,
+                contract.SAMPLE_ID: f"s{i:03d}",
+                contract.SAMPLE_KEY: 1000 + i,
+                contract.SCORE: score,
+                contract.SOURCE: "trainer",
+                contract.DATA_SOURCE: "gsm8k",
+                contract.SAMPLE_COUNT: 4,
+                contract.RANK: rank if rank is not None else i + 1,
+            }
+        ),
+    )
+
+
+def summary(run: str, step: int, kept: int, *, seen: int = 10) -> LogRecord:
+    """A ``valgen.step.summary`` log record."""
+    values = {contract.RUN_ID: run, contract.STEP: step, contract.SEEN: seen, contract.KEPT: kept}
+    values |= {contract.LATE: 0, contract.MISSING: 0}
+    return LogRecord(event_name=contract.EVENT_STEP_SUMMARY, severity_number=9, attributes=_attrs(values))
+
+
+def request(*logs: LogRecord, resource: dict[str, Any] | None = None) -> ExportLogsServiceRequest:
+    """One request with one resource holding ``logs``."""
+    message = ExportLogsServiceRequest()
+    resource_logs = message.resource_logs.add()
+    resource_logs.resource.attributes.extend(_attrs(resource or {"service.name": "test"}))
+    resource_logs.scope_logs.add().log_records.extend(logs)
+    return message
+
+
+def step_request(run: str, step: int, k: int, **kwargs: Any) -> ExportLogsServiceRequest:
+    """A step's k generations (ranked) followed by its summary."""
+    logs = [generation(run, step, i, **kwargs) for i in range(k)]
+    return request(*logs, summary(run, step, k), resource={"service.name": "t", contract.WANDB_PROJECT: "proj"})
+
+
+def wait_for(predicate: Any, timeout_s: float = 20.0) -> None:
+    """Poll ``predicate`` until true; fail after ``timeout_s``."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(0.02)

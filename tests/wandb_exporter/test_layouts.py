@@ -1,0 +1,106 @@
+"""Both table layouts written by the real wandb SDK (offline) and read back from the run files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from otel_valgen import contract
+from otel_valgen.wandb_exporter.buffer import BufferLimits
+from otel_valgen.wandb_exporter.decode import request_to_dict
+from otel_valgen.wandb_exporter.push import push_paths
+from otel_valgen.wandb_exporter.service import ExporterService, ServiceConfig
+from otel_valgen.wandb_exporter.tables import ROW_COLUMNS, verl_columns
+from otel_valgen.wandb_exporter.writer import WriterConfig
+
+from .conftest import generation, request, step_request, summary, wait_for
+from .wandb_files import read_run
+
+KEY = "val/generations"
+
+
+def run_service(layout: str, *requests: object, state_dir: Path | None = None) -> ExporterService:
+    config = ServiceConfig(
+        writer=WriterConfig(layout=layout, mode="offline"),
+        limits=BufferLimits(step_timeout_s=30),
+        state_dir=str(state_dir) if state_dir else None,
+    )
+    service = ExporterService(config)
+    service.start()
+    for item in requests:
+        service.accept(request_to_dict(item))
+    wait_for(service.idle)
+    service.stop()
+    return service
+
+
+def test_verl_layout_one_accumulating_row_per_step(wandb_dir: Path) -> None:
+    """verl layout: each step logs the wide table with one row per step so far, at valgen/step."""
+    run_service("verl", step_request("run-v", 10, 4), step_request("run-v", 20, 4))
+    files = read_run(wandb_dir, "run-v")
+    tables = files.tables(KEY)
+    assert [step for step, _ in tables] == [10, 20]
+    for _, table in tables:
+        assert table["columns"] == verl_columns(4)
+    assert [row[0] for row in tables[0][1]["data"]] == [10]
+    last = tables[1][1]["data"]
+    assert [row[0] for row in last] == [10, 20]
+    assert last[1][1:4] == ["q0", "a0@20", 0.5]
+    assert last[1][-3:] == ["q3", "a3@20", 0.5]
+    assert files.scalars(f"{KEY}/seen") == [(10, 10), (20, 10)]
+    assert files.scalars(f"{KEY}/kept") == [(10, 4), (20, 4)]
+    steps = {m.glob_name: m.step_metric for m in files.metrics if m.glob_name}
+    assert steps == {f"{KEY}*": "valgen/step"}
+    assert files.run_ids == {"run-v"}
+
+
+def test_rows_layout_k_rows_per_step_in_rank_order(wandb_dir: Path) -> None:
+    """rows layout: an incremental table gets the step's k rows, ordered by valgen.rank."""
+    logs = [generation("run-r", 5, i, rank=4 - i) for i in range(4)]
+    first = request(*logs, summary("run-r", 5, 4), resource={contract.WANDB_PROJECT: "p"})
+    run_service("rows", first, step_request("run-r", 6, 4))
+    tables = read_run(wandb_dir, "run-r").tables(KEY)
+    assert [step for step, _ in tables] == [5, 6]
+    for step, table in tables:
+        assert table["columns"] == ROW_COLUMNS
+        assert len(table["data"]) == 4 and {row[0] for row in table["data"]} == {step}
+    assert [row[1] for row in tables[0][1]["data"]] == ["s003", "s002", "s001", "s000"]
+    row = tables[1][1]["data"][0]
+    assert row == [6, "s000", "gsm8k", "trainer", "q0", "a0@6", "t0", 0.5]
+
+
+def test_records_name_the_wandb_run(wandb_dir: Path) -> None:
+    """The wandb.run_id resource attribute picks the run; valgen.run_id is only the fallback."""
+    logs = [generation("valgen-id", 1, i) for i in range(2)]
+    item = request(*logs, summary("valgen-id", 1, 2), resource={contract.WANDB_RUN_ID: "wandb-id"})
+    run_service("rows", item)
+    assert len(read_run(wandb_dir, "wandb-id").tables(KEY)) == 1
+    assert read_run(wandb_dir, "valgen-id").folders == []
+
+
+def _write_otlp_json(path: Path, *requests: object) -> None:
+    with path.open("w", encoding="utf-8") as handle:
+        for item in requests:
+            handle.write(json.dumps(request_to_dict(item)) + "\n")
+
+
+def test_push_backfills_bottom_k_and_twice_adds_nothing(wandb_dir: Path, tmp_path: Path) -> None:
+    """push writes each step's bottom-k from OTLP-JSON files; a second push with the ledger adds nothing."""
+    logs = [generation("run-p", 3, i) for i in range(6)]
+    _write_otlp_json(tmp_path / "a.jsonl", request(*logs[:3]), request(*logs[3:]))
+    config = WriterConfig(layout="rows", mode="offline")
+    report = push_paths([tmp_path / "a.jsonl"], config, count=4, state_dir=tmp_path / "state")
+    assert (report.steps, report.rows, report.errors) == (1, 4, [])
+    again = push_paths([tmp_path], config, count=4, state_dir=tmp_path / "state")
+    assert (again.steps, again.rows, again.steps_skipped) == (0, 0, 1)
+    (table,) = [t for _, t in read_run(wandb_dir, "run-p").tables(KEY)]
+    assert sorted(row[1] for row in table["data"]) == ["s000", "s001", "s002", "s003"]
+
+
+def test_push_verl_layout(wandb_dir: Path, tmp_path: Path) -> None:
+    """push in the verl layout writes one row per step, accumulating."""
+    _write_otlp_json(tmp_path / "a.jsonl", step_request("run-pv", 1, 2), step_request("run-pv", 2, 2))
+    report = push_paths([tmp_path / "a.jsonl"], WriterConfig(layout="verl", mode="offline"))
+    assert report.steps == 2
+    tables = read_run(wandb_dir, "run-pv").tables(KEY)
+    assert [[row[0] for row in t["data"]] for _, t in tables] == [[1], [1, 2]]
