@@ -61,7 +61,7 @@ _scalars = click.option("--scalars/--no-scalars", default=True, show_default=Tru
 @click.option("--max-runs", type=int, default=16, show_default=True, help="wandb attachments kept open at once.")
 @click.option("--retry-after", type=float, default=5.0, show_default=True, help="Retry-After while wandb fails.")
 @click.option("--log-level", default="INFO", show_default=True, help="Python logging level.")
-def wandb_exporter_command(  # noqa: PLR0917 - click passes options positionally
+def wandb_exporter_command(
     http_address: str,
     grpc_address: str,
     layout: str,
@@ -79,10 +79,10 @@ def wandb_exporter_command(  # noqa: PLR0917 - click passes options positionally
     log_level: str,
 ) -> None:
     """Receive sampled generations over OTLP and write them into their wandb runs."""
-    from otel_valgen.wandb_exporter.buffer import BufferLimits  # noqa: PLC0415 - lazy, keeps --help fast
-    from otel_valgen.wandb_exporter.server import ExporterServer  # noqa: PLC0415 - lazy, keeps --help fast
-    from otel_valgen.wandb_exporter.service import ExporterService, ServiceConfig  # noqa: PLC0415 - lazy, keeps --help fast
-    from otel_valgen.wandb_exporter.writer import WriterConfig  # noqa: PLC0415 - lazy, keeps --help fast
+    from otel_valgen.wandb_exporter.buffer import BufferLimits
+    from otel_valgen.wandb_exporter.server import ExporterServer
+    from otel_valgen.wandb_exporter.service import ExporterService, ServiceConfig
+    from otel_valgen.wandb_exporter.writer import WriterConfig
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if not http_address and not grpc_address:
@@ -137,7 +137,7 @@ def wandb_exporter_command(  # noqa: PLR0917 - click passes options positionally
 @_scalars
 @click.option("--count", type=int, default=None, help="k per step (default: the records' sample count).")
 @click.option("--state-dir", default=None, help="Ledger folder, so that pushing again adds nothing.")
-def push_command(  # noqa: PLR0917 - click passes options positionally
+def push_command(
     paths: tuple[str, ...],
     layout: str,
     table_key: str,
@@ -149,8 +149,8 @@ def push_command(  # noqa: PLR0917 - click passes options positionally
     state_dir: str | None,
 ) -> None:
     """Write generations from OTLP-JSON files to wandb (backfill)."""
-    from otel_valgen.wandb_exporter.push import push_paths  # noqa: PLC0415 - lazy, keeps --help fast
-    from otel_valgen.wandb_exporter.writer import WriterConfig  # noqa: PLC0415 - lazy, keeps --help fast
+    from otel_valgen.wandb_exporter.push import push_paths
+    from otel_valgen.wandb_exporter.writer import WriterConfig
 
     config = WriterConfig(layout=layout, table_key=table_key, mode=wandb_mode or _default_mode(), scalars=scalars)
     report = push_paths(

@@ -48,7 +48,9 @@ def _attrs(values: dict[str, Any]) -> list[KeyValue]:
     return [KeyValue(key=k, value=_any(v)) for k, v in values.items() if v is not None]
 
 
-def generation(run: str, step: int, i: int, *, text: str = "", rank: int | None = None, score: float = 0.5) -> LogRecord:
+def generation(
+    run: str, step: int, i: int, *, text: str = "", rank: int | None = None, score: float = 0.5
+) -> LogRecord:
     """A ``valgen.generation`` log record for sample ``s{i}``."""
     return LogRecord(
         event_name=contract.EVENT_GENERATION,

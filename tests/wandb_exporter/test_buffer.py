@@ -22,14 +22,17 @@ class Clock:
 
 
 def gen(step: int, i: int, *, run: str = "r", rank: int | None = None, text: str = "x") -> Generation:
+    """A generation of sample ``s{i}`` (keys descend with i)."""
     return Generation(run, step, f"s{i}", 1000 - i, f"q{i}{text}", f"a{i}", rank=rank)
 
 
 def summ(step: int, kept: int, *, run: str = "r") -> Summary:
+    """A step summary reporting ``kept`` records."""
     return Summary(run, step, {contract.KEPT: kept, contract.SEEN: 9})
 
 
 def make(limits: BufferLimits | None = None, **kwargs: Any) -> tuple[StepBuffer, Clock, Ledger]:
+    """A buffer on a fake clock and a fresh in-memory ledger."""
     clock, ledger = Clock(), Ledger()
     return StepBuffer(ledger, limits, clock=clock, **kwargs), clock, ledger
 
@@ -41,9 +44,11 @@ def test_step_closes_when_summary_and_all_kept_records_arrived() -> None:
     assert buffer.add(gen(1, 1, rank=1), RESOURCE) == []
     (closed,) = buffer.add(summ(1, 2), {})
     assert [g.sample_id for g in closed.generations] == ["s1", "s0"]
-    assert closed.complete and closed.reason == "summary"
+    assert closed.complete
+    assert closed.reason == "summary"
     assert (closed.run.run_id, closed.run.project, closed.group_id) == ("wb-1", "proj", "r")
-    assert buffer.open_steps == 0 and buffer.open_bytes == 0
+    assert buffer.open_steps == 0
+    assert buffer.open_bytes == 0
 
 
 def test_summary_before_its_records_waits_for_the_kept_count() -> None:
@@ -52,7 +57,8 @@ def test_summary_before_its_records_waits_for_the_kept_count() -> None:
     assert buffer.add(summ(3, 2), {}) == []
     assert buffer.add(gen(3, 0), RESOURCE) == []
     (closed,) = buffer.add(gen(3, 1), RESOURCE)
-    assert closed.complete and len(closed.generations) == 2
+    assert closed.complete
+    assert len(closed.generations) == 2
 
 
 def test_timeout_writes_the_step_as_incomplete(caplog: pytest.LogCaptureFixture) -> None:
@@ -63,7 +69,8 @@ def test_timeout_writes_the_step_as_incomplete(caplog: pytest.LogCaptureFixture)
     assert buffer.expire() == []
     clock.now += 0.2
     (closed,) = buffer.expire()
-    assert not closed.complete and closed.reason == "timeout"
+    assert not closed.complete
+    assert closed.reason == "timeout"
     assert "incomplete" in caplog.text
 
 
@@ -74,7 +81,8 @@ def test_open_step_cap_closes_the_oldest_and_counts_it() -> None:
     buffer.add(gen(2, 0), RESOURCE)
     (closed,) = buffer.add(gen(3, 0), RESOURCE)
     assert (closed.step, closed.reason, closed.complete) == (1, "overflow", False)
-    assert buffer.open_steps == 2 and buffer.stats.closed == {"overflow": 1}
+    assert buffer.open_steps == 2
+    assert buffer.stats.closed == {"overflow": 1}
 
 
 def test_byte_cap_bounds_the_buffer() -> None:
@@ -84,7 +92,8 @@ def test_byte_cap_bounds_the_buffer() -> None:
     for step in range(10):
         closed += buffer.add(gen(step, 0, text="y" * 1000), RESOURCE)
         assert buffer.open_bytes <= 3000
-    assert len(closed) >= 7 and all(c.reason == "overflow" for c in closed)
+    assert len(closed) >= 7
+    assert all(c.reason == "overflow" for c in closed)
 
 
 def test_duplicates_and_written_steps_never_add_rows() -> None:
@@ -95,16 +104,18 @@ def test_duplicates_and_written_steps_never_add_rows() -> None:
     buffer.add(summ(1, 1), {})
     assert buffer.add(gen(1, 0), RESOURCE) == []
     assert buffer.add(summ(1, 1), {}) == []
-    assert buffer.stats.duplicates == 3 and buffer.open_steps == 0
+    assert buffer.stats.duplicates == 3
+    assert buffer.open_steps == 0
 
 
 def test_late_record_of_a_written_step_dropped_in_verl_layout() -> None:
-    """verl's one row per step cannot grow: a new sample for a written step is counted late."""
+    """Verl's one row per step cannot grow: a new sample for a written step is counted late."""
     buffer, _, _ = make()
     buffer.add(gen(1, 0), RESOURCE)
     buffer.add(summ(1, 1), {})
     assert buffer.add(gen(1, 5), RESOURCE) == []
-    assert buffer.stats.late_dropped == 1 and buffer.open_steps == 0
+    assert buffer.stats.late_dropped == 1
+    assert buffer.open_steps == 0
 
 
 def test_late_record_of_a_written_step_becomes_an_addition_in_rows_layout() -> None:
@@ -115,7 +126,8 @@ def test_late_record_of_a_written_step_becomes_an_addition_in_rows_layout() -> N
     buffer.add(gen(1, 5), RESOURCE)
     clock.now += 2
     (closed,) = buffer.expire()
-    assert closed.late_addition and [g.sample_id for g in closed.generations] == ["s5"]
+    assert closed.late_addition
+    assert [g.sample_id for g in closed.generations] == ["s5"]
 
 
 def test_snapshot_and_restore_keep_open_steps_across_a_restart() -> None:
@@ -129,7 +141,9 @@ def test_snapshot_and_restore_keep_open_steps_across_a_restart() -> None:
     assert fresh.restore(items) == []
     assert fresh.open_steps == 2
     (closed,) = fresh.add(gen(8, 1), RESOURCE)
-    assert closed.step == 8 and closed.complete and closed.run.run_id == "wb-1"
+    assert closed.step == 8
+    assert closed.complete
+    assert closed.run.run_id == "wb-1"
 
 
 def test_ledger_persists_written_steps(tmp_path: Any) -> None:
@@ -137,7 +151,8 @@ def test_ledger_persists_written_steps(tmp_path: Any) -> None:
     ledger = Ledger(tmp_path)
     ledger.commit("r", 1, ["a", "b"], row=[1, "i", "o", 0.5])
     again = Ledger(tmp_path)
-    assert again.is_committed("r", 1) and again.has_sample("r", 1, "b")
+    assert again.is_committed("r", 1)
+    assert again.has_sample("r", 1, "b")
     assert not again.has_step("r", 2)
     assert again.rows("r") == [[1, "i", "o", 0.5]]
 

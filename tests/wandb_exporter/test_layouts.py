@@ -20,6 +20,7 @@ KEY = "val/generations"
 
 
 def run_service(layout: str, *requests: object, state_dir: Path | None = None) -> ExporterService:
+    """Feed ``requests`` to an offline service, wait until written, stop it."""
     config = ServiceConfig(
         writer=WriterConfig(layout=layout, mode="offline"),
         limits=BufferLimits(step_timeout_s=30),
@@ -35,7 +36,7 @@ def run_service(layout: str, *requests: object, state_dir: Path | None = None) -
 
 
 def test_verl_layout_one_accumulating_row_per_step(wandb_dir: Path) -> None:
-    """verl layout: each step logs the wide table with one row per step so far, at valgen/step."""
+    """Verl layout: each step logs the wide table with one row per step so far, at valgen/step."""
     run_service("verl", step_request("run-v", 10, 4), step_request("run-v", 20, 4))
     files = read_run(wandb_dir, "run-v")
     tables = files.tables(KEY)
@@ -55,7 +56,7 @@ def test_verl_layout_one_accumulating_row_per_step(wandb_dir: Path) -> None:
 
 
 def test_rows_layout_k_rows_per_step_in_rank_order(wandb_dir: Path) -> None:
-    """rows layout: an incremental table gets the step's k rows, ordered by valgen.rank."""
+    """Rows layout: an incremental table gets the step's k rows, ordered by valgen.rank."""
     logs = [generation("run-r", 5, i, rank=4 - i) for i in range(4)]
     first = request(*logs, summary("run-r", 5, 4), resource={contract.WANDB_PROJECT: "p"})
     run_service("rows", first, step_request("run-r", 6, 4))
@@ -63,7 +64,8 @@ def test_rows_layout_k_rows_per_step_in_rank_order(wandb_dir: Path) -> None:
     assert [step for step, _ in tables] == [5, 6]
     for step, table in tables:
         assert table["columns"] == ROW_COLUMNS
-        assert len(table["data"]) == 4 and {row[0] for row in table["data"]} == {step}
+        assert len(table["data"]) == 4
+        assert {row[0] for row in table["data"]} == {step}
     assert [row[1] for row in tables[0][1]["data"]] == ["s003", "s002", "s001", "s000"]
     row = tables[1][1]["data"][0]
     assert row == [6, "s000", "gsm8k", "trainer", "q0", "a0@6", "t0", 0.5]
@@ -85,7 +87,7 @@ def _write_otlp_json(path: Path, *requests: object) -> None:
 
 
 def test_push_backfills_bottom_k_and_twice_adds_nothing(wandb_dir: Path, tmp_path: Path) -> None:
-    """push writes each step's bottom-k from OTLP-JSON files; a second push with the ledger adds nothing."""
+    """Push writes each step's bottom-k from OTLP-JSON files; a second push with the ledger adds nothing."""
     logs = [generation("run-p", 3, i) for i in range(6)]
     _write_otlp_json(tmp_path / "a.jsonl", request(*logs[:3]), request(*logs[3:]))
     config = WriterConfig(layout="rows", mode="offline")
@@ -98,7 +100,7 @@ def test_push_backfills_bottom_k_and_twice_adds_nothing(wandb_dir: Path, tmp_pat
 
 
 def test_push_verl_layout(wandb_dir: Path, tmp_path: Path) -> None:
-    """push in the verl layout writes one row per step, accumulating."""
+    """Push in the verl layout writes one row per step, accumulating."""
     _write_otlp_json(tmp_path / "a.jsonl", step_request("run-pv", 1, 2), step_request("run-pv", 2, 2))
     report = push_paths([tmp_path / "a.jsonl"], WriterConfig(layout="verl", mode="offline"))
     assert report.steps == 2

@@ -90,7 +90,9 @@ class RunFiles:
 
     def scalars(self, key: str) -> list[tuple[int, Any]]:
         """Return (valgen/step, value) for each history row that logged the scalar ``key``."""
-        return [(int(_get(row, "valgen/step")), _get(row, key)) for row, _ in self._rows_with_folder() if _has(row, key)]
+        return [
+            (int(_get(row, "valgen/step")), _get(row, key)) for row, _ in self._rows_with_folder() if _has(row, key)
+        ]
 
     def _rows_with_folder(self) -> list[tuple[dict[str, Any], Path]]:
         return [(row, row["__folder"]) for row in self.history]
