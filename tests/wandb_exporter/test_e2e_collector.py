@@ -1,0 +1,140 @@
+"""End to end: emitting processes -> the built collector (collector.yaml) -> this service -> offline run.
+
+Needs ``build/otelcol-valgen`` (built from collector/); skipped with a message without it.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from otel_valgen.wandb_exporter.buffer import BufferLimits
+from otel_valgen.wandb_exporter.server import ExporterServer
+from otel_valgen.wandb_exporter.service import ExporterService, ServiceConfig
+from otel_valgen.wandb_exporter.writer import WriterConfig
+
+from .conftest import wait_for
+from .wandb_files import read_run
+
+ROOT = Path(__file__).resolve().parents[2]
+BINARY = ROOT / "build" / "otelcol-valgen"
+CONFIG = ROOT / "collector-config" / "collector.yaml"
+
+pytestmark = pytest.mark.skipif(
+    not (BINARY.exists() and CONFIG.exists()),
+    reason=f"end-to-end test needs the built collector at {BINARY} and {CONFIG} (see collector/)",
+)
+
+
+def free_port() -> int:
+    """A loopback port that is free now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Exporter:
+    """This service on a fixed loopback gRPC port, restartable on the same port and state."""
+
+    def __init__(self, port: int, state: Path) -> None:
+        config = ServiceConfig(
+            writer=WriterConfig(layout="rows", mode="offline"),
+            limits=BufferLimits(step_timeout_s=30),
+            state_dir=str(state),
+            retry_after_s=1,
+        )
+        self.service = ExporterService(config)
+        self.server = ExporterServer(self.service, http=None, grpc_address=f"127.0.0.1:{port}")
+        self.service.start()
+        self.server.start()
+
+    def stop(self) -> None:
+        """Stop serving and write what is held."""
+        self.server.stop(1)
+        self.service.stop()
+
+
+@pytest.fixture
+def collector(tmp_path: Path) -> Iterator[tuple[str, int]]:
+    """The built collector on loopback ports, exporting to a gRPC port for this service."""
+    wandb_port, http_port, grpc_port, health = free_port(), free_port(), free_port(), free_port()
+    env = os.environ | {
+        "VALGEN_WANDB_EXPORTER_ENDPOINT": f"127.0.0.1:{wandb_port}",
+        "VALGEN_OTLP_HTTP_ENDPOINT": f"127.0.0.1:{http_port}",
+        "VALGEN_OTLP_GRPC_ENDPOINT": f"127.0.0.1:{grpc_port}",
+        "VALGEN_HEALTH_ENDPOINT": f"127.0.0.1:{health}",
+        "VALGEN_STATE_DIR": str(tmp_path / "collector"),
+        "VALGEN_FILE_PATH": str(tmp_path / "collector" / "valgen.jsonl"),
+        "VALGEN_LOKI_OTLP_ENDPOINT": f"http://127.0.0.1:{free_port()}/otlp",
+        "VALGEN_COUNT": "3",
+        "VALGEN_DECISION_WAIT": "3s",
+        "VALGEN_BATCH_TIMEOUT": "200ms",
+    }
+    log = (tmp_path / "collector.log").open("w")
+    process = subprocess.Popen([str(BINARY), "--config", str(CONFIG)], env=env, stdout=log, stderr=log)
+
+    def healthy() -> bool:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{health}/", timeout=1) as response:
+                return bool(response.status == 200)
+        except OSError:
+            return process.poll() is not None
+
+    try:
+        wait_for(healthy, 30)
+        assert process.poll() is None, (tmp_path / "collector.log").read_text()
+        yield f"http://127.0.0.1:{http_port}", wandb_port
+    finally:
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+        log.close()
+
+
+def emit(endpoint: str, steps: str) -> None:
+    """Two emitting processes (trainer and rollouter) send their parts of ``steps``."""
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "tests.wandb_exporter.emit_steps", endpoint, "e2e", source, steps], cwd=ROOT
+        )
+        for source in ("trainer", "rollouter")
+    ]
+    for proc in procs:
+        assert proc.wait(60) == 0
+
+
+@pytest.mark.timeout(150)
+def test_collector_to_offline_run_k_rows_per_step_across_a_restart(
+    wandb_dir: Path, tmp_path: Path, collector: tuple[str, int]
+) -> None:
+    """K rows per step at the trainer's steps; the service restarted mid-stream still gets each step once."""
+    endpoint, port = collector
+    state = tmp_path / "exporter-state"
+    exporter = Exporter(port, state)
+    emit(endpoint, "10,20")
+    wait_for(lambda: exporter.service.writer.written_steps == 2, 60)
+    exporter.stop()  # the collector keeps running and queues for the service
+    emit(endpoint, "30")
+    time.sleep(1.5)
+    exporter = Exporter(port, state)
+    wait_for(lambda: exporter.service.writer.written_steps == 1, 60)
+    time.sleep(1)
+    exporter.stop()
+    tables = read_run(wandb_dir, "e2e").tables("val/generations")
+    rows = [row for _, table in tables for row in table["data"]]
+    per_step = {step: sorted(row[1] for row in rows if row[0] == step) for step in (10, 20, 30)}
+    assert [step for step, _ in tables] == [10, 20, 30]
+    for step, samples in per_step.items():
+        assert len(samples) == 3, (step, samples)
+        assert len(set(samples)) == 3
+    assert {row[3] for row in rows} <= {"trainer", "rollouter"}
