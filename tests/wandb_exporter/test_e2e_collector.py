@@ -27,6 +27,7 @@ from .wandb_files import read_run
 ROOT = Path(__file__).resolve().parents[2]
 BINARY = ROOT / "build" / "otelcol-valgen"
 CONFIG = ROOT / "collector-config" / "collector.yaml"
+EMITTER = "tests.wandb_exporter.emit_steps"
 
 pytestmark = pytest.mark.skipif(
     not (BINARY.exists() and CONFIG.exists()),
@@ -42,7 +43,7 @@ def free_port() -> int:
 
 
 class Exporter:
-    """This service on a fixed loopback gRPC port, restartable on the same port and state."""
+    """The exporter service on a fixed loopback gRPC port, restartable on the same port and state."""
 
     def __init__(self, port: int, state: Path) -> None:
         config = ServiceConfig(
