@@ -8,7 +8,6 @@ generation is handed to the SDK as it is logged.
 from __future__ import annotations
 
 import hashlib
-import hmac
 import logging
 import sys
 import threading
@@ -28,7 +27,7 @@ from otel_valgen._pipeline import Pipeline
 from otel_valgen._sanitize import CleanText, clean_score, clean_text
 from otel_valgen._settings import Settings
 from otel_valgen._tracing import derived_context
-from otel_valgen.sampling import BottomK, SortKey
+from otel_valgen.sampling import BottomK, Order, SampleKeyer
 
 _logger = logging.getLogger("otel_valgen")
 
@@ -57,7 +56,7 @@ class StepState:
     seen: int = 0
     emitted: int = 0
     dropped: int = 0
-    kept: BottomK[PendingRecord] | None = None
+    kept: BottomK[list[PendingRecord | None]] | None = None
     opened_at: float = field(default_factory=time.monotonic)
 
 
@@ -90,13 +89,23 @@ def _ray_resource() -> dict[str, str]:
     return {key: str(value) for key, value in ids.items() if value}
 
 
-def base_sample_id(sample_id: object, clean_input: str) -> str:
-    """The id of a prompt: the caller's id when given, else a hash of the input text."""
+def _utf8(value: object) -> bytes:
+    """UTF-8 of a text as it will be sent (invalid characters replaced), untruncated."""
+    if type(value) is str:
+        try:
+            return value.encode()
+        except UnicodeEncodeError:
+            pass
+    return clean_text(value, sys.maxsize).text.encode()
+
+
+def base_sample_id(sample_id: object, raw_input: object) -> str:
+    """The id of a prompt: the caller's id, else 16 hex digits of the SHA-256 of the input's UTF-8."""
     if sample_id is not None:
-        text = clean_text(sample_id, 1024).text
+        text = sample_id if type(sample_id) is str else clean_text(sample_id, 1024).text
         if text:
-            return text
-    return hashlib.sha256(clean_input.encode("utf-8")).hexdigest()[:16]
+            return text if type(sample_id) is not str else _utf8(text).decode()
+    return hashlib.sha256(_utf8(raw_input)).hexdigest()[:16]
 
 
 class Emitter:
@@ -107,7 +116,7 @@ class Emitter:
         self.stats = stats
         self.pipeline = Pipeline(settings, stats, _ray_resource(), exporter)
         seed = settings.seed % (1 << 64)
-        self._seed_key = seed.to_bytes(8, "big")
+        self._keyer = SampleKeyer(seed)
         # OTLP ints are int64: the seed travels as the same 64 bits read as signed.
         self._seed_attribute = seed - (1 << 64) if seed >= 1 << 63 else seed
         self._lock = threading.Lock()
@@ -183,8 +192,9 @@ class Emitter:
 
     def _finish(self, state: StepState) -> None:
         if state.kept is not None:
-            for _, pending in state.kept.items():
-                self._emit_generation(state, pending)
+            for _, slot in state.kept.items():
+                if slot[0] is not None:  # None only if the step ended while a batch was being built
+                    self._emit_generation(state, slot[0])
         attributes: dict[str, AnyValue] = {
             contract.RUN_ID: self.settings.run_id,
             contract.STEP: state.step,
@@ -214,35 +224,59 @@ class Emitter:
     # -- generations ---------------------------------------------------------------------
 
     def log(self, state: StepState, batch: Batch) -> int:
-        """Record one batch of generations; return how many were accepted."""
-        counts: dict[str, int] = {}
-        max_bytes = self.settings.max_field_bytes
-        for index, raw_input in enumerate(batch.inputs):
-            self.stats.add(_stats.GENERATIONS_SEEN)
-            input_text = clean_text(raw_input, max_bytes)
-            base = base_sample_id(batch.sample_ids[index] if batch.sample_ids is not None else None, input_text.text)
-            response_index = counts.get(base, 0)
-            counts[base] = response_index + 1
-            sample_id = f"{base}/{response_index}"
-            key = int.from_bytes(hmac.digest(self._seed_key, sample_id.encode("utf-8"), "sha256")[:8], "big") >> 1
-            order = SortKey(key, sample_id.encode("utf-8"))
-            with self._lock:
-                state.seen += 1
-                if state.kept is not None and not state.kept.would_keep(order):
-                    state.kept.seen += 1
-                    continue
-            pending = self._build(state, batch, index, input_text, sample_id, key)
-            with self._lock:
-                if state.kept is not None:
-                    state.kept.offer(order, pending)
-                    continue
-            self._emit_generation(state, pending)
-        return len(batch.inputs)
+        """Record one batch of generations; return how many were accepted.
 
-    def _build(
-        self, state: StepState, batch: Batch, index: int, input_text: CleanText, sample_id: str, key: int
-    ) -> PendingRecord:
+        Keys are computed for every generation; the texts are cleaned and the record built
+        only for those that (still) belong to the local bottom-k.
+        """
+        size = len(batch.inputs)
+        orders = self._orders(batch)
+        self.stats.add(_stats.GENERATIONS_SEEN, size)
+        kept = state.kept
+        if kept is None:
+            with self._lock:
+                state.seen += size
+            for index, order in enumerate(orders):
+                self._emit_generation(state, self._build(state, batch, index, order))
+            return size
+        slots: dict[int, list[PendingRecord | None]] = {}
+        with self._lock:
+            state.seen += size
+            threshold = kept.threshold()
+            for index, order in enumerate(orders):
+                # Most generations lose against the current k-th key: reject them cheaply.
+                if threshold is not None and order >= threshold:
+                    continue
+                if kept.would_keep(order):
+                    slot: list[PendingRecord | None] = [None]
+                    kept.offer(order, slot)
+                    slots[index] = slot
+                    threshold = kept.threshold()
+            alive = {id(item) for _, item in kept.items()} if slots else set()
+        for index, slot in slots.items():
+            if id(slot) in alive:
+                slot[0] = self._build(state, batch, index, orders[index])
+        return size
+
+    def _orders(self, batch: Batch) -> list[Order]:
+        """Sort keys of a batch; ids are ``<uid or input hash>/<i-th response to it in this call>``."""
+        counts: dict[str, int] = {}
+        orders: list[Order] = []
+        append, keyer, sha256, given = orders.append, self._keyer, hashlib.sha256, batch.sample_ids
+        for index, raw_input in enumerate(batch.inputs):
+            if given is None and type(raw_input) is str and raw_input.isascii():
+                base = sha256(raw_input.encode()).hexdigest()[:16]  # the common case, inlined
+            else:
+                base = base_sample_id(given[index] if given is not None else None, raw_input)
+            response_index = counts[base] = counts.get(base, -1) + 1
+            sample_id = f"{base}/{response_index}".encode()
+            append((keyer(sample_id), sample_id))
+        return orders
+
+    def _build(self, state: StepState, batch: Batch, index: int, order: Order) -> PendingRecord:
         max_bytes = self.settings.max_field_bytes
+        key, sample_id = order[0], order[1].decode()
+        input_text = clean_text(batch.inputs[index], max_bytes)
         output_text = clean_text(batch.outputs[index], max_bytes)
         body: dict[str, AnyValue] = {contract.BODY_INPUT: input_text.text, contract.BODY_OUTPUT: output_text.text}
         attributes: dict[str, AnyValue] = {

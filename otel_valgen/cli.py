@@ -153,3 +153,7 @@ def _register_optional_commands() -> None:
 
 
 _register_optional_commands()
+
+
+if __name__ == "__main__":
+    main()

@@ -25,7 +25,7 @@ import hmac
 from collections.abc import Iterable, Iterator
 from typing import Generic, NamedTuple, TypeVar
 
-__all__ = ["BottomK", "SortKey", "bottom_k", "sample_key"]
+__all__ = ["BottomK", "SampleKeyer", "SortKey", "bottom_k", "sample_key"]
 
 _SEED_MODULUS = 1 << 64
 T = TypeVar("T")
@@ -45,6 +45,29 @@ def sample_key(seed: int, sample_id: str) -> int:
     return int.from_bytes(digest[:8], "big") >> 1
 
 
+class SampleKeyer:
+    """``sample_key`` for one seed, fast: the HMAC's padded key blocks are hashed once.
+
+    HMAC(K, m) = H((K ^ opad) || H((K ^ ipad) || m)); copying the two hash states that
+    already absorbed the padded key saves the key schedule on every call (about 2.5x).
+    """
+
+    _BLOCK = 64  # SHA-256 block size in bytes
+
+    def __init__(self, seed: int) -> None:
+        key = (seed % _SEED_MODULUS).to_bytes(8, "big").ljust(self._BLOCK, b"\0")
+        self._inner = hashlib.sha256(bytes(byte ^ 0x36 for byte in key))
+        self._outer = hashlib.sha256(bytes(byte ^ 0x5C for byte in key))
+
+    def __call__(self, sample_id_utf8: bytes) -> int:
+        """The sampling key of a UTF-8 encoded sample id."""
+        inner = self._inner.copy()
+        inner.update(sample_id_utf8)
+        outer = self._outer.copy()
+        outer.update(inner.digest())
+        return int.from_bytes(outer.digest()[:8], "big") >> 1
+
+
 class SortKey(NamedTuple):
     """The order in which records are kept: by key, ties broken by the id's UTF-8 bytes."""
 
@@ -57,12 +80,16 @@ class SortKey(NamedTuple):
         return cls(key, sample_id.encode("utf-8", "replace"))
 
 
+Order = tuple[int, bytes]
+"""A sort key as a plain tuple; ``SortKey`` is the named form of the same thing."""
+
+
 class _Entry(Generic[T]):
     """A heap entry ordered so that the heap's top is the largest sort key kept."""
 
     __slots__ = ("item", "order")
 
-    def __init__(self, order: SortKey, item: T) -> None:
+    def __init__(self, order: Order, item: T) -> None:
         self.order = order
         self.item = item
 
@@ -83,9 +110,9 @@ class BottomK(Generic[T]):
         self.k = k
         self.seen = 0
         self._heap: list[_Entry[T]] = []
-        self._kept: set[SortKey] = set()
+        self._kept: set[Order] = set()
 
-    def offer(self, order: SortKey, item: T) -> bool:
+    def offer(self, order: Order, item: T) -> bool:
         """Consider one item; return whether it is (for now) among the kept ones."""
         self.seen += 1
         if self.k == 0 or order in self._kept:
@@ -101,7 +128,7 @@ class BottomK(Generic[T]):
         self._kept.add(order)
         return True
 
-    def would_keep(self, order: SortKey) -> bool:
+    def would_keep(self, order: Order) -> bool:
         """Whether an item with this sort key would be kept if offered now."""
         if self.k == 0 or order in self._kept:
             return False
@@ -110,9 +137,13 @@ class BottomK(Generic[T]):
     def __len__(self) -> int:
         return len(self._heap)
 
+    def threshold(self) -> Order | None:
+        """The largest kept sort key once ``k`` items are kept (smaller ones get in), else None."""
+        return self._heap[0].order if self.k and len(self._heap) >= self.k else None
+
     def items(self) -> list[tuple[SortKey, T]]:
         """The kept items in ascending sort-key order."""
-        return [(entry.order, entry.item) for entry in sorted(self._heap, key=lambda e: e.order)]
+        return [(SortKey(*entry.order), entry.item) for entry in sorted(self._heap, key=lambda e: e.order)]
 
 
 def bottom_k(items: Iterable[tuple[SortKey, T]], k: int) -> list[tuple[SortKey, T]]:

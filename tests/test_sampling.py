@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from otel_valgen.sampling import BottomK, SortKey, bottom_k, sample_key
+from otel_valgen.sampling import BottomK, SampleKeyer, SortKey, bottom_k, sample_key
 from tests.conftest import REPO
 
 VECTORS = REPO / "testdata" / "sampling"
@@ -69,6 +69,14 @@ def test_key_is_the_documented_hmac() -> None:
     """The key is HMAC-SHA256 keyed by the 8-byte big-endian seed over the UTF-8 id."""
     digest = hmac.new((42).to_bytes(8, "big"), b"uid/1", hashlib.sha256).digest()
     assert sample_key(42, "uid/1") == int.from_bytes(digest[:8], "big") >> 1
+
+
+@settings(max_examples=300, deadline=None)
+@given(seed=st.integers(-(2**64), 2**65), sample_id=st.text())
+def test_fast_keyer_equals_the_reference(seed: int, sample_id: str) -> None:
+    """SampleKeyer (precomputed HMAC pads) computes exactly sample_key."""
+    encoded = sample_id.encode("utf-8", "replace")
+    assert SampleKeyer(seed)(encoded) == sample_key(seed, sample_id)
 
 
 def test_duplicates_are_kept_once() -> None:

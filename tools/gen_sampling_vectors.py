@@ -33,9 +33,7 @@ IDS = [
 
 def key_vectors() -> dict[str, object]:
     vectors = [
-        {"seed": str(seed), "sample_id": sid, "sample_key": str(sample_key(seed, sid))}
-        for seed in SEEDS
-        for sid in IDS
+        {"seed": str(seed), "sample_id": sid, "sample_key": str(sample_key(seed, sid))} for seed in SEEDS for sid in IDS
     ]
     return {
         "description": (

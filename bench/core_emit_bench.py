@@ -1,0 +1,140 @@
+"""Benchmark: cost of logging validation generations in the emitting process.
+
+Measures, for M generations of about 2.5 KB (k = 64):
+  1. time spent in ``log_generations`` + end of step, presampling on and off (embedded sink),
+     against a verl-style baseline on the same data (sort by input, RandomState(42) shuffle,
+     first k, build verl's wide wandb.Table);
+  2. peak RSS of the emitting process for M = 10k, 30k and 100k with data generated batch by
+     batch, so that only otel_valgen's own memory can grow with M.
+
+Run: ``python bench/core_emit_bench.py`` (about a minute on 2 cores). Prints the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+
+K = 64
+BATCH = 1000
+
+
+def make_batch(start: int, size: int) -> tuple[list[str], list[str], list[float]]:
+    """Deterministic generations of ~2.5 KB: a 500-byte prompt and a 2 KB answer."""
+    inputs = [f"Problem {i}: " + ("lorem ipsum dolor sit amet " * 18)[:490] for i in range(start, start + size)]
+    outputs = [f"Answer {i}: " + ("the quick brown fox jumps over " * 68)[:2030] for i in range(start, start + size)]
+    scores = [float(i % 7) / 7 for i in range(start, start + size)]
+    return inputs, outputs, scores
+
+
+def batches(total: int) -> Iterator[tuple[list[str], list[str], list[float]]]:
+    """The data set as batches, generated on the fly."""
+    for start in range(0, total, BATCH):
+        yield make_batch(start, min(BATCH, total - start))
+
+
+def verl_baseline(data: list[tuple[list[str], list[str], list[float]]]) -> float:
+    """verl's _maybe_log_val_generations + ValidationGenerationsLogger wandb table build."""
+    import numpy as np
+    import wandb
+
+    started = time.perf_counter()
+    inputs = [x for batch in data for x in batch[0]]
+    outputs = [x for batch in data for x in batch[1]]
+    scores = [x for batch in data for x in batch[2]]
+    samples = list(zip(inputs, outputs, scores, strict=True))
+    samples.sort(key=lambda x: x[0])
+    rng = np.random.RandomState(42)
+    rng.shuffle(samples)
+    samples = samples[:K]
+    columns = ["step"] + sum([[f"input_{i + 1}", f"output_{i + 1}", f"score_{i + 1}"] for i in range(len(samples))], [])
+    validation_table = wandb.Table(columns=columns)
+    new_table = wandb.Table(columns=columns, data=validation_table.data)
+    row = [1]
+    for sample in samples:
+        row.extend(sample)
+    new_table.add_data(*row)
+    return time.perf_counter() - started
+
+
+def otel_valgen_run(data: list[tuple[list[str], list[str], list[float]]], presample: bool, directory: str) -> float:
+    """log_generations per batch, then the end of the step (which flushes to the sink)."""
+    import otel_valgen as vg
+
+    vg.configure(run_id="bench", count=K, presample=presample, directory=directory)
+    vg.log_generations(["warm"], ["up"], [0.0], step=0)
+    vg.end_step(0)
+    started = time.perf_counter()
+    with vg.validation(step=1):
+        for inputs, outputs, scores in data:
+            vg.log_generations(inputs, outputs, scores)
+    elapsed = time.perf_counter() - started
+    vg.shutdown()
+    from otel_valgen import _api
+
+    _api._reset_for_testing()
+    return elapsed
+
+
+def time_comparison(total: int, repeats: int) -> dict[str, float]:
+    """Median seconds of each variant over ``repeats`` runs on the same data."""
+    import wandb  # noqa: F401  (import cost is not part of either measurement)
+
+    data = list(batches(total))
+    results: dict[str, list[float]] = {"baseline": [], "presample_on": [], "presample_off": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        for attempt in range(repeats):
+            results["baseline"].append(verl_baseline(data))
+            results["presample_on"].append(otel_valgen_run(data, True, os.path.join(tmp, f"on{attempt}")))
+            results["presample_off"].append(otel_valgen_run(data, False, os.path.join(tmp, f"off{attempt}")))
+    return {name: statistics.median(values) for name, values in results.items()}
+
+
+def peak_rss_child(total: int) -> None:
+    """In a fresh process: stream ``total`` generations through one step, print peak RSS (KiB)."""
+    import otel_valgen as vg
+
+    with tempfile.TemporaryDirectory() as tmp:
+        vg.configure(run_id="rss", count=K, directory=tmp)
+        with vg.validation(step=1):
+            for inputs, outputs, scores in batches(total):
+                vg.log_generations(inputs, outputs, scores)
+        vg.shutdown()
+    print(json.dumps({"total": total, "peak_rss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--m", type=int, default=10_000)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--rss-child", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.rss_child:
+        peak_rss_child(args.rss_child)
+        return
+    print(f"machine: {os.cpu_count()} cores, Python {sys.version.split()[0]}; M={args.m}, k={K}, ~2.5 KB each")
+    medians = time_comparison(args.m, args.repeats)
+    base = medians["baseline"]
+    for name in ("baseline", "presample_on", "presample_off"):
+        print(f"  {name:<14} {medians[name] * 1000:8.1f} ms   ratio to baseline {medians[name] / base:5.2f}x")
+    print("peak RSS of the emitting process, data streamed in batches of 1000:")
+    rss = {}
+    for total in (10_000, 30_000, 100_000):
+        out = subprocess.run(
+            [sys.executable, __file__, "--rss-child", str(total)], capture_output=True, text=True, check=True
+        ).stdout
+        rss[total] = json.loads(out.strip().splitlines()[-1])["peak_rss_kib"]
+        print(f"  M={total:>7}: {rss[total] / 1024:7.1f} MiB")
+    print(f"  growth 10k -> 100k: {(rss[100_000] / rss[10_000] - 1) * 100:+.1f}%")
+
+
+if __name__ == "__main__":
+    main()
