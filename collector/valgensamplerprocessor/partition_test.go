@@ -8,9 +8,11 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sort"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/collector/component/componenttest"
 	"go.opentelemetry.io/collector/pdata/plog"
 )
 
@@ -33,7 +35,7 @@ func referenceBottomK(seed uint64, idsIn []string, k int) []string {
 }
 
 // randomBatches shuffles records and splits them into batches of random sizes, with records of
-// one batch spread over several ResourceLogs.
+// one batch spread over several ResourceLogs (consecutive records of one source may share one).
 func randomBatches(rng *rand.Rand, records []rec) []plog.Logs {
 	shuffled := append([]rec(nil), records...)
 	rng.Shuffle(len(shuffled), func(i, j int) { shuffled[i], shuffled[j] = shuffled[j], shuffled[i] })
@@ -41,9 +43,10 @@ func randomBatches(rng *rand.Rand, records []rec) []plog.Logs {
 	for len(shuffled) > 0 {
 		n := 1 + rng.IntN(min(len(shuffled), 64))
 		ld := plog.NewLogs()
+		prevSource := ""
 		for _, r := range shuffled[:n] {
 			var lrs plog.LogRecordSlice
-			if ld.ResourceLogs().Len() > 0 && rng.IntN(2) == 0 {
+			if ld.ResourceLogs().Len() > 0 && r.source == prevSource && rng.IntN(2) == 0 {
 				lrs = ld.ResourceLogs().At(ld.ResourceLogs().Len() - 1).ScopeLogs().At(0).LogRecords()
 			} else {
 				rl := ld.ResourceLogs().AppendEmpty()
@@ -51,6 +54,7 @@ func randomBatches(rng *rand.Rand, records []rec) []plog.Logs {
 				lrs = rl.ScopeLogs().AppendEmpty().LogRecords()
 			}
 			appendRec(lrs, r)
+			prevSource = r.source
 		}
 		batches = append(batches, ld)
 		shuffled = shuffled[n:]
@@ -126,4 +130,35 @@ func TestSmallestCountWins(t *testing.T) {
 		require.NoError(t, h.p.Shutdown(context.Background()))
 		require.Equal(t, want, ids(collect(h.sink).kept))
 	}
+}
+
+// TestConcurrentConsumers checks that batches consumed from several goroutines, while the
+// timer runs, still yield the exact bottom-k.
+func TestConcurrentConsumers(t *testing.T) {
+	var records []rec
+	var allIDs []string
+	for i := range 400 {
+		id := fmt.Sprintf("c/%d", i)
+		allIDs = append(allIDs, id)
+		records = append(records, rec{id: id, source: fmt.Sprintf("worker-%d", i%4), count: 12})
+	}
+	h := newHarness(t, nil)
+	require.NoError(t, h.p.Start(context.Background(), componenttest.NewNopHost()))
+	batches := randomBatches(rand.New(rand.NewPCG(5, 6)), records)
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < len(batches); i += 4 {
+				require.NoError(t, h.p.ConsumeLogs(context.Background(), batches[i]))
+			}
+		}()
+	}
+	wg.Wait()
+	require.NoError(t, h.p.Shutdown(context.Background()))
+	got := collect(h.sink)
+	require.Equal(t, referenceBottomK(defaultSeed, allIDs, 12), ids(got.kept))
+	require.Len(t, got.summaries, 1)
+	require.Equal(t, int64(4), intOf(t, got.summaries[0], attrSources))
 }
