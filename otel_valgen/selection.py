@@ -66,8 +66,8 @@ def select_steps(
 ) -> list[StepSelection]:
     """Group by (run, step) and keep the bottom-k of each.
 
-    k is ``count`` if given, else the records' ``valgen.sample_count`` (capped by
-    ``max_count``), else the default.
+    k is ``count`` if given, else the smallest ``valgen.sample_count`` among the step's
+    records (capped by ``max_count``), else the default.
     """
     groups: dict[tuple[str, int], _Group] = {}
     for record in records:
@@ -78,11 +78,15 @@ def select_steps(
             group.ends[(record.source, record.instance)] = record
         else:
             group.read += 1
-            if group.k is None:
-                k = count if count is not None else (record.sample_count or DEFAULT_COUNT)
-                group.k = min(k, max_count) if max_count is not None else k
-                group.selector = BottomK(group.k)
-            assert group.selector is not None
+            k = count if count is not None else (record.sample_count or DEFAULT_COUNT)
+            k = min(k, max_count) if max_count is not None else k
+            if group.selector is None or group.k is None or k < group.k:
+                # Records asking for different k: the smallest wins, as in the collector, so
+                # the result does not depend on the order the records are read in.
+                previous = group.selector.items() if group.selector is not None else []
+                group.k, group.selector = k, BottomK(k)
+                for order, item in previous:
+                    group.selector.offer(order, item)
             group.selector.offer(sort_key_of(record, seed), record)
     selections = []
     for (run_id, step), group in sorted(groups.items()):

@@ -131,3 +131,18 @@ def test_records_from_several_processes_merge_to_the_single_process_choice(tmp_p
     ]
     assert [g["sample_id"] for g in obj["generations"]] == expected
     assert obj["seen"] == 90
+
+
+def test_mixed_counts_in_one_step_keep_the_smallest_k() -> None:
+    """When records of one step ask for different k, the smallest applies, whatever the order."""
+    from otel_valgen.reader import Generation as Gen
+    from otel_valgen.selection import select_steps
+
+    def gen(i: int, k: int) -> Gen:
+        return Gen(run_id="r", step=1, sample_id=f"{i}/0", sample_key=None, input="", output="", sample_count=k)
+
+    records = [gen(i, 5 if i % 2 else 3) for i in range(40)]
+    forward = select_steps(records)[0]
+    backward = select_steps(list(reversed(records)))[0]
+    assert forward.k == backward.k == 3
+    assert [g.sample_id for g in forward.generations] == [g.sample_id for g in backward.generations]
