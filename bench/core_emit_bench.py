@@ -42,7 +42,7 @@ def batches(total: int) -> Iterator[tuple[list[str], list[str], list[float]]]:
 
 
 def verl_baseline(data: list[tuple[list[str], list[str], list[float]]]) -> float:
-    """verl's _maybe_log_val_generations + ValidationGenerationsLogger wandb table build."""
+    """The baseline: verl's _maybe_log_val_generations and its wandb table build, as verl does them."""
     import numpy as np
     import wandb
 
@@ -55,7 +55,9 @@ def verl_baseline(data: list[tuple[list[str], list[str], list[float]]]) -> float
     rng = np.random.RandomState(42)
     rng.shuffle(samples)
     samples = samples[:K]
-    columns = ["step"] + sum([[f"input_{i + 1}", f"output_{i + 1}", f"score_{i + 1}"] for i in range(len(samples))], [])
+    columns = ["step"] + sum(  # noqa: RUF005, RUF017 (verl's own code, kept as the baseline)
+        [[f"input_{i + 1}", f"output_{i + 1}", f"score_{i + 1}"] for i in range(len(samples))], []
+    )
     validation_table = wandb.Table(columns=columns)
     new_table = wandb.Table(columns=columns, data=validation_table.data)
     row = [1]
