@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 import otel_valgen as vg
 from otel_valgen import contract
 from otel_valgen.sampling import SortKey, bottom_k, sample_key
-from tests.e2e.conftest import Record
+from tests.e2e.harness import Record
 
 RUN_ID = "e2e-run"
 K = 5

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from tests.e2e.conftest import LokiStandIn, StartCollector, WandbStandIn, records_of_file, wait_for
+from tests.e2e.conftest import StartCollector
+from tests.e2e.harness import StandIn, records_of_file, wait_for
 from tests.e2e.steps import assert_destination, by_step, emit_steps
 
 # Twelve steps, so that both samplers almost surely own some (routing hashes run and step).
@@ -12,12 +13,12 @@ PLAN = {step: {"trainer": 8 + step % 5, "rollouter": 3 + step % 4} for step in r
 
 
 def test_agent_routes_each_step_to_one_sampler(
-    start_collector: StartCollector, wandb_stand_in: WandbStandIn, loki_stand_in: LokiStandIn
+    start_collector: StartCollector, wandb_stand_in: StandIn, loki_stand_in: StandIn
 ) -> None:
     """All records of a step meet at one sampler, which closes it as complete; destinations see it once."""
     sampler_env = {
         "VALGEN_WANDB_EXPORTER_ENDPOINT": wandb_stand_in.endpoint,
-        "VALGEN_LOKI_OTLP_ENDPOINT": loki_stand_in.base_url,
+        "VALGEN_LOKI_OTLP_ENDPOINT": loki_stand_in.endpoint,
         "VALGEN_DECISION_WAIT": "60s",
     }
     samplers = [start_collector(f"sampler-{i}", ["collector.yaml", "sampler.yaml"], sampler_env) for i in range(2)]

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.e2e.conftest import LokiStandIn, StartCollector, WandbStandIn, records_of_file, wait_for
+from tests.e2e.conftest import StartCollector
+from tests.e2e.harness import StandIn, records_of_file, wait_for
 from tests.e2e.steps import assert_destination, by_step, emit_steps
 
 # Two sources per step; the last step has fewer generations than k.
@@ -17,7 +18,7 @@ PLAN = {
 
 @pytest.mark.parametrize("presample", [False, True], ids=["all-records", "sdk-presampled"])
 def test_each_destination_gets_the_bottom_k_of_every_step(
-    presample: bool, start_collector: StartCollector, wandb_stand_in: WandbStandIn, loki_stand_in: LokiStandIn
+    presample: bool, start_collector: StartCollector, wandb_stand_in: StandIn, loki_stand_in: StandIn
 ) -> None:
     """Each of wandb, Loki and the file gets min(k, M) records per step, the bottom-k, then a summary."""
     collector = start_collector(
@@ -25,7 +26,7 @@ def test_each_destination_gets_the_bottom_k_of_every_step(
         ["collector.yaml"],
         {
             "VALGEN_WANDB_EXPORTER_ENDPOINT": wandb_stand_in.endpoint,
-            "VALGEN_LOKI_OTLP_ENDPOINT": loki_stand_in.base_url,
+            "VALGEN_LOKI_OTLP_ENDPOINT": loki_stand_in.endpoint,
             "VALGEN_DECISION_WAIT": "60s",  # steps must close as complete, not by waiting
         },
     )
@@ -44,12 +45,12 @@ def test_each_destination_gets_the_bottom_k_of_every_step(
 
 
 def test_shutdown_flushes_open_steps_and_a_restart_delivers_them(
-    start_collector: StartCollector, wandb_stand_in: WandbStandIn, loki_stand_in: LokiStandIn
+    start_collector: StartCollector, wandb_stand_in: StandIn, loki_stand_in: StandIn
 ) -> None:
     """A step that cannot complete is flushed, sampled, at shutdown; the persisted queues deliver it after restart."""
     env = {
         "VALGEN_WANDB_EXPORTER_ENDPOINT": wandb_stand_in.endpoint,
-        "VALGEN_LOKI_OTLP_ENDPOINT": loki_stand_in.base_url,
+        "VALGEN_LOKI_OTLP_ENDPOINT": loki_stand_in.endpoint,
         "VALGEN_DECISION_WAIT": "10m",
     }
     collector = start_collector("collector", ["collector.yaml"], env)

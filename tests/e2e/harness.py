@@ -1,0 +1,260 @@
+"""Run the built collector on loopback with local stand-ins for its destinations.
+
+The collector binary is ``build/otelcol-valgen`` (``make collector``). Stand-ins: an OTLP/gRPC
+logs server for the wandb exporter service and an HTTP server that decodes the OTLP/protobuf
+posted to Loki's ``/otlp/v1/logs``. Used by the end-to-end tests and by
+``bench/collector_throughput_bench.py``.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from concurrent import futures
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from google.protobuf.json_format import MessageToDict
+from opentelemetry.proto.collector.logs.v1 import logs_service_pb2, logs_service_pb2_grpc
+
+REPO = Path(__file__).resolve().parents[2]
+COLLECTOR_BIN = REPO / "build" / "otelcol-valgen"
+CONFIG_DIR = REPO / "collector-config"
+
+
+def free_port() -> int:
+    """A free ephemeral TCP port on 127.0.0.1."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Record:
+    """One log record as a destination received it, flattened for assertions."""
+
+    event: str
+    attributes: dict[str, Any]
+    trace_id: str
+    resource: dict[str, Any]
+
+
+def _value(value: dict[str, Any]) -> Any:
+    for kind, convert in (("stringValue", str), ("intValue", int), ("doubleValue", float), ("boolValue", bool)):
+        if kind in value:
+            return convert(value[kind])
+    return value
+
+
+def _attributes(items: list[dict[str, Any]]) -> dict[str, Any]:
+    return {item["key"]: _value(item.get("value", {})) for item in items}
+
+
+def records_of_json(data: dict[str, Any], trace_ids_are_base64: bool) -> list[Record]:
+    """Flatten an OTLP/JSON logs payload (the file exporter's lines or a decoded request)."""
+    out = []
+    for resource_logs in data.get("resourceLogs", []):
+        resource = _attributes(resource_logs.get("resource", {}).get("attributes", []))
+        for scope_logs in resource_logs.get("scopeLogs", []):
+            for log in scope_logs.get("logRecords", []):
+                trace_id = log.get("traceId", "")
+                if trace_ids_are_base64 and trace_id:
+                    trace_id = base64.b64decode(trace_id).hex()
+                attributes = _attributes(log.get("attributes", []))
+                out.append(Record(log.get("eventName", ""), attributes, trace_id, resource))
+    return out
+
+
+def records_of_request(request: logs_service_pb2.ExportLogsServiceRequest) -> list[Record]:
+    """Flatten a protobuf export request."""
+    return records_of_json(MessageToDict(request), trace_ids_are_base64=True)
+
+
+def records_of_file(path: Path) -> list[Record]:
+    """Flatten every line the collector's file exporter wrote (format: json)."""
+    if not path.exists():
+        return []
+    lines = path.read_text(encoding="utf-8").splitlines()
+    return [r for line in lines if line.strip() for r in records_of_json(json.loads(line), False)]
+
+
+@dataclass
+class StandIn:
+    """A destination stand-in: where it listens and the export requests it decoded."""
+
+    endpoint: str
+    requests: list[logs_service_pb2.ExportLogsServiceRequest] = field(default_factory=list)
+    wrong_paths: list[str] = field(default_factory=list)
+
+    def records(self) -> list[Record]:
+        """Every record received so far."""
+        return [r for request in list(self.requests) for r in records_of_request(request)]
+
+    def record_count(self) -> int:
+        """How many records arrived, without flattening them."""
+        requests = list(self.requests)
+        return sum(len(sl.log_records) for request in requests for rl in request.resource_logs for sl in rl.scope_logs)
+
+
+@contextmanager
+def wandb_stand_in() -> Iterator[StandIn]:
+    """OTLP/gRPC logs server standing in for the wandb exporter service; endpoint is host:port."""
+    import grpc
+
+    stand_in = StandIn(endpoint=f"127.0.0.1:{free_port()}")
+
+    class Service(logs_service_pb2_grpc.LogsServiceServicer):
+        def Export(self, request: Any, context: Any) -> logs_service_pb2.ExportLogsServiceResponse:
+            stand_in.requests.append(request)
+            return logs_service_pb2.ExportLogsServiceResponse()
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    logs_service_pb2_grpc.add_LogsServiceServicer_to_server(Service(), server)
+    server.add_insecure_port(stand_in.endpoint)
+    server.start()
+    try:
+        yield stand_in
+    finally:
+        server.stop(grace=None)
+
+
+@contextmanager
+def loki_stand_in() -> Iterator[StandIn]:
+    """HTTP server decoding what Loki receives at /otlp/v1/logs; endpoint is its OTLP base URL."""
+    stand_in = StandIn(endpoint="")
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            payload = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            if self.path != "/otlp/v1/logs":
+                stand_in.wrong_paths.append(self.path)
+                self.send_response(404)
+                self.end_headers()
+                return
+            if self.headers.get("Content-Encoding") == "gzip":  # the otlp_http exporter's default
+                payload = gzip.decompress(payload)
+            request = logs_service_pb2.ExportLogsServiceRequest()
+            request.ParseFromString(payload)
+            stand_in.requests.append(request)
+            body = logs_service_pb2.ExportLogsServiceResponse().SerializeToString()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/x-protobuf")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            return None
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    stand_in.endpoint = f"http://127.0.0.1:{server.server_address[1]}/otlp"
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield stand_in
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@dataclass
+class Collector:
+    """A running otelcol-valgen process and the addresses it listens on."""
+
+    name: str
+    process: subprocess.Popen[bytes]
+    log_path: Path
+    grpc_endpoint: str
+    http_endpoint: str
+    file_path: Path
+
+    def log_tail(self, lines: int = 40) -> str:
+        """The last lines of the collector's own log, for failure messages."""
+        text = self.log_path.read_text(encoding="utf-8", errors="replace")
+        return "\n".join(text.splitlines()[-lines:])
+
+    def stop(self, timeout_s: float = 20.0) -> int:
+        """Stop it as an operator would (SIGTERM), so that open groups are flushed."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(5)
+        return int(self.process.returncode)
+
+
+def start_collector(state: Path, name: str, configs: list[str], env: dict[str, str]) -> Collector:
+    """Start otelcol-valgen with shipped configs on free loopback ports; wait until healthy.
+
+    Its queue and file live in ``state/name``, so a restart under the same name keeps them.
+    """
+    home = state / name
+    home.mkdir(parents=True, exist_ok=True)
+    grpc_port, http_port, health_port, metrics_port = (free_port() for _ in range(4))
+    grpc_endpoint, http_endpoint = f"127.0.0.1:{grpc_port}", f"127.0.0.1:{http_port}"
+    file_path = home / "valgen.jsonl"
+    full_env = {
+        **os.environ,
+        "VALGEN_OTLP_GRPC_ENDPOINT": grpc_endpoint,
+        "VALGEN_OTLP_HTTP_ENDPOINT": http_endpoint,
+        "VALGEN_SAMPLER_GRPC_ENDPOINT": grpc_endpoint,
+        "VALGEN_SAMPLER_HTTP_ENDPOINT": http_endpoint,
+        "VALGEN_HEALTH_ENDPOINT": f"127.0.0.1:{health_port}",
+        "VALGEN_METRICS_PORT": str(metrics_port),
+        "VALGEN_STATE_DIR": str(home),
+        "VALGEN_FILE_PATH": str(file_path),
+        "VALGEN_BATCH_TIMEOUT": "200ms",
+        **env,
+    }
+    args = [str(COLLECTOR_BIN)]
+    for config in configs:
+        args += ["--config", str(CONFIG_DIR / config)]
+    log_path = home / "collector.log"
+    with log_path.open("ab") as log:
+        process = subprocess.Popen(args, env=full_env, stdout=log, stderr=subprocess.STDOUT, cwd=home)
+    collector = Collector(name, process, log_path, grpc_endpoint, http_endpoint, file_path)
+    try:
+        _wait_healthy(collector, health_port)
+    except Exception:
+        collector.stop()
+        raise
+    return collector
+
+
+def _wait_healthy(collector: Collector, health_port: int, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if collector.process.poll() is not None:
+            raise RuntimeError(f"{collector.name} exited early:\n{collector.log_tail()}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{health_port}/", timeout=1) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"{collector.name} not healthy after {timeout_s}s:\n{collector.log_tail()}")
+
+
+def wait_for(condition: Callable[[], bool], timeout_s: float = 30.0, what: str = "condition") -> None:
+    """Poll until condition() holds; fail with `what` after timeout_s."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
