@@ -11,11 +11,16 @@ if [[ ! -x "$BIN" ]]; then
   exit 1
 fi
 
+# auth.yaml fails fast without a token; a placeholder lets the overlay itself be validated.
+export VALGEN_OTLP_TOKEN="${VALGEN_OTLP_TOKEN:-validate-only-token}"
+
 # Each line is one collector invocation: the --config files it merges, in order.
 configs=(
   "collector-config/collector.yaml"
   "collector-config/agent.yaml"
   "collector-config/collector.yaml collector-config/sampler.yaml"
+  "collector-config/collector.yaml collector-config/auth.yaml"
+  "collector-config/collector.yaml collector-config/sampler.yaml collector-config/auth.yaml"
 )
 status=0
 for set in "${configs[@]}"; do
