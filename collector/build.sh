@@ -22,7 +22,8 @@ fi
 # Up to date: the binary is newer than the manifest, this script and every processor source.
 if [[ -x "$BIN" && "${OTELCOL_VALGEN_FORCE_BUILD:-0}" != "1" ]]; then
   newer="$(find "$MANIFEST" collector/build.sh collector/valgensamplerprocessor \
-    -type f \( -name '*.go' -o -name 'go.mod' -o -name 'go.sum' -o -name '*.yaml' -o -name '*.sh' \) \
+    -path '*/testdata' -prune -o -type f ! -name '*_test.go' \
+    \( -name '*.go' -o -name 'go.mod' -o -name 'go.sum' -o -name '*.yaml' -o -name '*.sh' \) \
     -newer "$BIN" -print -quit)"
   if [[ -z "$newer" ]]; then
     echo "build.sh: $BIN is up to date"
