@@ -11,8 +11,6 @@ from __future__ import annotations
 import inspect
 from typing import Any, Final, Literal
 
-import wandb
-
 from otel_valgen.wandb_exporter.model import ClosedStep
 
 __all__ = [
@@ -74,4 +72,6 @@ def generation_rows(step: ClosedStep, skip: set[str] | frozenset[str] = frozense
 
 def supports_incremental() -> bool:
     """Whether the installed ``wandb.Table`` takes ``log_mode="INCREMENTAL"``."""
+    import wandb  # lazy: the CLI imports this module for LAYOUTS
+
     return "log_mode" in inspect.signature(wandb.Table.__init__).parameters

@@ -1,0 +1,93 @@
+"""The ``wandb-exporter`` and ``push`` commands: the CLI surface, SIGTERM shutdown, backfill."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+from click.testing import CliRunner
+
+import otel_valgen.wandb_exporter as package
+from otel_valgen.wandb_exporter.cli import push_command, wandb_exporter_command
+from otel_valgen.wandb_exporter.decode import request_to_dict
+
+from .conftest import step_request, wait_for
+from .wandb_files import read_run
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_public_names_stay_as_they_are() -> None:
+    """The package facade exports exactly these names."""
+    assert package.__all__ == ["BufferLimits", "ClosedStep", "Ledger", "RunRef", "StepBuffer"]
+
+
+def test_commands_are_named_for_the_core_cli() -> None:
+    """The commands carry the names the core CLI registers them under."""
+    assert (wandb_exporter_command.name, push_command.name) == ("wandb-exporter", "push")
+
+
+def test_importing_the_cli_does_not_import_wandb_or_grpc() -> None:
+    """``otel-valgen --help`` stays fast: the commands' module imports neither wandb nor grpc."""
+    code = "import sys, otel_valgen.wandb_exporter.cli; print('wandb' in sys.modules, 'grpc' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.split() == ["False", "False"]
+
+
+def test_push_command_backfills_files(wandb_dir: Path, tmp_path: Path) -> None:
+    """``push PATH --layout rows`` writes the steps of OTLP-JSON files and reports them."""
+    data = tmp_path / "data.jsonl"
+    data.write_text(json.dumps(request_to_dict(step_request("cli-push", 4, 3))) + "\n", encoding="utf-8")
+    result = CliRunner().invoke(push_command, [str(data), "--layout", "rows", "--wandb-mode", "offline"])
+    assert result.exit_code == 0, result.output
+    assert "pushed 1 steps (3 rows)" in result.output
+    assert len(read_run(wandb_dir, "cli-push").tables("val/generations")[0][1]["data"]) == 3
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_service_process_sigterm_flushes_and_exits_cleanly(wandb_dir: Path, tmp_path: Path) -> None:
+    """The service started as a process writes a received step and, on SIGTERM, spools the open one and exits 0."""
+    port = _free_port()
+    state = tmp_path / "state"
+    code = "from otel_valgen.wandb_exporter.cli import wandb_exporter_command as c; c()"
+    args = ["--http", f"127.0.0.1:{port}", "--grpc", "", "--layout", "verl", "--state-dir", str(state)]
+    process = subprocess.Popen(
+        [sys.executable, "-c", code, *args], cwd=ROOT, env=os.environ.copy(), stderr=subprocess.PIPE, text=True
+    )
+    try:
+
+        def post(body: bytes) -> bool:
+            req = urllib.request.Request(
+                f"http://127.0.0.1:{port}/v1/logs", data=body, headers={"Content-Type": "application/x-protobuf"}
+            )
+            try:
+                with urllib.request.urlopen(req, timeout=5) as response:
+                    return bool(response.status == 200)
+            except OSError:
+                return False
+
+        wait_for(lambda: post(step_request("cli-svc", 1, 2).SerializeToString()), 30)
+        open_step = step_request("cli-svc", 2, 2)
+        del open_step.resource_logs[0].scope_logs[0].log_records[-1]  # no summary: step 2 stays open
+        assert post(open_step.SerializeToString())
+        wait_for((state / "ledger.jsonl").exists, 30)
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 0, err
+    assert "wandb-exporter stopped" in err
+    assert json.loads((state / "spool.json").read_text())[0]["step"] == 2
+    assert [step for step, _ in read_run(wandb_dir, "cli-svc").tables("val/generations")] == [1]
