@@ -102,6 +102,7 @@ def configure(
     source: str | None = None,
     max_field_bytes: int | None = None,
     flush_timeout_s: float | None = None,
+    spool: bool | None = None,
 ) -> Settings | None:
     """Configure this process's emitter; optional, every setting also comes from the environment.
 
@@ -116,6 +117,8 @@ def configure(
         source: default name of the emitting part (``OTEL_VALGEN_SOURCE``, ``main``).
         max_field_bytes: longest text field sent (``OTEL_VALGEN_MAX_FIELD_BYTES``, 65536).
         flush_timeout_s: longest a step end or flush blocks (``OTEL_VALGEN_FLUSH_TIMEOUT``, 10).
+        spool: keep records the collector did not accept in ``<directory>/spool``
+            (``OTEL_VALGEN_SPOOL``, on); replay them with ``otel-valgen resend``.
 
     Returns:
         The resolved settings, or None if configuration failed (logged).
@@ -132,6 +135,7 @@ def configure(
         source=source,
         max_field_bytes=max_field_bytes,
         flush_timeout_s=flush_timeout_s,
+        spool=spool,
     )
     return _install(settings).settings
 
@@ -379,7 +383,9 @@ def shutdown(timeout_s: float | None = None) -> bool:
 def stats() -> dict[str, int]:
     """Counters of this process: generations seen, emitted, dropped (by reason), exported..."""
     snapshot = _stats_registry.snapshot()
-    confirmed = snapshot[_stats.RECORDS_EXPORTED] + snapshot[_stats.RECORDS_EXPORT_FAILED]
+    confirmed = (
+        snapshot[_stats.RECORDS_EXPORTED] + snapshot[_stats.RECORDS_EXPORT_FAILED] + snapshot[_stats.RECORDS_SPOOLED]
+    )
     handed = snapshot[_stats.GENERATIONS_EMITTED] + snapshot.get(_stats.END_RECORDS_EMITTED, 0)
     snapshot["records_unconfirmed"] = max(0, handed - confirmed)
     return snapshot

@@ -345,9 +345,10 @@ class Emitter:
 
     def flush(self, timeout_s: float) -> bool:
         """Export what is queued, waiting at most ``timeout_s``; True if all was confirmed."""
-        failed_before = self.stats.get(_stats.RECORDS_EXPORT_FAILED)
+        undelivered = (_stats.RECORDS_EXPORT_FAILED, _stats.RECORDS_SPOOLED)
+        before = [self.stats.get(name) for name in undelivered]
         completed = self.pipeline.flush(timeout_s)
-        return completed and self.stats.get(_stats.RECORDS_EXPORT_FAILED) == failed_before
+        return completed and [self.stats.get(name) for name in undelivered] == before
 
     def shutdown(self, timeout_s: float) -> bool:
         """End open steps, flush and release the pipeline, waiting at most ``timeout_s``."""

@@ -7,12 +7,13 @@ one file per process under the configured folder.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import socket
 import threading
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from opentelemetry.sdk._logs import LoggerProvider, ReadableLogRecord
@@ -32,32 +33,64 @@ _DEFAULT_MAX_QUEUE_SIZE = 16384
 _SCHEDULE_DELAY_MS = 1000
 
 
-class CountingExporter(LogRecordExporter):
-    """Wraps an exporter and counts the records it confirmed or failed; never raises."""
+def _safe_export(exporter: LogRecordExporter, batch: Sequence[ReadableLogRecord], what: str) -> bool:
+    try:
+        return exporter.export(batch) == LogRecordExportResult.SUCCESS
+    except Exception:  # an exporter bug must not kill the SDK's worker thread
+        _logger.exception("otel_valgen: exporter %s raised", what)
+        return False
 
-    def __init__(self, inner: LogRecordExporter, stats: _stats.Stats, description: str) -> None:
+
+class CountingExporter(LogRecordExporter):
+    """Wraps an exporter, counts what it confirmed, and spools what it could not deliver.
+
+    A batch the exporter rejects (after the OTLP exporter's own retries) is written to the
+    spool, a local OTLP-JSON file, when one is configured: nothing is lost while the
+    collector is down, and ``otel-valgen resend`` replays it later. Never raises.
+    """
+
+    def __init__(
+        self,
+        inner: LogRecordExporter,
+        stats: _stats.Stats,
+        description: str,
+        spool: Callable[[], tuple[LogRecordExporter, str]] | None = None,
+    ) -> None:
         self._inner = inner
         self._stats = stats
         self.description = description
+        self._spool_factory = spool
+        self._spool: LogRecordExporter | None = None
+        self._spool_lock = threading.Lock()
+
+    def _spool_exporter(self) -> LogRecordExporter | None:
+        with self._spool_lock:
+            if self._spool is None and self._spool_factory is not None:
+                self._spool, where = self._spool_factory()
+                _logger.warning("otel_valgen: %s did not accept records; spooling them to %s", self.description, where)
+            return self._spool
 
     def export(self, batch: Sequence[ReadableLogRecord]) -> LogRecordExportResult:
-        try:
-            result = self._inner.export(batch)
-        except Exception:  # an exporter bug must not kill the SDK's worker thread
-            _logger.exception("otel_valgen: exporter %s raised", self.description)
-            result = LogRecordExportResult.FAILURE
-        if result == LogRecordExportResult.SUCCESS:
+        if _safe_export(self._inner, batch, self.description):
             self._stats.add(_stats.RECORDS_EXPORTED, len(batch))
-        else:
-            self._stats.add(_stats.RECORDS_EXPORT_FAILED, len(batch))
-            self._stats.warn("export_failed", "%d record(s) could not be exported to %s", len(batch), self.description)
-        return result
+            return LogRecordExportResult.SUCCESS
+        spool = self._spool_exporter()
+        if spool is not None and _safe_export(spool, batch, "spool"):
+            self._stats.add(_stats.RECORDS_SPOOLED, len(batch))
+            self._stats.warn("spooled", "%d record(s) not accepted by %s were spooled", len(batch), self.description)
+            return LogRecordExportResult.SUCCESS
+        self._stats.add(_stats.RECORDS_EXPORT_FAILED, len(batch))
+        self._stats.warn("export_failed", "%d record(s) could not be exported to %s", len(batch), self.description)
+        return LogRecordExportResult.FAILURE
 
     def shutdown(self) -> None:
-        try:
-            self._inner.shutdown()  # type: ignore[no-untyped-call]
-        except Exception:
-            _logger.exception("otel_valgen: exporter %s failed to shut down", self.description)
+        for exporter in (self._inner, self._spool):
+            if exporter is None:
+                continue
+            try:
+                exporter.shutdown()  # type: ignore[no-untyped-call]
+            except Exception:
+                _logger.exception("otel_valgen: exporter %s failed to shut down", self.description)
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         try:
@@ -98,10 +131,10 @@ def sink_path(directory: str, instance_id: str) -> Path:
     return Path(directory) / name
 
 
-def _file_exporter(settings: Settings, instance_id: str) -> tuple[LogRecordExporter, str]:
+def _file_exporter(directory: str, instance_id: str) -> tuple[LogRecordExporter, str]:
     from opentelemetry.exporter.otlp.json.file._log_exporter import FileLogExporter
 
-    path = sink_path(settings.directory, instance_id)
+    path = sink_path(directory, instance_id)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         return FileLogExporter(path), f"file {path}"
@@ -135,8 +168,12 @@ class Pipeline:
         elif settings.endpoint:
             inner, description = _otlp_exporter(settings)
         else:
-            inner, description = _file_exporter(settings, self.instance_id)
-        self.exporter = CountingExporter(inner, stats, description)
+            inner, description = _file_exporter(settings.directory, self.instance_id)
+        spool = None
+        if settings.endpoint and settings.spool and exporter is None:
+            spool_dir = os.path.join(settings.directory, "spool")
+            spool = functools.partial(_file_exporter, spool_dir, self.instance_id)
+        self.exporter = CountingExporter(inner, stats, description, spool)
         self.resource = build_resource(settings, self.instance_id, resource_extra or {})
         self.provider = LoggerProvider(resource=self.resource, shutdown_on_exit=False)
         queue_size = None if os.environ.get("OTEL_BLRP_MAX_QUEUE_SIZE") else _DEFAULT_MAX_QUEUE_SIZE

@@ -30,6 +30,8 @@ OTEL_VALGEN_SOURCE: Final = "OTEL_VALGEN_SOURCE"
 """Default name of the emitting part (e.g. trainer, rollouter). Default "main"."""
 OTEL_VALGEN_MAX_FIELD_BYTES: Final = "OTEL_VALGEN_MAX_FIELD_BYTES"
 """Longest input/output/ground truth sent, in UTF-8 bytes; longer is truncated. Default 65536."""
+OTEL_VALGEN_SPOOL: Final = "OTEL_VALGEN_SPOOL"
+"""Write records the collector did not accept to ``<OTEL_VALGEN_DIR>/spool`` (true/false). Default true."""
 OTEL_VALGEN_FLUSH_TIMEOUT: Final = "OTEL_VALGEN_FLUSH_TIMEOUT"
 """Seconds the end of a step may block the caller while flushing. Default 10."""
 OTEL_EXPORTER_OTLP_ENDPOINT: Final = "OTEL_EXPORTER_OTLP_ENDPOINT"
@@ -61,6 +63,7 @@ class Settings:
     source: str = DEFAULT_SOURCE
     max_field_bytes: int = DEFAULT_MAX_FIELD_BYTES
     flush_timeout_s: float = DEFAULT_FLUSH_TIMEOUT_S
+    spool: bool = True
     run_id_origin: str = "argument"
     resource_attributes: dict[str, str] = field(default_factory=dict)
 
@@ -177,6 +180,7 @@ def resolve_settings(
     source: str | None = None,
     max_field_bytes: int | None = None,
     flush_timeout_s: float | None = None,
+    spool: bool | None = None,
 ) -> Settings:
     """Resolve every setting: argument > environment > default."""
     resolved_run_id, origin = _resolve_run_id(run_id)
@@ -200,5 +204,6 @@ def resolve_settings(
         flush_timeout_s=flush_timeout_s
         if flush_timeout_s is not None and flush_timeout_s >= 0
         else _env_float(OTEL_VALGEN_FLUSH_TIMEOUT, DEFAULT_FLUSH_TIMEOUT_S),
+        spool=_env_bool(OTEL_VALGEN_SPOOL, True) if spool is None else bool(spool),
         resource_attributes=_wandb_resource(),
     )

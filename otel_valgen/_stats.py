@@ -24,6 +24,7 @@ GENERATIONS_DROPPED: Final = "generations_dropped"
 END_RECORDS_EMITTED: Final = "end_records_emitted"
 RECORDS_EXPORTED: Final = "records_exported"
 RECORDS_EXPORT_FAILED: Final = "records_export_failed"
+RECORDS_SPOOLED: Final = "records_spooled"
 REPLACED_CHARS: Final = "replaced_chars"
 TRUNCATED_FIELDS: Final = "truncated_fields"
 INVALID_SCORES: Final = "invalid_scores"
@@ -76,6 +77,7 @@ class Stats:
             GENERATIONS_DROPPED,
             RECORDS_EXPORTED,
             RECORDS_EXPORT_FAILED,
+            RECORDS_SPOOLED,
         ):
             counts.setdefault(name, 0)
         return dict(sorted(counts.items()))

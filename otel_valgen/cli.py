@@ -143,6 +143,39 @@ def demo(steps: int, count: int, prompts: int, responses: int, workers: int, dir
     sys.exit(run_demo(steps, count, prompts, responses, workers, directory))
 
 
+@main.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True))
+@click.option(
+    "--endpoint",
+    envvar="OTEL_EXPORTER_OTLP_ENDPOINT",
+    required=True,
+    help="OTLP/HTTP base URL of the collector (default: OTEL_EXPORTER_OTLP_ENDPOINT).",
+)
+def resend(paths: tuple[str, ...], endpoint: str) -> None:
+    """Replay OTLP-JSON files (the spool of records a collector did not accept) to a collector.
+
+    Headers come from OTEL_EXPORTER_OTLP_HEADERS. Files whose every line was accepted are
+    renamed to *.sent so that a second run does not send them again.
+    """
+    from pathlib import Path
+
+    from otel_valgen.resend import resend_paths
+
+    files = [p for raw in paths for p in ([Path(raw)] if Path(raw).is_file() else sorted(Path(raw).rglob("*.jsonl")))]
+    failed = False
+    for path in files:
+        result = resend_paths([path], endpoint, lambda message: None)
+        for failure in result.failures:
+            click.echo(f"error: {failure}", err=True)
+        click.echo(f"{path}: {result.records_sent} record(s) in {result.lines_sent} request(s) sent", err=True)
+        if result.failures:
+            failed = True
+        else:
+            path.rename(path.with_name(path.name + ".sent"))
+    if failed:
+        sys.exit(EXIT_READ_ERRORS)
+
+
 def _register_optional_commands() -> None:
     try:
         from otel_valgen.wandb_exporter.cli import push_command, wandb_exporter_command

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 import otel_valgen as vg
 from otel_valgen import contract
+from otel_valgen.cli import main
 from otel_valgen.reader import EndRecord, Generation, records_from_request
 from otel_valgen.sampling import sample_key
 from tests.conftest import OtlpHttpReceiver, to_otlp_json
@@ -96,8 +99,8 @@ def test_unreachable_collector_never_blocks_longer_than_the_flush_timeout() -> N
     assert stats["flush_timeouts"] + stats["records_export_failed"] >= 1
 
 
-def test_collector_errors_are_counted_as_export_failures() -> None:
-    """A collector answering 4xx makes the records count as failed exports, not silently lost."""
+def test_collector_errors_are_counted_and_the_records_kept() -> None:
+    """A collector answering 4xx: the records are counted as spooled (or failed), never silently lost."""
     receiver = OtlpHttpReceiver(status=400)
     receiver.thread.start()
     try:
@@ -105,7 +108,45 @@ def test_collector_errors_are_counted_as_export_failures() -> None:
         with vg.validation(step=1) as block:
             vg.log_generations(["a", "b"], ["c", "d"], [1, 2])
         assert block.flushed is False
-        assert vg.stats()["records_export_failed"] == 3  # two generations and the end record
+        stats = vg.stats()
+        assert stats["records_spooled"] == 3  # two generations and the end record
+        assert stats["records_exported"] == 0
     finally:
         receiver.server.shutdown()
         receiver.server.server_close()
+
+
+def test_records_the_collector_did_not_accept_are_spooled_and_resent(tmp_path: Path) -> None:
+    """Collector down: records land in the spool (counted), and `otel-valgen resend` delivers them later."""
+    vg.configure(run_id="spool", count=3, endpoint="http://127.0.0.1:9", directory=str(tmp_path), flush_timeout_s=30)
+    with vg.validation(step=1, source="s") as block:
+        vg.log_generations([f"q{i}" for i in range(10)], ["a"] * 10, [1.0] * 10)
+    assert block.flushed is False
+    stats = vg.stats()
+    assert (stats["records_spooled"], stats["records_export_failed"], stats["records_unconfirmed"]) == (4, 0, 0)
+    spooled = list((tmp_path / "spool").glob("*.jsonl"))
+    assert len(spooled) == 1
+    receiver = OtlpHttpReceiver()
+    receiver.thread.start()
+    try:
+        result = CliRunner().invoke(main, ["resend", str(tmp_path / "spool"), "--endpoint", receiver.endpoint])
+        assert result.exit_code == 0, result.output
+        records = _records(receiver.json_requests())
+        assert sum(isinstance(r, Generation) for r in records) == 3
+        (end,) = [r for r in records if isinstance(r, EndRecord)]
+        assert (end.seen, end.emitted) == (10, 3)
+        assert {r.trace_id for r in records if isinstance(r, Generation)} == {block.trace_id()}
+        assert not list((tmp_path / "spool").glob("*.jsonl"))  # renamed to .sent: never sent twice
+    finally:
+        receiver.server.shutdown()
+        receiver.server.server_close()
+
+
+def test_spool_can_be_turned_off(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """With OTEL_VALGEN_SPOOL=false undeliverable records are counted as failed, not written."""
+    monkeypatch.setenv("OTEL_VALGEN_SPOOL", "false")
+    vg.configure(run_id="nospool", count=3, endpoint="http://127.0.0.1:9", directory=str(tmp_path), flush_timeout_s=30)
+    with vg.validation(step=1):
+        vg.log_generations(["q"], ["a"], [1.0])
+    assert vg.stats()["records_export_failed"] == 2
+    assert not (tmp_path / "spool").exists()

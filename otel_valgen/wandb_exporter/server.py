@@ -17,10 +17,9 @@ from typing import Any
 import grpc
 from google.protobuf.json_format import MessageToJson
 from google.rpc.status_pb2 import Status
-from opentelemetry.proto.collector.logs.v1 import logs_service_pb2_grpc
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceResponse
 
-from otel_valgen.wandb_exporter.decode import MalformedPayload, decode_body, decode_request, request_to_dict
+from otel_valgen.wandb_exporter.decode import MalformedPayload, decode_body, decode_request
 from otel_valgen.wandb_exporter.service import ExporterService, Outcome, Unavailable
 
 __all__ = ["MAX_BODY_BYTES", "ExporterServer", "parse_address"]
@@ -112,22 +111,27 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(200, _response(outcome, as_json=as_json), reply_type)
 
 
-def _grpc_servicer(service: ExporterService) -> Any:
-    class LogsServicer(logs_service_pb2_grpc.LogsServiceServicer):  # type: ignore[misc]
-        def Export(self, request: Any, context: Any) -> Any:
-            try:
-                outcome = service.accept(request_to_dict(request))
-            except MalformedPayload as error:
-                context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
-            except Unavailable as error:
-                context.abort(grpc.StatusCode.UNAVAILABLE, str(error))
-            response = ExportLogsServiceResponse()
-            if outcome.rejected:
-                response.partial_success.rejected_log_records = outcome.rejected
-                response.partial_success.error_message = outcome.message
-            return response
+_GRPC_SERVICE = "opentelemetry.proto.collector.logs.v1.LogsService"
 
-    return LogsServicer()
+
+def _grpc_handler(service: ExporterService) -> Any:
+    """A generic handler for ``LogsService/Export`` that parses the request itself.
+
+    The generated servicer would let grpc decode the message, and a payload that is not
+    protobuf would be answered ``INTERNAL``; parsing here answers ``INVALID_ARGUMENT``.
+    """
+
+    def export(body: bytes, context: Any) -> bytes:
+        try:
+            outcome = service.accept(decode_request(body, json_body=False))
+        except MalformedPayload as error:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
+        except Unavailable as error:
+            context.abort(grpc.StatusCode.UNAVAILABLE, str(error))
+        return _response(outcome, as_json=False)
+
+    method = grpc.unary_unary_rpc_method_handler(export)  # bytes in, bytes out
+    return grpc.method_handlers_generic_handler(_GRPC_SERVICE, {"Export": method})
 
 
 class ExporterServer:
@@ -152,9 +156,7 @@ class ExporterServer:
         if self._grpc_address:
             options = [("grpc.max_receive_message_length", MAX_BODY_BYTES)]
             self._grpc = grpc.server(futures.ThreadPoolExecutor(max_workers=4), options=options)
-            logs_service_pb2_grpc.add_LogsServiceServicer_to_server(  # type: ignore[no-untyped-call]
-                _grpc_servicer(self.service), self._grpc
-            )
+            self._grpc.add_generic_rpc_handlers((_grpc_handler(self.service),))
             host, port = parse_address(self._grpc_address)
             self.grpc_port = self._grpc.add_insecure_port(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
             self._grpc.start()

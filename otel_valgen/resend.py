@@ -1,0 +1,105 @@
+"""Replay OTLP-JSON log files (a spool, the embedded sink) to an OTLP/HTTP endpoint.
+
+Each line is converted to an ``ExportLogsServiceRequest`` protobuf (OTLP/JSON differs from
+the protobuf JSON mapping only in hex-encoded trace and span ids) and POSTed to
+``<endpoint>/v1/logs``, with retries on the status codes OTLP calls retryable.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import time
+import urllib.parse
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import requests
+from google.protobuf.json_format import ParseDict
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+
+__all__ = ["ResendResult", "request_from_otlp_json", "resend_paths"]
+
+_RETRYABLE = {429, 502, 503, 504}
+_ATTEMPTS = 5
+
+
+@dataclass
+class ResendResult:
+    """What a replay sent, per line: records accepted, lines that failed (with why)."""
+
+    records_sent: int = 0
+    lines_sent: int = 0
+    failures: list[str] = field(default_factory=list)
+
+
+def request_from_otlp_json(data: dict[str, Any]) -> ExportLogsServiceRequest:
+    """Build the protobuf request of one OTLP/JSON line (hex ids become bytes)."""
+    for resource_logs in data.get("resourceLogs", []):
+        for scope_logs in resource_logs.get("scopeLogs", []):
+            for log in scope_logs.get("logRecords", []):
+                for key in ("traceId", "spanId"):
+                    if log.get(key):
+                        log[key] = base64.b64encode(bytes.fromhex(log[key])).decode()
+    request = ExportLogsServiceRequest()
+    ParseDict(data, request, ignore_unknown_fields=True)
+    return request
+
+
+def _headers_from_env() -> dict[str, str]:
+    raw = os.environ.get("OTEL_EXPORTER_OTLP_LOGS_HEADERS") or os.environ.get("OTEL_EXPORTER_OTLP_HEADERS", "")
+    headers = {}
+    for item in raw.split(","):
+        name, _, value = item.partition("=")
+        if name.strip() and value:
+            headers[urllib.parse.unquote(name.strip())] = urllib.parse.unquote(value.strip())
+    return headers
+
+
+def _post(session: requests.Session, url: str, body: bytes, headers: dict[str, str]) -> str | None:
+    delay = 0.5
+    for _ in range(_ATTEMPTS):
+        try:
+            response = session.post(url, data=body, headers=headers, timeout=10)
+        except requests.RequestException as error:
+            outcome = f"{type(error).__name__}"
+        else:
+            if response.status_code == 200:
+                return None
+            if response.status_code not in _RETRYABLE:
+                return f"HTTP {response.status_code}"
+            outcome = f"HTTP {response.status_code}"
+        time.sleep(delay)
+        delay *= 2
+    return f"{outcome} after {_ATTEMPTS} attempts"
+
+
+def resend_paths(paths: list[Path], endpoint: str, on_progress: Callable[[str], None]) -> ResendResult:
+    """POST every line of ``paths`` to ``endpoint`` (base URL; ``/v1/logs`` is appended)."""
+    url = endpoint if endpoint.rstrip("/").endswith("/v1/logs") else endpoint.rstrip("/") + "/v1/logs"
+    headers = {"Content-Type": "application/x-protobuf", **_headers_from_env()}
+    result = ResendResult()
+    with requests.Session() as session:
+        for path in paths:
+            with path.open(encoding="utf-8", errors="replace") as handle:
+                for number, line in enumerate(handle, start=1):
+                    if not line.strip():
+                        continue
+                    try:
+                        request = request_from_otlp_json(json.loads(line))
+                    except (ValueError, TypeError) as error:
+                        result.failures.append(f"{path}:{number}: {error}")
+                        continue
+                    failure = _post(session, url, request.SerializeToString(), headers)
+                    if failure:
+                        result.failures.append(f"{path}:{number}: {failure}")
+                        continue
+                    result.lines_sent += 1
+                    result.records_sent += sum(
+                        len(scope.log_records) for rl in request.resource_logs for scope in rl.scope_logs
+                    )
+            on_progress(f"{path}: sent")
+    return result
