@@ -9,6 +9,7 @@ the service cannot take data, which the sender retries. Both bind loopback by de
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 from concurrent import futures
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -134,6 +135,10 @@ def _grpc_handler(service: ExporterService) -> Any:
     return grpc.method_handlers_generic_handler(_GRPC_SERVICE, {"Export": method})
 
 
+class _HTTPServer6(ThreadingHTTPServer):
+    address_family = socket.AF_INET6
+
+
 class ExporterServer:
     """Serves one ``ExporterService`` over OTLP/HTTP and/or OTLP/gRPC."""
 
@@ -149,7 +154,9 @@ class ExporterServer:
         """Bind and start serving (port 0 picks a free port; see ``http_port``/``grpc_port``)."""
         if self._http_address:
             handler = type("Handler", (_Handler,), {"service": self.service})
-            self._http = ThreadingHTTPServer(parse_address(self._http_address), handler)
+            host, port = parse_address(self._http_address)
+            server_class = _HTTPServer6 if ":" in host else ThreadingHTTPServer
+            self._http = server_class((host, port), handler)
             self._http.daemon_threads = True
             self.http_port = int(self._http.server_address[1])
             threading.Thread(target=self._http.serve_forever, name="valgen-otlp-http", daemon=True).start()
