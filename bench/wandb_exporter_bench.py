@@ -111,7 +111,7 @@ def latency(layout: str, steps: int) -> None:
     for body in bodies:
         _post(server.http_port, body)
         _wait_idle(service)
-    ms = [value * 1000 for value in service.latencies]
+    ms = [value * 1000 for value in list(service.latencies)]
     server.stop(1)
     service.stop()
     first, rest = ms[0], ms[1:]

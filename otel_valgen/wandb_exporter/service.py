@@ -76,7 +76,7 @@ class ExporterService:
             entity=config.entity,
         )
         self.writer = writer or WandbWriter(config.writer, self.ledger)
-        self.latencies: list[float] = []
+        self.latencies: deque[float] = deque(maxlen=10_000)  # close -> written, seconds
         self.rejected = 0
         self._pending: deque[ClosedStep] = deque()
         self._cond = threading.Condition()
