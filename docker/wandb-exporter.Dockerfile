@@ -1,0 +1,42 @@
+# syntax=docker/dockerfile:1
+# The otel-valgen wandb exporter service (`otel-valgen wandb-exporter`): receives the sampled
+# generations from the collector over OTLP and writes them into their wandb runs.
+#
+# Build from the repository root:
+#   docker build -f docker/wandb-exporter.Dockerfile -t otel-valgen/wandb-exporter:0.1.0 .
+# The wandb API key is read from WANDB_API_KEY at run time; no key is ever baked in. Without
+# a key the service writes offline runs (see wandb-exporter-entrypoint.sh).
+# Base images are pinned by tag; pin them by digest in production (see docs/deployment.md).
+
+FROM python:3.11.14-slim-bookworm AS build
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_NO_CACHE_DIR=1
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY otel_valgen/ otel_valgen/
+# Versions come from pyproject.toml (the OTel packages are pinned there).
+RUN python -m venv /opt/venv \
+    && /opt/venv/bin/pip install ".[wandb]"
+
+FROM python:3.11.14-slim-bookworm
+RUN groupadd --system --gid 10001 valgen \
+    && useradd --system --uid 10001 --gid valgen --no-create-home --shell /usr/sbin/nologin valgen \
+    && mkdir -p /var/lib/valgen-exporter \
+    && chown valgen:valgen /var/lib/valgen-exporter
+COPY --from=build /opt/venv /opt/venv
+COPY --chmod=0755 docker/wandb-exporter-entrypoint.sh /usr/local/bin/wandb-exporter-entrypoint
+# Listen on every interface of the container's own network namespace; compose does not
+# publish these ports, only the collector reaches them.
+ENV PATH=/opt/venv/bin:$PATH \
+    PYTHONUNBUFFERED=1 \
+    WANDB_DIR=/var/lib/valgen-exporter \
+    WANDB_CACHE_DIR=/var/lib/valgen-exporter/.cache \
+    WANDB_CONFIG_DIR=/var/lib/valgen-exporter/.config
+USER 10001:10001
+WORKDIR /var/lib/valgen-exporter
+VOLUME ["/var/lib/valgen-exporter"]
+EXPOSE 4417 4418
+HEALTHCHECK --interval=10s --timeout=3s --start-period=20s --retries=3 \
+    CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:4418/healthz', timeout=2)"]
+ENTRYPOINT ["/usr/local/bin/wandb-exporter-entrypoint"]
+CMD ["--grpc", "0.0.0.0:4417", "--http", "0.0.0.0:4418", "--state-dir", "/var/lib/valgen-exporter/state"]
