@@ -12,7 +12,7 @@ if [[ ! -x "$BIN" ]]; then
 fi
 
 # auth.yaml fails fast without a token; a placeholder lets the overlay itself be validated.
-export VALGEN_OTLP_TOKEN="${VALGEN_OTLP_TOKEN:-validate-only-token}"
+export VALGEN_AUTH_TOKEN="${VALGEN_AUTH_TOKEN:-validate-only-token}"
 
 # Each line is one collector invocation: the --config files it merges, in order.
 configs=(
@@ -21,6 +21,7 @@ configs=(
   "collector-config/collector.yaml collector-config/sampler.yaml"
   "collector-config/collector.yaml collector-config/auth.yaml"
   "collector-config/collector.yaml collector-config/sampler.yaml collector-config/auth.yaml"
+  "collector-config/agent.yaml collector-config/auth.yaml"
 )
 status=0
 for set in "${configs[@]}"; do
