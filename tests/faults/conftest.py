@@ -1,0 +1,189 @@
+"""Fixtures for the fault tests: the built collector (restartable, SIGKILL-able) and its stand-ins.
+
+Tests that need ``build/otelcol-valgen`` ask for the ``collectors`` fixture, which skips with a
+message when the binary is absent (``make collector`` builds it).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import urllib.request
+from collections.abc import Iterator
+from concurrent import futures
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e import harness
+from tests.e2e.harness import Collector, StandIn
+
+
+def metrics(port: int) -> dict[str, float]:
+    """The collector's own Prometheus metrics: ``name{labels}`` -> value (labels sorted as exposed)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            out[name] = float(value)
+    return out
+
+
+def metric_sum(values: dict[str, float], name: str, **labels: str) -> float:
+    """Sum of every series of ``name`` whose labels include ``labels``."""
+    total = 0.0
+    for series, value in values.items():
+        base = series.split("{", 1)[0]
+        if base != name:
+            continue
+        found = dict(re.findall(r'(\w+)="([^"]*)"', series))
+        if all(found.get(k) == v for k, v in labels.items()):
+            total += value
+    return total
+
+
+def healthy(port: int) -> bool:
+    """True when the health_check extension answers 200."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=2) as response:
+            return bool(response.status == 200)
+    except OSError:
+        return False
+
+
+@dataclass
+class RunningCollector(Collector):
+    """A collector with the ports of its health check and its own Prometheus metrics."""
+
+    health_port: int = 0
+    metrics_port: int = 0
+
+    def metrics(self) -> dict[str, float]:
+        """Its current Prometheus metrics."""
+        return metrics(self.metrics_port)
+
+    def healthy(self) -> bool:
+        """True while its health check answers 200."""
+        return healthy(self.health_port)
+
+
+@dataclass
+class Collectors:
+    """Starts collectors under ``state``; every one is stopped (SIGTERM, then SIGKILL) at teardown."""
+
+    state: Path
+    started: list[RunningCollector] = field(default_factory=list)
+    ports: dict[str, tuple[int, ...]] = field(default_factory=dict)
+
+    def start(
+        self, name: str, env: dict[str, str], configs: list[str] | None = None, wait: bool = True
+    ) -> RunningCollector:
+        """Start ``name`` on free loopback ports (same name = same queue, file and log); wait until healthy."""
+        home = self.state / name
+        home.mkdir(parents=True, exist_ok=True)
+        if name not in self.ports:  # a restart under the same name listens where emitters already send
+            self.ports[name] = tuple(harness.free_port() for _ in range(4))
+        grpc_port, http_port, health, metrics_port = self.ports[name]
+        file_path = home / "valgen.jsonl"
+        full_env = {
+            **os.environ,
+            "VALGEN_OTLP_GRPC_ENDPOINT": f"127.0.0.1:{grpc_port}",
+            "VALGEN_OTLP_HTTP_ENDPOINT": f"127.0.0.1:{http_port}",
+            "VALGEN_HEALTH_ENDPOINT": f"127.0.0.1:{health}",
+            "VALGEN_METRICS_PORT": str(metrics_port),
+            "VALGEN_STATE_DIR": str(home),
+            "VALGEN_FILE_PATH": str(file_path),
+            "VALGEN_BATCH_TIMEOUT": "200ms",
+            **env,
+        }
+        args = [str(harness.COLLECTOR_BIN)]
+        for config in configs or ["collector.yaml"]:
+            args += ["--config", str(harness.CONFIG_DIR / config)]
+        log_path = home / "collector.log"
+        with log_path.open("ab") as log:
+            process = subprocess.Popen(args, env=full_env, stdout=log, stderr=subprocess.STDOUT, cwd=home)
+        collector = RunningCollector(
+            name,
+            process,
+            log_path,
+            f"127.0.0.1:{grpc_port}",
+            f"127.0.0.1:{http_port}",
+            Path(full_env["VALGEN_FILE_PATH"]),
+            health,
+            metrics_port,
+        )
+        self.started.append(collector)
+        if wait:
+            harness.wait_for(
+                lambda: healthy(health) or process.poll() is not None, 30, f"{name} healthy:\n{collector.log_tail()}"
+            )
+            assert process.poll() is None, f"{name} exited early:\n{collector.log_tail()}"
+        return collector
+
+    @staticmethod
+    def kill(collector: Collector) -> None:
+        """SIGKILL: no shutdown flush, no queue drain; what is only in memory is gone."""
+        collector.process.send_signal(signal.SIGKILL)
+        collector.process.wait(10)
+
+    def stop_all(self) -> None:
+        """Stop every collector still running."""
+        for collector in reversed(self.started):
+            try:
+                collector.stop(10)
+            except (OSError, subprocess.SubprocessError):
+                collector.process.kill()
+
+
+@pytest.fixture
+def collectors(tmp_path: Path) -> Iterator[Collectors]:
+    """The built collector, restartable; skipped, saying why, when it has not been built."""
+    if not harness.COLLECTOR_BIN.is_file():
+        pytest.skip(f"{harness.COLLECTOR_BIN.relative_to(harness.REPO)} is absent; build it with `make collector`")
+    started = Collectors(tmp_path / "collectors")
+    yield started
+    started.stop_all()
+
+
+@contextmanager
+def grpc_stand_in_at(endpoint: str) -> Iterator[StandIn]:
+    """An OTLP/gRPC logs stand-in on a given ``host:port``, so it can come up after the collector."""
+    import grpc
+    from opentelemetry.proto.collector.logs.v1 import logs_service_pb2, logs_service_pb2_grpc
+
+    stand_in = StandIn(endpoint=endpoint)
+
+    class Service(logs_service_pb2_grpc.LogsServiceServicer):
+        def Export(self, request: Any, context: Any) -> logs_service_pb2.ExportLogsServiceResponse:
+            stand_in.requests.append(request)
+            return logs_service_pb2.ExportLogsServiceResponse()
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    logs_service_pb2_grpc.add_LogsServiceServicer_to_server(Service(), server)
+    server.add_insecure_port(endpoint)
+    server.start()
+    try:
+        yield stand_in
+    finally:
+        server.stop(grace=None)
+
+
+@pytest.fixture
+def wandb_stand_in() -> Iterator[StandIn]:
+    """The wandb exporter service stand-in (OTLP/gRPC) on a free loopback port."""
+    with harness.wandb_stand_in() as stand_in:
+        yield stand_in
+
+
+@pytest.fixture
+def loki_stand_in() -> Iterator[StandIn]:
+    """The Loki stand-in on a free loopback port; its endpoint is the OTLP base URL (…/otlp)."""
+    with harness.loki_stand_in() as stand_in:
+        yield stand_in
