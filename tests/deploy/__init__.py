@@ -1,0 +1,1 @@
+"""Deployment checks: compose, images, collector configs with auth, Loki and the Grafana dashboard."""

@@ -1,0 +1,202 @@
+"""Processes and stand-ins for the deployment tests: the built collector, Loki, an OTLP/HTTP sink.
+
+Everything listens on 127.0.0.1 at free ports and is stopped by its context manager, so the
+tests never clash with a collector or a Loki already running on the default ports.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
+
+REPO = Path(__file__).resolve().parents[2]
+COLLECTOR_BIN = REPO / "build" / "otelcol-valgen"
+CONFIG_DIR = REPO / "collector-config"
+TOOLS = REPO / "build" / "tools"
+INSTALL_TOOLS = "bash tools/deploy/install-tools.sh"
+
+
+def require_collector() -> Path:
+    """The built collector, or skip saying how to build it."""
+    if not COLLECTOR_BIN.is_file():
+        pytest.skip(f"{COLLECTOR_BIN.relative_to(REPO)} is absent; build it with `make collector`")
+    return COLLECTOR_BIN
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
+    """Poll `condition` every 0.1 s; fail naming `what` after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+
+
+def http_ok(url: str) -> bool:
+    """True when GET `url` answers 200 within a second."""
+    try:
+        with urllib.request.urlopen(url, timeout=1) as response:
+            return int(response.status) == 200
+    except (OSError, urllib.error.HTTPError):
+        return False
+
+
+@dataclass
+class Process:
+    """A started server process with its log file."""
+
+    name: str
+    popen: subprocess.Popen[bytes]
+    log_path: Path
+
+    def log_tail(self, lines: int = 30) -> str:
+        """The last lines of its log, for failure messages."""
+        text = self.log_path.read_text(encoding="utf-8", errors="replace")
+        return "\n".join(text.splitlines()[-lines:])
+
+    def stop(self, timeout_s: float = 20.0) -> None:
+        """SIGTERM, then SIGKILL after `timeout_s`."""
+        if self.popen.poll() is None:
+            self.popen.send_signal(signal.SIGTERM)
+            try:
+                self.popen.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait(5)
+
+
+@contextmanager
+def started(
+    name: str, args: list[str], env: dict[str, str], workdir: Path, ready_url: str, timeout_s: float
+) -> Iterator[Process]:
+    """Run `args` until the block ends; wait until `ready_url` answers 200."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    log_path = workdir / f"{name}.log"
+    with log_path.open("ab") as log:
+        popen = subprocess.Popen(args, env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT, cwd=workdir)
+    process = Process(name, popen, log_path)
+    try:
+        deadline = time.monotonic() + timeout_s
+        while not http_ok(ready_url):
+            if popen.poll() is not None:
+                raise AssertionError(f"{name} exited with {popen.returncode}:\n{process.log_tail()}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{name} not ready after {timeout_s}s:\n{process.log_tail()}")
+            time.sleep(0.2)
+        yield process
+    finally:
+        process.stop()
+
+
+@dataclass
+class Collector:
+    """A running collector's addresses."""
+
+    process: Process
+    grpc_endpoint: str
+    http_endpoint: str
+    file_path: Path
+
+
+@contextmanager
+def collector(configs: list[str], env: dict[str, str], workdir: Path) -> Iterator[Collector]:
+    """The built collector with `configs` (names under collector-config/) on free loopback ports.
+
+    Every listen address and path the shipped configs read from VALGEN_* is overridden; `env`
+    is applied last.
+    """
+    binary = require_collector()
+    grpc_port, http_port, health_port, metrics_port = (free_port() for _ in range(4))
+    file_path = workdir / "files" / "valgen.jsonl"
+    full_env = {
+        "VALGEN_OTLP_GRPC_ENDPOINT": f"127.0.0.1:{grpc_port}",
+        "VALGEN_OTLP_HTTP_ENDPOINT": f"127.0.0.1:{http_port}",
+        "VALGEN_SAMPLER_GRPC_ENDPOINT": f"127.0.0.1:{grpc_port}",
+        "VALGEN_SAMPLER_HTTP_ENDPOINT": f"127.0.0.1:{http_port}",
+        "VALGEN_HEALTH_ENDPOINT": f"127.0.0.1:{health_port}",
+        "VALGEN_METRICS_HOST": "127.0.0.1",
+        "VALGEN_METRICS_PORT": str(metrics_port),
+        "VALGEN_STATE_DIR": str(workdir / "state"),
+        "VALGEN_FILE_PATH": str(file_path),
+        # Nothing listens there: the wandb export only queues, which is all these tests need.
+        "VALGEN_WANDB_EXPORTER_ENDPOINT": f"127.0.0.1:{free_port()}",
+        "VALGEN_LOKI_OTLP_ENDPOINT": f"http://127.0.0.1:{free_port()}/otlp",
+        "VALGEN_BATCH_TIMEOUT": "200ms",
+        **env,
+    }
+    args = [str(binary)]
+    for config in configs:
+        args += ["--config", str(CONFIG_DIR / config)]
+    health = f"http://127.0.0.1:{health_port}/"
+    with started("collector", args, full_env, workdir, health, 30) as process:
+        yield Collector(process, f"127.0.0.1:{grpc_port}", f"127.0.0.1:{http_port}", file_path)
+
+
+@dataclass
+class OtlpHttpSink:
+    """An HTTP server that keeps the OTLP/protobuf log requests posted to it, by path."""
+
+    base_url: str
+    requests: list[tuple[str, logs_service_pb2.ExportLogsServiceRequest]] = field(default_factory=list)
+
+    def at(self, path: str) -> list[logs_service_pb2.ExportLogsServiceRequest]:
+        """The requests received at `path`."""
+        return [request for got, request in list(self.requests) if got == path]
+
+
+@contextmanager
+def otlp_http_sink() -> Iterator[OtlpHttpSink]:
+    """An OTLP/HTTP logs sink on a free loopback port (a stand-in for Loki's /otlp/v1/logs)."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), BaseHTTPRequestHandler)
+    sink = OtlpHttpSink(base_url=f"http://127.0.0.1:{server.server_address[1]}")
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            payload = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            if self.headers.get("Content-Encoding") == "gzip":
+                payload = gzip.decompress(payload)
+            request = logs_service_pb2.ExportLogsServiceRequest()
+            request.ParseFromString(payload)
+            sink.requests.append((self.path, request))
+            body = logs_service_pb2.ExportLogsServiceResponse().SerializeToString()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/x-protobuf")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            return None
+
+    server.RequestHandlerClass = Handler
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield sink
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -1,0 +1,146 @@
+"""Bearer-token auth between training jobs and the collector, and the configs compose runs.
+
+Runs the built collector (`build/otelcol-valgen`, from `make collector`; skipped without it)
+with collector-config/collector.yaml and the auth.yaml overlay on free loopback ports.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
+from opentelemetry.proto.collector.logs.v1 import logs_service_pb2, logs_service_pb2_grpc
+from opentelemetry.proto.common.v1 import common_pb2
+from opentelemetry.proto.logs.v1 import logs_pb2
+
+from tests.deploy import compose, harness
+
+TOKEN = "test-token-5f1c0e2a"
+ENV = {"GF_SECURITY_ADMIN_PASSWORD": "x", "VALGEN_AUTH_TOKEN": TOKEN}
+
+
+def _config_sets() -> list[list[str]]:
+    """The --config lists the compose stack gives the collector, as collector-config/ file names."""
+    sets = []
+    for auth in (False, True):
+        command = compose.resolved(ENV, auth=auth)["services"]["collector"]["command"]
+        sets.append([Path(arg).name for arg in command if arg != "--config"])
+    return sets
+
+
+@pytest.mark.parametrize("configs", _config_sets(), ids="+".join)
+def test_collector_validates_every_config_compose_uses(configs: list[str]) -> None:
+    """`otelcol-valgen validate` accepts each config set of the stack with the stack's environment."""
+    binary = harness.require_collector()
+    env = {**os.environ, **compose.resolved(ENV, auth=True)["services"]["collector"]["environment"]}
+    args = [str(binary), "validate"]
+    for config in configs:
+        args += ["--config", str(harness.CONFIG_DIR / config)]
+    result = subprocess.run(args, env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_auth_overlay_refuses_to_start_without_a_token() -> None:
+    """With VALGEN_AUTH_TOKEN unset the auth overlay is invalid, so the collector never runs unauthenticated."""
+    binary = harness.require_collector()
+    env = {key: value for key, value in os.environ.items() if key != "VALGEN_AUTH_TOKEN"}
+    args = [str(binary), "validate", "--config", str(harness.CONFIG_DIR / "collector.yaml")]
+    args += ["--config", str(harness.CONFIG_DIR / "auth.yaml")]
+    result = subprocess.run(args, env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode != 0
+    assert "no bearer token" in result.stdout + result.stderr
+
+
+@pytest.fixture(scope="module")
+def authed_collector(tmp_path_factory: pytest.TempPathFactory) -> Iterator[harness.Collector]:
+    """The collector with collector.yaml + auth.yaml and a known token."""
+    workdir = tmp_path_factory.mktemp("auth-collector")
+    with harness.collector(["collector.yaml", "auth.yaml"], {"VALGEN_AUTH_TOKEN": TOKEN}, workdir) as running:
+        yield running
+
+
+def _request() -> logs_service_pb2.ExportLogsServiceRequest:
+    """One log record that is not a valgen event (the sampler passes it through)."""
+    record = logs_pb2.LogRecord(body=common_pb2.AnyValue(string_value="auth probe"))
+    return logs_service_pb2.ExportLogsServiceRequest(
+        resource_logs=[logs_pb2.ResourceLogs(scope_logs=[logs_pb2.ScopeLogs(log_records=[record])])]
+    )
+
+
+def _post(endpoint: str, headers: dict[str, str]) -> int:
+    """POST one protobuf export request to /v1/logs; the HTTP status."""
+    request = urllib.request.Request(
+        f"http://{endpoint}/v1/logs",
+        data=_request().SerializeToString(),
+        headers={"Content-Type": "application/x-protobuf", **headers},
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as error:
+        return int(error.code)
+
+
+@pytest.mark.parametrize(
+    ("headers", "status"),
+    [
+        ({}, 401),
+        ({"Authorization": "Bearer wrong-token"}, 401),
+        ({"Authorization": TOKEN}, 401),
+        ({"Authorization": f"Bearer {TOKEN}"}, 200),
+    ],
+    ids=["no-header", "wrong-token", "no-scheme", "right-token"],
+)
+def test_otlp_http_needs_the_bearer_token(
+    authed_collector: harness.Collector, headers: dict[str, str], status: int
+) -> None:
+    """OTLP/HTTP answers 401 without the right `Authorization: Bearer <token>` and 200 with it."""
+    assert _post(authed_collector.http_endpoint, headers) == status
+
+
+def test_otlp_grpc_needs_the_bearer_token(authed_collector: harness.Collector) -> None:
+    """OTLP/gRPC answers UNAUTHENTICATED without the token and accepts the export with it."""
+    with grpc.insecure_channel(authed_collector.grpc_endpoint) as channel:
+        stub = logs_service_pb2_grpc.LogsServiceStub(channel)
+        with pytest.raises(grpc.RpcError) as refused:
+            stub.Export(_request(), timeout=10)
+        assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        stub.Export(_request(), timeout=10, metadata=[("authorization", f"Bearer {TOKEN}")])
+
+
+def test_sdk_exporter_authenticates_with_otel_exporter_otlp_headers(
+    authed_collector: harness.Collector, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job's OTel SDK exporter configured only by OTEL_EXPORTER_OTLP_HEADERS gets through; without it, not."""
+    from opentelemetry.sdk._logs import LoggerProvider
+    from opentelemetry.sdk._logs.export import SimpleLogRecordProcessor
+
+    def export_once() -> str:
+        """Emit one record through an SDK exporter; the name of its export result."""
+        results: list[Any] = []
+
+        class Recording(OTLPLogExporter):
+            def export(self, batch: Sequence[Any]) -> Any:
+                results.append(super().export(batch))
+                return results[-1]
+
+        exporter = Recording(endpoint=f"http://{authed_collector.http_endpoint}/v1/logs", timeout=5)
+        provider = LoggerProvider()
+        provider.add_log_record_processor(SimpleLogRecordProcessor(exporter))
+        provider.get_logger("deploy-test").emit(body="auth probe")
+        provider.shutdown()
+        return str(results[0].name)
+
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", f"Authorization=Bearer%20{TOKEN}")
+    assert export_once() == "SUCCESS"
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_HEADERS")
+    assert export_once() == "FAILURE"

