@@ -1,0 +1,58 @@
+"""A small training job for the deployment tests: validation steps sent through a collector."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+import otel_valgen as vg
+from otel_valgen import _api
+
+SERVICE = "deploy-test"
+RUN_ID = "deploy-run"
+K = 5
+SEED = 11
+STEPS = (100, 200)
+PROMPTS = 20
+DATA_SOURCE = "synthetic-math"
+
+
+@dataclass(frozen=True)
+class Job:
+    """What the job sent: the run, its steps, k, and generations per step."""
+
+    service: str = SERVICE
+    run_id: str = RUN_ID
+    steps: tuple[int, ...] = STEPS
+    k: int = K
+    generations_per_step: int = PROMPTS
+
+
+def run_job(http_endpoint: str) -> Job:
+    """Send every step of the job to the collector at `http_endpoint` (host:port) and flush.
+
+    The same prompts are validated at every step; each has a ground truth, a score and a data
+    source. The process-wide emitter is reset before and after, as the test suite expects.
+    """
+    prompts = [f"prompt-{i:03d}" for i in range(PROMPTS)]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("OTEL_SERVICE_NAME", SERVICE)
+        patch.delenv("OTEL_RESOURCE_ATTRIBUTES", raising=False)
+        _api._reset_for_testing()
+        try:
+            vg.configure(run_id=RUN_ID, count=K, seed=SEED, endpoint=f"http://{http_endpoint}", presample=True)
+            for step in STEPS:
+                with vg.validation(step=step, source="trainer", sources_expected=1):
+                    vg.log_generations(
+                        [f"What is {i} + {i}? ({p})" for i, p in enumerate(prompts)],
+                        [f"At step {step} the answer is {2 * i + step % 3}" for i in range(PROMPTS)],
+                        [((i * 7 + step) % 10) / 10 for i in range(PROMPTS)],
+                        ground_truths=[str(2 * i) for i in range(PROMPTS)],
+                        sample_ids=prompts,
+                        data_sources=[DATA_SOURCE] * PROMPTS,
+                    )
+            assert vg.flush(10.0), "the collector did not confirm the job's records"
+        finally:
+            _api._reset_for_testing()
+    return Job()
