@@ -1,0 +1,122 @@
+"""User story: an emitting Ray actor is killed in the middle of validation, before its end_step.
+
+On a real local Ray cluster three actors validate parts of a step (``sources_expected=3``)
+and send to the built collector; one is ``ray.kill``-ed before its part ends. The step must
+close after ``decision_wait`` with what arrived, and its ``valgen.step.summary`` must say
+``closed_reason = wait`` and that a source is missing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import otel_valgen as vg
+from otel_valgen import contract
+from otel_valgen import ray as vg_ray
+from otel_valgen.sampling import SortKey, bottom_k, sample_key
+from tests.e2e.harness import StandIn, records_of_file, wait_for
+from tests.e2e.steps import by_step
+from tests.faults.conftest import Collectors, RunningCollector, metric_sum
+
+ray = pytest.importorskip("ray")
+
+pytestmark = pytest.mark.ray
+
+RUN_ID = "faults-actor"
+K = 4
+SEED = 42
+PER_ACTOR = 10
+
+
+@ray.remote(num_cpus=0)
+class Validator:
+    """An actor validating its share of a step."""
+
+    def part(self, step: int, source: str, ids: list[str]) -> bool:
+        """Validate a whole part: log, then end it (flushes); True when confirmed sent."""
+        with vg.validation(step=step, source=source, sources_expected=3) as block:
+            vg.log_generations([f"q {i}" for i in ids], [f"a {i}" for i in ids], [0.5] * len(ids), sample_ids=ids)
+        return bool(block.flushed)
+
+    def begin(self, step: int, source: str, ids: list[str], presample: bool) -> int:
+        """Open a part and log generations, but never end it (the actor is killed next)."""
+        vg.configure(presample=presample)  # run id, endpoint, k come from the driver's runtime env
+        self.block = vg.validation(step=step, source=source, sources_expected=3).__enter__()
+        accepted = vg.log_generations(
+            [f"q {i}" for i in ids], [f"a {i}" for i in ids], [0.5] * len(ids), sample_ids=ids
+        )
+        if not presample:  # let the SDK's batch processor send what was logged
+            vg.flush(5)
+        return int(accepted)
+
+
+@pytest.fixture
+def cluster(
+    collectors: Collectors, wandb_stand_in: StandIn, loki_stand_in: StandIn
+) -> Iterator[RunningCollector]:
+    """The built collector and a local Ray cluster whose workers send to it."""
+    collector = collectors.start(
+        "c",
+        {
+            "VALGEN_WANDB_EXPORTER_ENDPOINT": wandb_stand_in.endpoint,
+            "VALGEN_LOKI_OTLP_ENDPOINT": loki_stand_in.endpoint,
+            "VALGEN_DECISION_WAIT": "2s",
+        },
+    )
+    vg.configure(run_id=RUN_ID, count=K, seed=SEED, endpoint=f"http://{collector.http_endpoint}", source="driver")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env=vg_ray.runtime_env())
+    try:
+        yield collector
+    finally:
+        ray.shutdown()
+
+
+def _ids(source: str, step: int) -> list[str]:
+    return [f"{source}-{step}-{i}" for i in range(PER_ACTOR)]
+
+
+def _bottom_k(ids: list[str]) -> list[str]:
+    full = [f"{i}/0" for i in ids]
+    return [i for _, i in bottom_k(((SortKey.of(sample_key(SEED, i), i), i) for i in full), K)]
+
+
+def _summary(collector: RunningCollector, step: int) -> tuple[list[str], dict[str, Any]]:
+    wait_for(lambda: step in by_step(records_of_file(collector.file_path))[1], 30, f"step {step} summary")
+    kept, summaries = by_step(records_of_file(collector.file_path))
+    assert len(summaries[step]) == 1
+    ranked = sorted(kept[step], key=lambda r: r.attributes[contract.RANK])
+    return [r.attributes[contract.SAMPLE_ID] for r in ranked], summaries[step][0].attributes
+
+
+@pytest.mark.timeout(150)
+def test_killed_actor_step_closes_after_the_wait_and_the_summary_counts_the_missing_source(
+    cluster: RunningCollector,
+) -> None:
+    """Killed before end_step: presampled records die with it; streamed ones arrive; summary says 'wait', 2 of 3."""
+    collector = cluster
+    for step, presample in ((1, True), (2, False)):
+        actors = [Validator.remote() for _ in range(3)]
+        assert ray.get(actors[2].begin.remote(step, "doomed", _ids("doomed", step), presample)) == PER_ACTOR
+        ray.kill(actors[2], no_restart=True)
+        assert ray.get([actors[i].part.remote(step, f"w{i}", _ids(f"w{i}", step)) for i in (0, 1)]) == [True, True]
+        kept, summary = _summary(collector, step)
+
+        survivors = _ids("w0", step) + _ids("w1", step)
+        arrived = survivors if presample else survivors + _ids("doomed", step)
+        assert kept == _bottom_k(arrived), f"step {step}"
+        assert summary[contract.CLOSED_REASON] == "wait", summary
+        assert summary[contract.SOURCES_EXPECTED] == 3, summary
+        ended_sources = 2
+        # A source that delivered records but never ended is counted as a source, not as ended.
+        assert summary[contract.SOURCES] == (ended_sources if presample else ended_sources + 1), summary
+        assert summary[contract.SEEN] == len(arrived), summary
+        assert summary[contract.MISSING] == 0, summary  # only ended sources announce what they emitted
+        assert summary[contract.KEPT] == K
+        for actor in actors[:2]:
+            ray.kill(actor)
+    values = collector.metrics()
+    assert metric_sum(values, "otelcol_valgen_sampler_groups_closed", reason="wait") == 2
