@@ -9,7 +9,6 @@ close after ``decision_wait`` with what arrived, and its ``valgen.step.summary``
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -55,9 +54,7 @@ class Validator:
 
 
 @pytest.fixture
-def cluster(
-    collectors: Collectors, wandb_stand_in: StandIn, loki_stand_in: StandIn
-) -> Iterator[RunningCollector]:
+def cluster(collectors: Collectors, wandb_stand_in: StandIn, loki_stand_in: StandIn) -> Iterator[RunningCollector]:
     """The built collector and a local Ray cluster whose workers send to it."""
     collector = collectors.start(
         "c",
