@@ -56,3 +56,16 @@ def run_job(http_endpoint: str) -> Job:
         finally:
             _api._reset_for_testing()
     return Job()
+
+
+def send_late_generation(http_endpoint: str, step: int, sample_id: str) -> None:
+    """Send one more generation for an already closed `step` of the job's run, from a straggler."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("OTEL_SERVICE_NAME", SERVICE)
+        _api._reset_for_testing()
+        try:
+            vg.configure(run_id=RUN_ID, count=K, seed=SEED, endpoint=f"http://{http_endpoint}", presample=False)
+            vg.log_generations(["a late question"], ["a late answer"], [0.5], step=step, sample_ids=[sample_id])
+            assert vg.flush(10.0), "the collector did not confirm the late record"
+        finally:
+            _api._reset_for_testing()

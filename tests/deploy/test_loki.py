@@ -18,7 +18,7 @@ import subprocess
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -28,16 +28,17 @@ import yaml
 from dashboards import validation_generations as vgd
 from otel_valgen.sampling import SortKey, bottom_k, sample_key
 from tests.deploy import harness, logql_subset, loki_model
-from tests.deploy.steps import PROMPTS, SEED, Job, run_job
+from tests.deploy.steps import PROMPTS, SEED, Job, run_job, send_late_generation
 
 DASHBOARD = harness.REPO / "docker" / "grafana" / "dashboards" / "validation-generations.json"
 LOKI_BIN = harness.TOOLS / "loki"
 
 
 class Backend(Protocol):
-    """Something that answers the dashboard's queries."""
+    """Something that answers the dashboard's queries, fed by a collector at `collector_http`."""
 
     job: Job
+    collector_http: str
 
     def logs(self, query: str) -> list[dict[str, str]]:
         """The label sets (labels, structured metadata, parsed fields) of the lines a log query returns."""
@@ -70,9 +71,15 @@ def expected_ids() -> list[str]:
 class StandInBackend:
     """The collector's requests to Loki, mapped to Loki's model and queried in process."""
 
-    def __init__(self, job: Job, entries: list[loki_model.Entry]) -> None:
+    def __init__(self, job: Job, collector_http: str, entries: Callable[[], list[loki_model.Entry]]) -> None:
         self.job = job
-        self.entries = entries
+        self.collector_http = collector_http
+        self._entries = entries
+
+    @property
+    def entries(self) -> list[loki_model.Entry]:
+        """Everything the stand-in has received so far, mapped to Loki entries."""
+        return self._entries()
 
     def logs(self, query: str) -> list[dict[str, str]]:
         """Evaluate a log query over the mapped entries."""
@@ -86,8 +93,9 @@ class StandInBackend:
 class LokiBackend:
     """A running Loki's HTTP query API."""
 
-    def __init__(self, job: Job, base_url: str) -> None:
+    def __init__(self, job: Job, collector_http: str, base_url: str) -> None:
         self.job = job
+        self.collector_http = collector_http
         self.base_url = base_url
 
     def _get(self, path: str, **params: str) -> dict[str, Any]:
@@ -125,31 +133,30 @@ def _summaries(backend: Backend) -> list[dict[str, str]]:
     return backend.logs(substitute(vgd.Q_SUMMARIES, **variables(backend.job)))
 
 
+# Late generations are forwarded (not the compose default, `drop`) so that the dashboard's
+# "Late generations" panel has something to show.
+COLLECTOR_ENV = {"VALGEN_DECISION_WAIT": "60s", "VALGEN_LATE_RECORDS": "forward"}
+
+
 @pytest.fixture(scope="module")
 def stand_in(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandInBackend]:
     """The job sent through collector.yaml to the Loki stand-in."""
     workdir = tmp_path_factory.mktemp("loki-stand-in")
+    index = loki_model.index_label_attributes()
     with harness.otlp_http_sink() as sink:
-        env = {"VALGEN_LOKI_OTLP_ENDPOINT": f"{sink.base_url}/otlp", "VALGEN_DECISION_WAIT": "60s"}
+        env = {"VALGEN_LOKI_OTLP_ENDPOINT": f"{sink.base_url}/otlp", **COLLECTOR_ENV}
         with harness.collector(["collector.yaml"], env, workdir) as running:
             job = run_job(running.http_endpoint)
-            index = loki_model.index_label_attributes()
-
-            def entries() -> list[loki_model.Entry]:
-                return [e for r in sink.at("/otlp/v1/logs") for e in loki_model.entries(r, index)]
-
-            backend = StandInBackend(job, [])
-            harness.wait_for(
-                lambda: (
-                    len(StandInBackend(job, entries()).logs(substitute(vgd.Q_SUMMARIES, **variables(job))))
-                    == len(job.steps)
-                ),
-                30,
-                "the step summaries at the Loki stand-in",
+            backend = StandInBackend(
+                job,
+                running.http_endpoint,
+                lambda: [e for r in sink.at("/otlp/v1/logs") for e in loki_model.entries(r, index)],
             )
-            backend.entries = entries()
-            assert [path for path, _ in sink.requests if path != "/otlp/v1/logs"] == []
+            harness.wait_for(
+                lambda: len(_summaries(backend)) == len(job.steps), 30, "the step summaries at the Loki stand-in"
+            )
             yield backend
+            assert [path for path, _ in sink.requests if path != "/otlp/v1/logs"] == []
 
 
 def _loki_config(workdir: Path) -> Path:
@@ -177,10 +184,10 @@ def real_loki(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LokiBackend]
     ]
     base_url = f"http://127.0.0.1:{http_port}"
     with harness.started("loki", args, {}, workdir, f"{base_url}/ready", 60):
-        env = {"VALGEN_LOKI_OTLP_ENDPOINT": f"{base_url}/otlp", "VALGEN_DECISION_WAIT": "60s"}
+        env = {"VALGEN_LOKI_OTLP_ENDPOINT": f"{base_url}/otlp", **COLLECTOR_ENV}
         with harness.collector(["collector.yaml"], env, workdir / "collector") as running:
             job = run_job(running.http_endpoint)
-            backend = LokiBackend(job, base_url)
+            backend = LokiBackend(job, running.http_endpoint, base_url)
             harness.wait_for(lambda: len(_summaries(backend)) == len(job.steps), 30, "the step summaries in Loki")
             yield backend
 
@@ -303,3 +310,15 @@ def test_every_table_column_is_in_what_loki_returns(backend: Backend) -> None:
         assert not missing, f"{panel['title']}: {missing}"
         checked += 1
     assert checked == 3
+
+
+def test_late_panel_lists_generations_that_arrive_after_their_step_closed(backend: Backend) -> None:
+    """A generation for a closed step, forwarded as late, is listed by the late panel and by no sampled panel."""
+    send_late_generation(backend.collector_http, step=100, sample_id="straggler-prompt")
+    query = substitute(vgd.Q_LATE, **variables(backend.job))
+    harness.wait_for(lambda: len(backend.logs(query)) == 1, 30, "the late generation")
+    (row,) = backend.logs(query)
+    assert (row["valgen_step"], row["valgen_sample_id"]) == ("100", "straggler-prompt/0")
+    assert (row["input"], row["output"]) == ("a late question", "a late answer")
+    kept = backend.logs(substitute(vgd.Q_STEP_GENERATIONS, **variables(backend.job, step="100")))
+    assert "straggler-prompt/0" not in {r["valgen_sample_id"] for r in kept}
