@@ -6,6 +6,7 @@ message when the binary is absent (``make collector`` builds it).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -21,7 +22,7 @@ from typing import Any
 import pytest
 
 from tests.e2e import harness
-from tests.e2e.harness import Collector, StandIn
+from tests.e2e.harness import Collector, Record, StandIn, records_of_json
 
 
 def metrics(port: int) -> dict[str, float]:
@@ -187,3 +188,19 @@ def loki_stand_in() -> Iterator[StandIn]:
     """The Loki stand-in on a free loopback port; its endpoint is the OTLP base URL (…/otlp)."""
     with harness.loki_stand_in() as stand_in:
         yield stand_in
+
+
+def file_records(path: Path) -> list[Record]:
+    """The file exporter's records so far; a last line still being written is left for the next read."""
+    if not path.exists():
+        return []
+    out: list[Record] = []
+    # Split on "\n" only: str.splitlines() also splits inside strings at U+0085, U+2028, \x1c..\x1e,
+    # which JSON encoders may leave unescaped.
+    for line in path.read_text(encoding="utf-8").split("\n"):
+        try:
+            data = json.loads(line)
+        except ValueError:
+            continue
+        out += records_of_json(data, trace_ids_are_base64=False)
+    return out

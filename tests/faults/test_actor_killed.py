@@ -17,9 +17,9 @@ import otel_valgen as vg
 from otel_valgen import contract
 from otel_valgen import ray as vg_ray
 from otel_valgen.sampling import SortKey, bottom_k, sample_key
-from tests.e2e.harness import StandIn, records_of_file, wait_for
+from tests.e2e.harness import StandIn, wait_for
 from tests.e2e.steps import by_step
-from tests.faults.conftest import Collectors, RunningCollector, metric_sum
+from tests.faults.conftest import Collectors, RunningCollector, file_records, metric_sum
 
 ray = pytest.importorskip("ray")
 
@@ -82,8 +82,8 @@ def _bottom_k(ids: list[str]) -> list[str]:
 
 
 def _summary(collector: RunningCollector, step: int) -> tuple[list[str], dict[str, Any]]:
-    wait_for(lambda: step in by_step(records_of_file(collector.file_path))[1], 30, f"step {step} summary")
-    kept, summaries = by_step(records_of_file(collector.file_path))
+    wait_for(lambda: step in by_step(file_records(collector.file_path))[1], 30, f"step {step} summary")
+    kept, summaries = by_step(file_records(collector.file_path))
     assert len(summaries[step]) == 1
     ranked = sorted(kept[step], key=lambda r: r.attributes[contract.RANK])
     return [r.attributes[contract.SAMPLE_ID] for r in ranked], summaries[step][0].attributes

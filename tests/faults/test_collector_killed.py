@@ -18,9 +18,9 @@ import pytest
 import otel_valgen as vg
 from otel_valgen import contract
 from otel_valgen.sampling import SortKey, bottom_k, sample_key
-from tests.e2e.harness import StandIn, free_port, records_of_file, wait_for
+from tests.e2e.harness import StandIn, free_port, wait_for
 from tests.e2e.steps import by_step
-from tests.faults.conftest import Collectors, RunningCollector, grpc_stand_in_at, metric_sum
+from tests.faults.conftest import Collectors, RunningCollector, file_records, grpc_stand_in_at, metric_sum
 
 RUN_ID = "faults-kill"
 K = 4
@@ -78,7 +78,7 @@ def test_sigkill_mid_step_delivers_what_the_sdk_spool_and_queues_held_once(
     # Step 1 closes complete before the kill; it reaches Loki and the file, wandb's copy waits in the queue.
     _emit("A", 1)
     _emit("B", 1)
-    wait_for(lambda: 1 in by_step(records_of_file(collector.file_path))[1], 20, "step 1 in the file")
+    wait_for(lambda: 1 in by_step(file_records(collector.file_path))[1], 20, "step 1 in the file")
     wait_for(lambda: 1 in by_step(loki_stand_in.records())[1], 20, "step 1 at Loki")
 
     # Step 2: A is validating (its presampled records are still in the process) when the collector dies.
@@ -115,7 +115,7 @@ def test_sigkill_mid_step_delivers_what_the_sdk_spool_and_queues_held_once(
         destinations = {
             "wandb": wandb_stand_in.records,
             "loki": loki_stand_in.records,
-            "file": lambda: records_of_file(collector.file_path),
+            "file": lambda: file_records(collector.file_path),
         }
         for name, records in destinations.items():
             wait_for(lambda r=records: {1, 2} <= set(by_step(r())[1]), 30, f"{name}: both summaries")
@@ -136,7 +136,7 @@ def _kill_after_one_source_ended(collectors: Collectors, loki: StandIn, wandb: S
     Collectors.kill(collector)
     collector = collectors.start("c", env)
     _emit("B", 5)
-    wait_for(lambda: 5 in by_step(records_of_file(collector.file_path))[1], 30, "step 5 closed")
+    wait_for(lambda: 5 in by_step(file_records(collector.file_path))[1], 30, "step 5 closed")
     return collector
 
 
@@ -146,8 +146,8 @@ def test_sigkill_loses_an_open_steps_acknowledged_part_and_the_summary_shows_it(
 ) -> None:
     """The part acknowledged into the killed collector's open group is lost; the summary says 1 of 2 sources, 'wait'."""
     collector = _kill_after_one_source_ended(collectors, loki_stand_in, wandb_stand_in)
-    _assert_once("file", records_of_file(collector.file_path), 5, _bottom_k(_ids("B", 5)), "wait", 1)
-    summary = by_step(records_of_file(collector.file_path))[1][5][0].attributes
+    _assert_once("file", file_records(collector.file_path), 5, _bottom_k(_ids("B", 5)), "wait", 1)
+    summary = by_step(file_records(collector.file_path))[1][5][0].attributes
     assert summary[contract.SOURCES_EXPECTED] == 2
     assert summary[contract.SEEN] == PER_SOURCE  # only B's generations are counted
     assert summary[contract.MISSING] == 0  # A's end record died with the group: nothing says how many
@@ -168,4 +168,4 @@ def test_sigkill_mid_step_still_delivers_the_step_complete(
     """Issue 6's promise: a step whose first source ended before the SIGKILL still arrives complete."""
     collector = _kill_after_one_source_ended(collectors, loki_stand_in, wandb_stand_in)
     want = _bottom_k(_ids("A", 5) + _ids("B", 5))
-    _assert_once("file", records_of_file(collector.file_path), 5, want, "complete", 2)
+    _assert_once("file", file_records(collector.file_path), 5, want, "complete", 2)

@@ -15,7 +15,8 @@ import pytest
 
 import otel_valgen as vg
 from otel_valgen import contract
-from tests.e2e.harness import free_port, records_of_file, wait_for
+from tests.e2e.harness import free_port, wait_for
+from tests.faults.conftest import file_records
 
 FLUSH_TIMEOUT_S = 1.0
 SLACK_S = 0.5  # thread start/join and scheduling on a loaded 2-core machine
@@ -76,7 +77,7 @@ def test_unreachable_collector_never_blocks_past_the_flush_timeout_and_every_rec
     assert stats["flush_timeouts"] >= STEPS  # every step end gave up waiting, and said so
     assert stats.get("internal_errors", 0) == 0
 
-    spooled = [r for path in sorted((tmp_path / "sink" / "spool").glob("*.jsonl")) for r in records_of_file(path)]
+    spooled = [r for path in sorted((tmp_path / "sink" / "spool").glob("*.jsonl")) for r in file_records(path)]
     if not spool:
         assert spooled == []
         return

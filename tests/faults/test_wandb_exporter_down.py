@@ -13,9 +13,9 @@ import pytest
 
 import otel_valgen as vg
 from otel_valgen.sampling import SortKey, bottom_k, sample_key
-from tests.e2e.harness import StandIn, free_port, records_of_file, wait_for
+from tests.e2e.harness import StandIn, free_port, wait_for
 from tests.e2e.steps import by_step
-from tests.faults.conftest import Collectors
+from tests.faults.conftest import Collectors, file_records
 from tests.faults.exporter import start_exporter
 from tests.wandb_exporter.wandb_files import read_run
 
@@ -50,7 +50,7 @@ def test_tables_arrive_once_each_after_the_wandb_exporter_returns(
             with vg.validation(step=step, source=source, sources_expected=2):
                 ids = _ids(source, step)
                 vg.log_generations(ids, [f"answer {i}" for i in ids], [0.25] * len(ids), sample_ids=ids)
-    wait_for(lambda: set(STEPS) <= set(by_step(records_of_file(collector.file_path))[1]), 20, "steps sampled")
+    wait_for(lambda: set(STEPS) <= set(by_step(file_records(collector.file_path))[1]), 20, "steps sampled")
     time.sleep(1.0)  # the collector's export to the absent service has failed and is queued for retry
     assert "otlp_grpc/wandb" in collector.log_path.read_text(encoding="utf-8")  # the failure is logged
 
