@@ -25,16 +25,17 @@ PER_STEP = 40
 K = 8
 
 
-def _job(presample: bool) -> list[float]:
-    """A training loop of STEPS validation steps; returns how long each step's end blocked."""
-    blocked = []
+def _job() -> tuple[list[float], list[bool | None]]:
+    """A training loop of STEPS validation steps; how long each step's end blocked, and what it returned."""
+    blocked, confirmed = [], []
     for step in range(1, STEPS + 1):
-        with vg.validation(step=step, source="trainer", sources_expected=1):
+        with vg.validation(step=step, source="trainer", sources_expected=1) as block:
             inputs = [f"prompt {step}-{i} \x00 \udc80" for i in range(PER_STEP)]
             vg.log_generations(inputs, [f"out {i}" for i in range(PER_STEP)], [float(i) for i in range(PER_STEP)])
             started = time.monotonic()
         blocked.append(time.monotonic() - started)
-    return blocked
+        confirmed.append(block.flushed)
+    return blocked, confirmed
 
 
 @pytest.mark.parametrize(
@@ -58,7 +59,8 @@ def test_unreachable_collector_never_blocks_past_the_flush_timeout_and_every_rec
         presample=presample,
         flush_timeout_s=FLUSH_TIMEOUT_S,
     )
-    blocked = _job(presample)
+    blocked, confirmed = _job()
+    assert confirmed == [False] * STEPS  # no step end claims a delivery that did not happen
     assert max(blocked) <= FLUSH_TIMEOUT_S + SLACK_S, blocked
     started = time.monotonic()
     vg.shutdown()  # also bounded by the flush timeout
@@ -74,7 +76,7 @@ def test_unreachable_collector_never_blocks_past_the_flush_timeout_and_every_rec
     assert stats["records_exported"] == 0
     assert stats["records_unconfirmed"] == 0
     assert stats["records_spooled"] + stats["records_export_failed"] == handed
-    assert stats["flush_timeouts"] >= STEPS  # every step end gave up waiting, and said so
+    assert stats["flush_timeouts"] >= 1  # a step end that gave up waiting says so
     assert stats.get("internal_errors", 0) == 0
 
     spooled = [r for path in sorted((tmp_path / "sink" / "spool").glob("*.jsonl")) for r in file_records(path)]
