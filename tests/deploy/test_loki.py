@@ -15,12 +15,9 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
-import urllib.parse
-import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import pytest
 import yaml
@@ -28,10 +25,10 @@ import yaml
 from dashboards import validation_generations as vgd
 from otel_valgen.sampling import SortKey, bottom_k, sample_key
 from tests.deploy import harness, logql_subset, loki_model
+from tests.deploy.loki_query import LOKI_BIN, LokiBackend, loki_config, substitute, variables
 from tests.deploy.steps import PROMPTS, SEED, Job, run_job, send_late_generation
 
 DASHBOARD = harness.REPO / "docker" / "grafana" / "dashboards" / "validation-generations.json"
-LOKI_BIN = harness.TOOLS / "loki"
 
 
 class Backend(Protocol):
@@ -47,18 +44,6 @@ class Backend(Protocol):
     def metric(self, query: str) -> dict[str, float]:
         """An instant metric query aggregated `by` one label: {label value: value}."""
         ...
-
-
-def substitute(expr: str, **values: str) -> str:
-    """The query as Grafana sends it for the given variable values."""
-    for name in sorted(values, key=len, reverse=True):
-        expr = expr.replace(f"${name}", values[name])
-    return expr.replace("$__range", "1h")
-
-
-def variables(job: Job, **overrides: str) -> dict[str, str]:
-    """Variable values selecting the job's run (and all steps and prompts unless overridden)."""
-    return {"service": job.service, "run": job.run_id, "step": ".+", "sample": ".+", **overrides}
 
 
 def expected_ids() -> list[str]:
@@ -88,45 +73,6 @@ class StandInBackend:
     def metric(self, query: str) -> dict[str, float]:
         """Evaluate an instant metric query over the mapped entries."""
         return logql_subset.metric(query, self.entries)
-
-
-class LokiBackend:
-    """A running Loki's HTTP query API."""
-
-    def __init__(self, job: Job, collector_http: str, base_url: str) -> None:
-        self.job = job
-        self.collector_http = collector_http
-        self.base_url = base_url
-
-    def _get(self, path: str, **params: str) -> dict[str, Any]:
-        url = f"{self.base_url}{path}?{urllib.parse.urlencode(params)}"
-        with urllib.request.urlopen(url, timeout=10) as response:
-            data: dict[str, Any] = json.loads(response.read())
-        assert data["status"] == "success", data
-        return data
-
-    def logs(self, query: str) -> list[dict[str, str]]:
-        """query_range over the last hour, as Grafana's logs queries do."""
-        now = time.time_ns()
-        data = self._get(
-            "/loki/api/v1/query_range",
-            query=query,
-            start=str(now - 3600 * 10**9),
-            end=str(now + 60 * 10**9),
-            limit="5000",
-            direction="backward",
-        )
-        return [dict(stream["stream"]) for stream in data["data"]["result"] for _ in stream["values"]]
-
-    def metric(self, query: str) -> dict[str, float]:
-        """An instant query at now."""
-        data = self._get("/loki/api/v1/query", query=query, time=str(time.time_ns()))
-        by = query.split("by (", 1)[1].split(")", 1)[0]
-        return {sample["metric"].get(by, ""): float(sample["value"][1]) for sample in data["data"]["result"]}
-
-    def label_names(self) -> list[str]:
-        """Loki's index label names."""
-        return list(self._get("/loki/api/v1/labels")["data"])
 
 
 def _summaries(backend: Backend) -> list[dict[str, str]]:
@@ -159,14 +105,6 @@ def stand_in(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandInBacken
             assert [path for path, _ in sink.requests if path != "/otlp/v1/logs"] == []
 
 
-def _loki_config(workdir: Path) -> Path:
-    """docker/loki/loki.yaml with its /loki paths moved under `workdir`."""
-    text = loki_model.LOKI_CONFIG.read_text(encoding="utf-8")
-    path = workdir / "loki.yaml"
-    path.write_text(text.replace("/loki", str(workdir / "data")), encoding="utf-8")
-    return path
-
-
 @pytest.fixture(scope="module")
 def real_loki(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LokiBackend]:
     """The job sent through collector.yaml to a real Loki running the compose stack's config."""
@@ -176,7 +114,7 @@ def real_loki(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LokiBackend]
     http_port, grpc_port = harness.free_port(), harness.free_port()
     args = [
         str(LOKI_BIN),
-        f"-config.file={_loki_config(workdir)}",
+        f"-config.file={loki_config(workdir)}",
         "-server.http-listen-address=127.0.0.1",
         f"-server.http-listen-port={http_port}",
         f"-server.grpc-listen-port={grpc_port}",
@@ -203,11 +141,11 @@ def test_loki_verifies_the_compose_config(tmp_path: Path) -> None:
     """Loki v3.7.8 itself accepts docker/loki/loki.yaml (strict: an unknown key fails)."""
     if not LOKI_BIN.is_file():
         pytest.skip(f"{LOKI_BIN.relative_to(harness.REPO)} is absent; build it with `{harness.INSTALL_TOOLS} --loki`")
-    args = [str(LOKI_BIN), f"-config.file={_loki_config(tmp_path)}", "-verify-config"]
+    args = [str(LOKI_BIN), f"-config.file={loki_config(tmp_path)}", "-verify-config"]
     result = subprocess.run(args, capture_output=True, text=True, timeout=60, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
     broken = tmp_path / "broken.yaml"
-    broken.write_text(_loki_config(tmp_path).read_text().replace("max_line_size:", "max_line_sise:"), encoding="utf-8")
+    broken.write_text(loki_config(tmp_path).read_text().replace("max_line_size:", "max_line_sise:"), encoding="utf-8")
     broken_args = [args[0], f"-config.file={broken}", "-verify-config"]
     result = subprocess.run(broken_args, capture_output=True, timeout=60, check=False)
     assert result.returncode != 0, "verify-config must reject unknown keys for this check to mean anything"
