@@ -19,7 +19,7 @@ import pytest
 
 from dashboards import validation_generations as vgd
 from tests.deploy import compose, harness
-from tests.deploy.loki_query import LOKI_BIN, LokiBackend, loki_config, substitute, variables
+from tests.deploy.loki_query import LOKI_BIN, LokiBackend, loki_binary, loki_config, substitute, variables
 from tests.deploy.steps import Job, run_job
 
 ENV = {"GF_SECURITY_ADMIN_PASSWORD": "x"}
@@ -70,7 +70,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Job, Path,
 
         # Loki: the real one with the stack's config when built, else the OTLP stand-in.
         loki: LokiBackend | None = None
-        if LOKI_BIN.is_file():
+        if loki_binary() is not None:
             http_port, grpc_port = harness.free_port(), harness.free_port()
             loki_args = [
                 str(LOKI_BIN),
@@ -93,6 +93,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Job, Path,
         # The harness gives the listeners free loopback ports (and waits on that health port).
         for listener in ("VALGEN_OTLP_GRPC_ENDPOINT", "VALGEN_OTLP_HTTP_ENDPOINT", "VALGEN_HEALTH_ENDPOINT"):
             assert collector_env.pop(listener).startswith("127.0.0.1:")
+        assert collector_env.pop("VALGEN_METRICS_HOST") == "0.0.0.0", "metrics stay on loopback here"
         collector_env["VALGEN_BATCH_TIMEOUT"] = "200ms"
         configs = [Path(arg).name for arg in services["collector"]["command"] if arg != "--config"]
         running = stack.enter_context(harness.collector(configs, collector_env, root / "collector"))
