@@ -109,6 +109,7 @@ def stand_in(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandInBacken
 @pytest.fixture(scope="module")
 def real_loki(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LokiBackend]:
     """The job sent through collector.yaml to a real Loki running the compose stack's config."""
+    harness.require_collector()
     if loki_binary() is None:
         pytest.skip(f"{LOKI_BIN.relative_to(harness.REPO)} could not be built; run `{harness.INSTALL_TOOLS} --loki`")
     workdir = tmp_path_factory.mktemp("loki")
