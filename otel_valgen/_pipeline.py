@@ -7,6 +7,7 @@ one file per process under the configured folder.
 
 from __future__ import annotations
 
+import copy
 import functools
 import logging
 import os
@@ -14,9 +15,11 @@ import socket
 import threading
 import uuid
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
-from opentelemetry.sdk._logs import LoggerProvider, ReadableLogRecord
+from opentelemetry.context import Context
+from opentelemetry.sdk._logs import LoggerProvider, LogRecordProcessor, ReadableLogRecord, ReadWriteLogRecord
 from opentelemetry.sdk._logs.export import (
     BatchLogRecordProcessor,
     LogRecordExporter,
@@ -30,7 +33,44 @@ from otel_valgen._settings import Settings
 _logger = logging.getLogger("otel_valgen")
 
 _DEFAULT_MAX_QUEUE_SIZE = 16384
+_DEFAULT_MAX_EXPORT_BATCH_SIZE = 512
 _SCHEDULE_DELAY_MS = 1000
+
+
+@dataclass(frozen=True)
+class BatchSettings:
+    """The SDK batch processor's settings, validated here so a bad variable cannot stop us."""
+
+    schedule_delay_ms: int = _SCHEDULE_DELAY_MS
+    max_queue_size: int = _DEFAULT_MAX_QUEUE_SIZE
+    max_export_batch_size: int = _DEFAULT_MAX_EXPORT_BATCH_SIZE
+
+
+def _positive_env(name: str, default: int) -> int:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        _logger.warning("otel_valgen: %s=%r is not a positive integer; using %d", name, raw, default)
+        return default
+    return value
+
+
+def batch_settings() -> BatchSettings:
+    """``OTEL_BLRP_*`` as the SDK reads them, with bad values and combinations repaired."""
+    queue = _positive_env("OTEL_BLRP_MAX_QUEUE_SIZE", _DEFAULT_MAX_QUEUE_SIZE)
+    batch = _positive_env("OTEL_BLRP_MAX_EXPORT_BATCH_SIZE", _DEFAULT_MAX_EXPORT_BATCH_SIZE)
+    if batch > queue:
+        _logger.warning(
+            "otel_valgen: OTEL_BLRP_MAX_EXPORT_BATCH_SIZE %d > queue size %d; using %d", batch, queue, queue
+        )
+        batch = queue
+    delay = _positive_env("OTEL_BLRP_SCHEDULE_DELAY", _SCHEDULE_DELAY_MS)
+    return BatchSettings(delay, queue, batch)
 
 
 def _safe_export(exporter: LogRecordExporter, batch: Sequence[ReadableLogRecord], what: str) -> bool:
@@ -62,6 +102,8 @@ class CountingExporter(LogRecordExporter):
         self._spool_factory = spool
         self._spool: LogRecordExporter | None = None
         self._spool_lock = threading.Lock()
+        self._queued = 0
+        self.capacity = _DEFAULT_MAX_QUEUE_SIZE
 
     def _spool_exporter(self) -> LogRecordExporter | None:
         with self._spool_lock:
@@ -70,7 +112,28 @@ class CountingExporter(LogRecordExporter):
                 _logger.warning("otel_valgen: %s did not accept records; spooling them to %s", self.description, where)
             return self._spool
 
+    def enqueue(self) -> bool:
+        """Count one record into the SDK's queue; False if the queue is already full."""
+        with self._spool_lock:
+            if self._queued >= self.capacity:
+                return False
+            self._queued += 1
+            return True
+
+    def divert(self, record: ReadableLogRecord) -> None:
+        """Take a record the full SDK queue would drop: spool it, or count it as lost."""
+        spool = self._spool_exporter()
+        if spool is not None and _safe_export(spool, [record], "spool"):
+            self._stats.add(_stats.RECORDS_SPOOLED)
+            self._stats.warn("queue_full_spooled", "the SDK queue (%d) is full; record spooled", self.capacity)
+            return
+        self._stats.add(_stats.RECORDS_EXPORT_FAILED)
+        self._stats.add(_stats.DROP_PREFIX + "queue_full")
+        self._stats.warn("queue_full", "the SDK queue (%d) is full; record lost", self.capacity)
+
     def export(self, batch: Sequence[ReadableLogRecord]) -> LogRecordExportResult:
+        with self._spool_lock:
+            self._queued = max(0, self._queued - len(batch))
         if _safe_export(self._inner, batch, self.description):
             self._stats.add(_stats.RECORDS_EXPORTED, len(batch))
             return LogRecordExportResult.SUCCESS
@@ -98,6 +161,41 @@ class CountingExporter(LogRecordExporter):
         except Exception:
             _logger.exception("otel_valgen: exporter %s failed to flush", self.description)
             return False
+
+
+class QueueGuard(LogRecordProcessor):
+    """In front of the SDK's batch processor: what would overflow its queue is spooled or counted.
+
+    The SDK's queue drops the oldest record when full, with only a log line; here the record
+    that does not fit goes to the spool (or is counted as lost) instead.
+    """
+
+    def __init__(self, inner: BatchLogRecordProcessor, exporter: CountingExporter) -> None:
+        self._inner = inner
+        self._exporter = exporter
+
+    def on_emit(self, log_record: ReadWriteLogRecord) -> None:
+        """Hand the record to the batch processor, or divert it when the queue is full."""
+        if self._exporter.enqueue():
+            self._inner.on_emit(log_record)
+            return
+        api_record = copy.copy(log_record.log_record)
+        api_record.context = Context()
+        readable = ReadableLogRecord(
+            log_record=api_record,
+            resource=log_record.resource if log_record.resource is not None else Resource.create({}),
+            instrumentation_scope=log_record.instrumentation_scope,
+            limits=log_record.limits,
+        )
+        self._exporter.divert(readable)
+
+    def shutdown(self) -> None:
+        """Shut the batch processor down (it exports what it holds)."""
+        self._inner.shutdown()  # type: ignore[no-untyped-call]
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        """Export everything queued."""
+        return self._inner.force_flush(timeout_millis)
 
 
 class _UnavailableExporter(LogRecordExporter):
@@ -176,14 +274,15 @@ class Pipeline:
         self.exporter = CountingExporter(inner, stats, description, spool)
         self.resource = build_resource(settings, self.instance_id, resource_extra or {})
         self.provider = LoggerProvider(resource=self.resource, shutdown_on_exit=False)
-        queue_size = None if os.environ.get("OTEL_BLRP_MAX_QUEUE_SIZE") else _DEFAULT_MAX_QUEUE_SIZE
-        self.provider.add_log_record_processor(
-            BatchLogRecordProcessor(
-                self.exporter,
-                schedule_delay_millis=None if os.environ.get("OTEL_BLRP_SCHEDULE_DELAY") else _SCHEDULE_DELAY_MS,
-                max_queue_size=queue_size,
-            )
+        batching = batch_settings()
+        self.exporter.capacity = batching.max_queue_size
+        batch_processor = BatchLogRecordProcessor(
+            self.exporter,
+            schedule_delay_millis=batching.schedule_delay_ms,
+            max_queue_size=batching.max_queue_size,
+            max_export_batch_size=batching.max_export_batch_size,
         )
+        self.provider.add_log_record_processor(QueueGuard(batch_processor, self.exporter))
         self.logger = self.provider.get_logger("otel_valgen")
         self._stats = stats
 

@@ -154,8 +154,8 @@ def demo(steps: int, count: int, prompts: int, responses: int, workers: int, dir
 def resend(paths: tuple[str, ...], endpoint: str) -> None:
     """Replay OTLP-JSON files (the spool of records a collector did not accept) to a collector.
 
-    Headers come from OTEL_EXPORTER_OTLP_HEADERS. Files whose every line was accepted are
-    renamed to *.sent so that a second run does not send them again.
+    Headers come from OTEL_EXPORTER_OTLP_HEADERS. Progress is kept in <file>.resent, so
+    running it again sends only what was spooled since; nothing is sent twice.
     """
     from pathlib import Path
 
@@ -168,10 +168,7 @@ def resend(paths: tuple[str, ...], endpoint: str) -> None:
         for failure in result.failures:
             click.echo(f"error: {failure}", err=True)
         click.echo(f"{path}: {result.records_sent} record(s) in {result.lines_sent} request(s) sent", err=True)
-        if result.failures:
-            failed = True
-        else:
-            path.rename(path.with_name(path.name + ".sent"))
+        failed = failed or bool(result.failures)
     if failed:
         sys.exit(EXIT_READ_ERRORS)
 

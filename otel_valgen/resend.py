@@ -3,6 +3,10 @@
 Each line is converted to an ``ExportLogsServiceRequest`` protobuf (OTLP/JSON differs from
 the protobuf JSON mapping only in hex-encoded trace and span ids) and POSTed to
 ``<endpoint>/v1/logs``, with retries on the status codes OTLP calls retryable.
+
+Progress is kept beside each file in ``<file>.resent`` (the byte offset up to which every
+line was accepted), so a file that a running process still appends to can be replayed
+again later: only the lines added since are sent, none twice.
 """
 
 from __future__ import annotations
@@ -77,29 +81,57 @@ def _post(session: requests.Session, url: str, body: bytes, headers: dict[str, s
     return f"{outcome} after {_ATTEMPTS} attempts"
 
 
+def progress_path(path: Path) -> Path:
+    """Where the replay progress of ``path`` is kept."""
+    return path.with_name(path.name + ".resent")
+
+
+def _read_offset(path: Path) -> int:
+    try:
+        return int(progress_path(path).read_text(encoding="ascii").strip() or 0)
+    except (OSError, ValueError):
+        return 0
+
+
+def _write_offset(path: Path, offset: int) -> None:
+    temporary = progress_path(path).with_suffix(".tmp")
+    temporary.write_text(str(offset), encoding="ascii")
+    os.replace(temporary, progress_path(path))
+
+
 def resend_paths(paths: list[Path], endpoint: str, on_progress: Callable[[str], None]) -> ResendResult:
-    """POST every line of ``paths`` to ``endpoint`` (base URL; ``/v1/logs`` is appended)."""
+    """POST the not yet replayed lines of ``paths`` to ``endpoint`` (``/v1/logs`` is appended).
+
+    Stops at a file's first line that is not accepted, so that its progress stays exact;
+    a line still being written (no newline yet) waits for the next replay.
+    """
     url = endpoint if endpoint.rstrip("/").endswith("/v1/logs") else endpoint.rstrip("/") + "/v1/logs"
     headers = {"Content-Type": "application/x-protobuf", **_headers_from_env()}
     result = ResendResult()
     with requests.Session() as session:
         for path in paths:
-            with path.open(encoding="utf-8", errors="replace") as handle:
-                for number, line in enumerate(handle, start=1):
-                    if not line.strip():
-                        continue
-                    try:
-                        request = request_from_otlp_json(json.loads(line))
-                    except (ValueError, TypeError) as error:
-                        result.failures.append(f"{path}:{number}: {error}")
-                        continue
-                    failure = _post(session, url, request.SerializeToString(), headers)
-                    if failure:
-                        result.failures.append(f"{path}:{number}: {failure}")
-                        continue
-                    result.lines_sent += 1
-                    result.records_sent += sum(
-                        len(scope.log_records) for rl in request.resource_logs for scope in rl.scope_logs
-                    )
-            on_progress(f"{path}: sent")
+            offset = _read_offset(path)
+            with path.open("rb") as handle:
+                handle.seek(offset)
+                for raw in handle:
+                    if not raw.endswith(b"\n"):
+                        break
+                    where = f"{path}@{offset}"
+                    if raw.strip():
+                        try:
+                            request = request_from_otlp_json(json.loads(raw.decode("utf-8", "replace")))
+                        except (ValueError, TypeError) as error:
+                            result.failures.append(f"{where}: {error}")
+                            break
+                        failure = _post(session, url, request.SerializeToString(), headers)
+                        if failure:
+                            result.failures.append(f"{where}: {failure}")
+                            break
+                        result.lines_sent += 1
+                        result.records_sent += sum(
+                            len(scope.log_records) for rl in request.resource_logs for scope in rl.scope_logs
+                        )
+                    offset += len(raw)
+                    _write_offset(path, offset)
+            on_progress(f"{path}: replayed up to byte {offset}")
     return result

@@ -136,7 +136,9 @@ def test_records_the_collector_did_not_accept_are_spooled_and_resent(tmp_path: P
         (end,) = [r for r in records if isinstance(r, EndRecord)]
         assert (end.seen, end.emitted) == (10, 3)
         assert {r.trace_id for r in records if isinstance(r, Generation)} == {block.trace_id()}
-        assert not list((tmp_path / "spool").glob("*.jsonl"))  # renamed to .sent: never sent twice
+        again = CliRunner().invoke(main, ["resend", str(tmp_path / "spool"), "--endpoint", receiver.endpoint])
+        assert again.exit_code == 0
+        assert len(_records(receiver.json_requests())) == len(records)  # nothing sent twice
     finally:
         receiver.server.shutdown()
         receiver.server.server_close()

@@ -12,12 +12,6 @@ import otel_valgen as vg
 from tests.conftest import OtlpHttpReceiver
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core: OTEL_BLRP_MAX_QUEUE_SIZE below the SDK's max_export_batch_size (512) makes "
-    "BatchLogRecordProcessor raise ValueError in otel_valgen/_pipeline.py Pipeline.__init__; no emitter is "
-    "ever built, every call fails as internal_errors, and the generations are neither sent nor counted",
-)
 @pytest.mark.timeout(30)
 def test_sdk_batch_variable_the_sdk_rejects_falls_back_and_still_delivers(
     otlp_http: OtlpHttpReceiver, monkeypatch: pytest.MonkeyPatch

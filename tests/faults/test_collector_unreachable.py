@@ -92,12 +92,6 @@ def test_unreachable_collector_never_blocks_past_the_flush_timeout_and_every_rec
     assert sorted(r.attributes[contract.STEP] for r in ends) == list(range(1, STEPS + 1))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core: records the OTel SDK's BatchLogRecordProcessor drops when its queue is full (collector down, "
-    "presample off) are neither spooled nor counted as dropped; they stay 'records_unconfirmed' forever "
-    "(otel_valgen/_pipeline.py Pipeline.__init__ uses the SDK's drop-on-full queue)",
-)
 @pytest.mark.timeout(60)
 def test_unreachable_collector_spools_records_even_when_the_sdk_queue_overflows(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch

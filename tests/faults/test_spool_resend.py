@@ -1,8 +1,8 @@
 """User story: the collector goes away twice during a long job; the operator replays the spool each time.
 
-``otel-valgen resend`` renames a fully sent spool file to ``*.sent``. The emitting process
-keeps that file open for appending, so what it spools after the first replay must still be
-found by the second.
+``otel-valgen resend`` keeps its progress in ``<file>.resent``. The emitting process keeps
+the spool file open for appending, so what it spools after the first replay must be found,
+and only that sent, by the second.
 """
 
 from __future__ import annotations
@@ -36,12 +36,6 @@ def _step(step: int) -> None:
         vg.log_generations([f"q{step}-{i}" for i in range(4)], ["a"] * 4, [0.5] * 4)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core: resend (otel_valgen/cli.py resend) renames a sent spool file to *.sent while the emitter "
-    "(otel_valgen/_pipeline.py, spool FileLogExporter opened once in append mode) keeps writing to the same "
-    "open file; records spooled after the first resend land in *.sent and are never replayed",
-)
 @pytest.mark.timeout(60)
 def test_records_spooled_after_a_resend_are_replayed_by_the_next_resend(
     otlp_http: OtlpHttpReceiver, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
