@@ -1,0 +1,45 @@
+"""User story: a job validates long reasoning outputs (tens of KB each) without presampling.
+
+The OTel SDK batches up to 512 records per OTLP/HTTP request and allows requests up to
+64 MiB; the collector's OTLP/HTTP receiver accepts bodies up to its default 20 MiB (only the
+gRPC limit, 64 MiB, is set in collector.yaml). A batch of long generations falls between the
+two.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import otel_valgen as vg
+from tests.e2e.harness import StandIn
+from tests.faults.conftest import Collectors
+
+GENERATIONS = 400
+OUTPUT_BYTES = 60_000  # under max_field_bytes (65,536): sent whole; 400 of them are about 23 MiB
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="collector-config/collector.yaml sets no OTLP/HTTP max_request_body_size: the receiver's 20 MiB "
+    "default refuses (400, not retried) an SDK batch of long generations that the SDK allows (64 MiB); the "
+    "records are spooled, and `otel-valgen resend` replays the same oversized request, refused again",
+)
+@pytest.mark.timeout(60)
+def test_a_batch_of_long_generations_reaches_the_collector_over_http(
+    collectors: Collectors, wandb_stand_in: StandIn, loki_stand_in: StandIn
+) -> None:
+    """400 generations of 60 KB each, presampling off: the collector accepts them (none spooled)."""
+    collector = collectors.start(
+        "c",
+        {
+            "VALGEN_WANDB_EXPORTER_ENDPOINT": wandb_stand_in.endpoint,
+            "VALGEN_LOKI_OTLP_ENDPOINT": loki_stand_in.endpoint,
+        },
+    )
+    vg.configure(run_id="faults-long", count=8, endpoint=f"http://{collector.http_endpoint}", presample=False)
+    with vg.validation(step=1, source="trainer", sources_expected=1):
+        vg.log_generations([f"p{i}" for i in range(GENERATIONS)], ["r" * OUTPUT_BYTES] * GENERATIONS)
+    vg.flush(20)
+    stats = vg.stats()
+    assert stats["records_spooled"] == 0, stats
+    assert stats["records_exported"] == GENERATIONS + 1, stats
