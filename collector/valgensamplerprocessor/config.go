@@ -63,6 +63,10 @@ type Config struct {
 	ClosedGroupsCache int `mapstructure:"closed_groups_cache"`
 	// LateRecords says what happens to generations of a closed group: "drop" or "forward".
 	LateRecords string `mapstructure:"late_records"`
+	// Storage is the ID of a storage extension (e.g. file_storage) that keeps the open groups
+	// and the closed-groups cache across restarts. Unset: both live in memory only and open
+	// groups are flushed downstream at shutdown.
+	Storage *component.ID `mapstructure:"storage"`
 
 	// prevent unkeyed literal initialization
 	_ struct{}

@@ -45,6 +45,15 @@ func TestLoadConfig(t *testing.T) {
 			},
 		},
 		{
+			id: component.NewIDWithName(metadata.Type, "stored"),
+			expected: func() *Config {
+				cfg := createDefaultConfig().(*Config)
+				id := component.MustNewIDWithName("file_storage", "sampler")
+				cfg.Storage = &id
+				return cfg
+			}(),
+		},
+		{
 			id:          component.NewIDWithName(metadata.Type, "invalid"),
 			errContains: []string{errInvalidCount.Error(), errInvalidLateRecords.Error()},
 		},

@@ -22,6 +22,7 @@ import (
 // samplerProcessor holds the open groups and closes them; sampler.go routes the records.
 type samplerProcessor struct {
 	cfg       *Config
+	id        component.ID
 	next      consumer.Logs
 	logger    *zap.Logger
 	telemetry *metadata.TelemetryBuilder
@@ -32,6 +33,9 @@ type samplerProcessor struct {
 	groups map[string]*group
 	seq    uint64
 	closed *closedGroups
+	store  *groupStore // nil without storage (or before Start, after Shutdown)
+
+	persistMu sync.Mutex // orders the storage writes; taken while holding mu, then mu is released
 
 	lifecycle sync.Mutex // guards cancel
 	cancel    context.CancelFunc
@@ -47,6 +51,7 @@ func newSamplerProcessor(cfg *Config, next consumer.Logs, set processor.Settings
 	}
 	return &samplerProcessor{
 		cfg:       cfg,
+		id:        set.ID,
 		next:      next,
 		logger:    set.Logger,
 		telemetry: tb,
@@ -63,12 +68,19 @@ func tickInterval(wait time.Duration) time.Duration {
 	return min(max(wait/10, 5*time.Millisecond), time.Second)
 }
 
-// Start launches the goroutine that closes groups whose decision_wait has passed.
-func (p *samplerProcessor) Start(_ context.Context, _ component.Host) error {
+// Start reloads the stored state when storage is configured and launches the goroutine that
+// closes groups whose decision_wait has passed (a reloaded group whose wait has passed closes
+// at its first tick).
+func (p *samplerProcessor) Start(ctx context.Context, host component.Host) error {
 	p.lifecycle.Lock()
 	defer p.lifecycle.Unlock()
 	if p.cancel != nil {
 		return nil
+	}
+	if p.cfg.Storage != nil {
+		if err := p.startStorage(ctx, host); err != nil {
+			return err
+		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	p.cancel = cancel
@@ -91,7 +103,9 @@ func (p *samplerProcessor) run(ctx context.Context) {
 	}
 }
 
-// Shutdown stops the timer and flushes every open group downstream. It is safe to call
+// Shutdown stops the timer. With storage it makes sure the open groups are stored and keeps
+// them for the next start instead of sending them; without storage, or when they cannot be
+// stored, it flushes every open group downstream (closed as shutdown). It is safe to call
 // twice and before Start.
 func (p *samplerProcessor) Shutdown(ctx context.Context) error {
 	p.lifecycle.Lock()
@@ -102,9 +116,20 @@ func (p *samplerProcessor) Shutdown(ctx context.Context) error {
 	}
 	p.lifecycle.Unlock()
 
+	p.mu.Lock()
+	if store := p.store; store != nil {
+		p.store = nil
+		err := p.persistAll(ctx, store)
+		if err == nil {
+			p.mu.Unlock()
+			return store.client.Close(ctx)
+		}
+		p.logger.Error("open valgen groups could not be stored; flushing them downstream instead",
+			zap.Int("groups", len(p.groups)), zap.Error(err))
+		defer func() { _ = store.client.Close(ctx) }()
+	}
 	out := plog.NewLogs()
 	var st stats
-	p.mu.Lock()
 	now := p.now()
 	for _, g := range p.groupsByAge() {
 		p.closeGroup(g, closedShutdown, now, out, &st)
@@ -131,7 +156,7 @@ func (p *samplerProcessor) closeExpired(ctx context.Context) {
 			p.closeGroup(g, closedWait, now, out, &st)
 		}
 	}
-	p.mu.Unlock()
+	_ = p.persist(ctx, p.takeOps(nil)) // releases p.mu; failures are logged, counted and retried
 	st.record(ctx, p.telemetry)
 	p.emit(ctx, out)
 }
@@ -149,7 +174,10 @@ func (p *samplerProcessor) groupsByAge() []*group {
 // closeGroup removes a group, remembers it as closed and appends its output. Callers hold p.mu.
 func (p *samplerProcessor) closeGroup(g *group, reason string, now time.Time, out plog.Logs, st *stats) {
 	delete(p.groups, g.key)
-	p.closed.add(g.key)
+	slot := p.closed.add(g.key)
+	if p.store != nil {
+		p.store.forgetGroup(g.key, slot)
+	}
 	st.close(reason, appendClosed(out, g, reason, now))
 }
 

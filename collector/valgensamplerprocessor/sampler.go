@@ -43,7 +43,10 @@ func (p *samplerProcessor) ConsumeLogs(ctx context.Context, ld plog.Logs) error 
 			p.closeGroup(g, closedComplete, b.now, b.out, &b.st)
 		}
 	}
-	p.mu.Unlock()
+	// With storage, what this call took is stored before it returns (and before the closed
+	// groups go downstream), so that records the receiver acknowledges survive a crash. A failed
+	// write is logged and counted, and the next write rewrites the whole state.
+	_ = p.persist(ctx, p.takeOps(b.touched)) // releases p.mu
 
 	b.st.record(ctx, p.telemetry)
 	var err error
@@ -112,6 +115,9 @@ func (p *samplerProcessor) open(key string, lr plog.LogRecord, res pcommon.Resou
 	p.seq++
 	g := newGroup(key, p.seq, lr, res)
 	p.groups[key] = g
+	if p.store != nil {
+		p.store.indexDirty = true
+	}
 	b.st.openDelta++
 	return g
 }

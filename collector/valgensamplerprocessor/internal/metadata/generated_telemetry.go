@@ -32,6 +32,7 @@ type TelemetryBuilder struct {
 	ValgenSamplerRecordsKept     metric.Int64Counter
 	ValgenSamplerRecordsLate     metric.Int64Counter
 	ValgenSamplerRecordsReceived metric.Int64Counter
+	ValgenSamplerStorageErrors   metric.Int64Counter
 }
 
 // TelemetryBuilderOption applies changes to default builder.
@@ -97,6 +98,12 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		"otelcol_valgen_sampler_records_received",
 		metric.WithDescription("Number of valgen generation records received. [Alpha]"),
 		metric.WithUnit("{records}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.ValgenSamplerStorageErrors, err = builder.meter.Int64Counter(
+		"otelcol_valgen_sampler_storage_errors",
+		metric.WithDescription("Number of failed storage operations (state not read, not written, or stored state that could not be decoded and was ignored). [Alpha]"),
+		metric.WithUnit("{errors}"),
 	)
 	errs = errors.Join(errs, err)
 	return &builder, errs

@@ -25,6 +25,7 @@ func TestSetupTelemetry(t *testing.T) {
 	tb.ValgenSamplerRecordsKept.Add(context.Background(), 1)
 	tb.ValgenSamplerRecordsLate.Add(context.Background(), 1)
 	tb.ValgenSamplerRecordsReceived.Add(context.Background(), 1)
+	tb.ValgenSamplerStorageErrors.Add(context.Background(), 1)
 	AssertEqualValgenSamplerGroupsClosed(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
@@ -41,6 +42,9 @@ func TestSetupTelemetry(t *testing.T) {
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualValgenSamplerRecordsReceived(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualValgenSamplerStorageErrors(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 

@@ -1,0 +1,333 @@
+// Copyright The otel-valgen Authors
+// SPDX-License-Identifier: Apache-2.0
+
+package valgensamplerprocessor // import "github.com/otel-valgen/otel-valgen/collector/valgensamplerprocessor"
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/collector/extension/xextension/storage"
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/plog"
+)
+
+// Layout of the processor's state in its storage client (one client per processor ID):
+//
+//	open              JSON list of the open groups' keys (the index; storage clients need not list keys)
+//	group/<group key> one open group: its header record and its kept records, as OTLP protobuf
+//	closed            JSON closedMeta of the closed-groups ring
+//	closed/<slot>     the group key in that ring slot
+//
+// Open groups are written after every ConsumeLogs call that touched them, before it returns;
+// a group that closes is deleted in the same batch that puts its key in the closed ring.
+const (
+	storageKeyIndex        = "open"
+	storageKeyGroupPrefix  = "group/"
+	storageKeyClosedMeta   = "closed"
+	storageKeyClosedPrefix = "closed/"
+
+	stateVersion   = 1
+	maxClosedSlots = 1 << 24 // a stored ring claiming more slots is corrupt
+	stateScope     = "valgen_sampler.state"
+
+	// Attribute keys of a group's header record.
+	stateAttrVersion         = "version"
+	stateAttrKey             = "key"
+	stateAttrSeq             = "seq"
+	stateAttrK               = "k"
+	stateAttrRunID           = "run_id"
+	stateAttrStep            = "step"
+	stateAttrSourcesExpected = "sources_expected"
+	stateAttrLate            = "late"
+	stateAttrSources         = "sources"
+	stateAttrOrderKeys       = "order_keys"
+	stateAttrOrderIDs        = "order_ids"
+	stateAttrSourceName      = "name"
+	stateAttrSourceInstance  = "instance"
+	stateAttrSourceReceived  = "received"
+	stateAttrSourceEnded     = "ended"
+	stateAttrSourceSeen      = "seen"
+	stateAttrSourceEmitted   = "emitted"
+	stateAttrSourceDropped   = "dropped"
+)
+
+// Values of the operation attribute of the storage-errors metric.
+const (
+	storageOpRead   = "read"
+	storageOpWrite  = "write"
+	storageOpDecode = "decode"
+)
+
+var errCorruptState = errors.New("corrupt stored state")
+
+func groupStorageKey(key string) string { return storageKeyGroupPrefix + key }
+func closedStorageKey(slot int) string  { return storageKeyClosedPrefix + strconv.Itoa(slot) }
+func corrupt(format string, a ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{errCorruptState}, a...)...)
+}
+
+// closedMeta describes the stored closed-groups ring.
+type closedMeta struct {
+	Cap  int `json:"cap"`
+	Len  int `json:"len"`
+	Next int `json:"next"`
+}
+
+// groupStore is the processor's view of its storage client. Its fields are guarded by the
+// processor's mu; client calls happen outside mu, in order, under the processor's persistMu.
+type groupStore struct {
+	client storage.Client
+
+	pending     []*storage.Operation // deletes and closed-ring writes of groups closed since the last write
+	indexDirty  bool                 // the set of open groups changed
+	closedDirty bool                 // the closed ring's meta changed
+	resync      atomic.Bool          // a write failed: the next one rewrites the whole state
+}
+
+// encodeGroup serialises a group: one ResourceLogs with the group's first resource and a
+// header record (counters, sources, sort keys of the kept records, first trace id, last-record
+// time), then one ResourceLogs per kept record with its own resource and scope. O(k).
+func encodeGroup(g *group) ([]byte, error) {
+	ld := plog.NewLogs()
+	rl := ld.ResourceLogs().AppendEmpty()
+	g.resource.CopyTo(rl.Resource())
+	sl := rl.ScopeLogs().AppendEmpty()
+	sl.Scope().SetName(stateScope)
+	lr := sl.LogRecords().AppendEmpty()
+	lr.SetTraceID(g.traceID)
+	lr.SetTimestamp(pcommon.Timestamp(g.lastSeen.UnixNano())) //nolint:gosec // times after 1970
+	attrs := lr.Attributes()
+	attrs.PutInt(stateAttrVersion, stateVersion)
+	attrs.PutStr(stateAttrKey, g.key)
+	attrs.PutInt(stateAttrSeq, int64(g.seq)) //nolint:gosec // sequence numbers stay far below 2^63
+	attrs.PutInt(stateAttrK, int64(g.k))
+	g.runID.CopyTo(attrs.PutEmpty(stateAttrRunID))
+	g.step.CopyTo(attrs.PutEmpty(stateAttrStep))
+	attrs.PutInt(stateAttrSourcesExpected, g.sourcesExpected)
+	attrs.PutInt(stateAttrLate, g.late)
+	sources := attrs.PutEmptySlice(stateAttrSources)
+	sources.EnsureCapacity(len(g.sources))
+	for id, state := range g.sources {
+		m := sources.AppendEmpty().SetEmptyMap()
+		m.PutStr(stateAttrSourceName, id.name)
+		m.PutStr(stateAttrSourceInstance, id.instance)
+		m.PutInt(stateAttrSourceReceived, state.received)
+		m.PutBool(stateAttrSourceEnded, state.ended)
+		m.PutInt(stateAttrSourceSeen, state.end.seen)
+		m.PutInt(stateAttrSourceEmitted, state.end.emitted)
+		m.PutInt(stateAttrSourceDropped, state.end.dropped)
+	}
+	if g.kept != nil {
+		keys := attrs.PutEmptySlice(stateAttrOrderKeys)
+		ids := attrs.PutEmptySlice(stateAttrOrderIDs)
+		keys.EnsureCapacity(g.kept.len())
+		ids.EnsureCapacity(g.kept.len())
+		ld.ResourceLogs().EnsureCapacity(1 + g.kept.len())
+		for i := range g.kept.heap {
+			e := &g.kept.heap[i]
+			keys.AppendEmpty().SetInt(int64(e.order.key)) //nolint:gosec // keys are < 2^63
+			ids.AppendEmpty().SetStr(e.order.id)
+			krl := ld.ResourceLogs().AppendEmpty()
+			e.item.resource.CopyTo(krl.Resource())
+			krl.SetSchemaUrl(e.item.resourceSchema)
+			ksl := krl.ScopeLogs().AppendEmpty()
+			e.item.scope.CopyTo(ksl.Scope())
+			ksl.SetSchemaUrl(e.item.scopeSchema)
+			e.item.record.CopyTo(ksl.LogRecords().AppendEmpty())
+		}
+	}
+	m := plog.ProtoMarshaler{}
+	return m.MarshalLogs(ld)
+}
+
+// decodeGroup rebuilds a group from encodeGroup's bytes, checking everything it reads.
+func decodeGroup(data []byte) (*group, error) {
+	u := plog.ProtoUnmarshaler{}
+	ld, err := u.UnmarshalLogs(data)
+	if err != nil {
+		return nil, corrupt("%v", err)
+	}
+	rls := ld.ResourceLogs()
+	if rls.Len() == 0 || rls.At(0).ScopeLogs().Len() != 1 {
+		return nil, corrupt("no header")
+	}
+	hsl := rls.At(0).ScopeLogs().At(0)
+	if hsl.Scope().Name() != stateScope || hsl.LogRecords().Len() != 1 {
+		return nil, corrupt("no header record")
+	}
+	hdr := hsl.LogRecords().At(0)
+	attrs := hdr.Attributes()
+	ints := map[string]int64{}
+	for _, name := range []string{stateAttrVersion, stateAttrSeq, stateAttrK, stateAttrSourcesExpected, stateAttrLate} {
+		v, ok := attrs.Get(name)
+		if !ok || v.Type() != pcommon.ValueTypeInt {
+			return nil, corrupt("header attribute %q", name)
+		}
+		ints[name] = v.Int()
+	}
+	if ints[stateAttrVersion] != stateVersion {
+		return nil, corrupt("unknown version %d", ints[stateAttrVersion])
+	}
+	key, ok := attrs.Get(stateAttrKey)
+	if !ok || key.Type() != pcommon.ValueTypeStr || key.Str() == "" {
+		return nil, corrupt("no group key")
+	}
+	k := ints[stateAttrK]
+	if k < -1 || k > 1<<31 || ints[stateAttrSeq] < 0 || ints[stateAttrSourcesExpected] < 0 || ints[stateAttrLate] < 0 {
+		return nil, corrupt("header values out of range")
+	}
+	g := &group{
+		key:             key.Str(),
+		seq:             uint64(ints[stateAttrSeq]),
+		lastSeen:        time.Unix(0, int64(hdr.Timestamp())), //nolint:gosec // written from UnixNano
+		k:               int(k),
+		resource:        pcommon.NewResource(),
+		traceID:         hdr.TraceID(),
+		runID:           pcommon.NewValueEmpty(),
+		step:            pcommon.NewValueEmpty(),
+		sources:         make(map[sourceID]*sourceState),
+		sourcesExpected: ints[stateAttrSourcesExpected],
+		late:            ints[stateAttrLate],
+	}
+	rls.At(0).Resource().CopyTo(g.resource)
+	if v, ok := attrs.Get(stateAttrRunID); ok {
+		v.CopyTo(g.runID)
+	}
+	if v, ok := attrs.Get(stateAttrStep); ok {
+		v.CopyTo(g.step)
+	}
+	if err := decodeSources(attrs, g); err != nil {
+		return nil, err
+	}
+	if err := decodeKept(attrs, rls, g); err != nil {
+		return nil, err
+	}
+	return g, nil
+}
+
+func decodeSources(attrs pcommon.Map, g *group) error {
+	v, ok := attrs.Get(stateAttrSources)
+	if !ok || v.Type() != pcommon.ValueTypeSlice {
+		return corrupt("no sources")
+	}
+	for i := 0; i < v.Slice().Len(); i++ {
+		item := v.Slice().At(i)
+		if item.Type() != pcommon.ValueTypeMap {
+			return corrupt("source %d is not a map", i)
+		}
+		m := item.Map()
+		var id sourceID
+		state := &sourceState{}
+		for name, dst := range map[string]*string{stateAttrSourceName: &id.name, stateAttrSourceInstance: &id.instance} {
+			s, ok := m.Get(name)
+			if !ok || s.Type() != pcommon.ValueTypeStr {
+				return corrupt("source %d: %s", i, name)
+			}
+			*dst = s.Str()
+		}
+		for name, dst := range map[string]*int64{
+			stateAttrSourceReceived: &state.received,
+			stateAttrSourceSeen:     &state.end.seen,
+			stateAttrSourceEmitted:  &state.end.emitted,
+			stateAttrSourceDropped:  &state.end.dropped,
+		} {
+			n, ok := m.Get(name)
+			if !ok || n.Type() != pcommon.ValueTypeInt || n.Int() < 0 {
+				return corrupt("source %d: %s", i, name)
+			}
+			*dst = n.Int()
+		}
+		ended, ok := m.Get(stateAttrSourceEnded)
+		if !ok || ended.Type() != pcommon.ValueTypeBool {
+			return corrupt("source %d: %s", i, stateAttrSourceEnded)
+		}
+		state.ended = ended.Bool()
+		if _, dup := g.sources[id]; dup {
+			return corrupt("source %d repeated", i)
+		}
+		g.sources[id] = state
+	}
+	return nil
+}
+
+func decodeKept(attrs pcommon.Map, rls plog.ResourceLogsSlice, g *group) error {
+	keys, hasKeys := attrs.Get(stateAttrOrderKeys)
+	ids, hasIDs := attrs.Get(stateAttrOrderIDs)
+	records := rls.Len() - 1
+	if g.k < 0 {
+		if hasKeys || hasIDs || records != 0 {
+			return corrupt("kept records before the first generation")
+		}
+		return nil
+	}
+	if !hasKeys || !hasIDs || keys.Type() != pcommon.ValueTypeSlice || ids.Type() != pcommon.ValueTypeSlice ||
+		keys.Slice().Len() != records || ids.Slice().Len() != records || records > g.k {
+		return corrupt("kept records and sort keys disagree")
+	}
+	g.kept = newBottomK[keptRecord](g.k)
+	for i := range records {
+		kv, iv := keys.Slice().At(i), ids.Slice().At(i)
+		if kv.Type() != pcommon.ValueTypeInt || kv.Int() < 0 || iv.Type() != pcommon.ValueTypeStr {
+			return corrupt("sort key %d", i)
+		}
+		rl := rls.At(i + 1)
+		if rl.ScopeLogs().Len() != 1 || rl.ScopeLogs().At(0).LogRecords().Len() != 1 {
+			return corrupt("kept record %d", i)
+		}
+		sl := rl.ScopeLogs().At(0)
+		kept := keptRecord{
+			record:         plog.NewLogRecord(),
+			resource:       pcommon.NewResource(),
+			resourceSchema: rl.SchemaUrl(),
+			scope:          pcommon.NewInstrumentationScope(),
+			scopeSchema:    sl.SchemaUrl(),
+		}
+		sl.LogRecords().At(0).MoveTo(kept.record)
+		rl.Resource().MoveTo(kept.resource)
+		sl.Scope().MoveTo(kept.scope)
+		order := sortKey{key: uint64(kv.Int()), id: iv.Str()}
+		if !g.kept.offer(order, func() keptRecord { return kept }) {
+			return corrupt("kept record %d repeated", i)
+		}
+	}
+	return nil
+}
+
+func encodeIndex(groups map[string]*group) []byte {
+	keys := make([]string, 0, len(groups))
+	for key := range groups {
+		keys = append(keys, key)
+	}
+	data, _ := json.Marshal(keys) // a []string always marshals
+	return data
+}
+
+func decodeIndex(data []byte) ([]string, error) {
+	var keys []string
+	if err := json.Unmarshal(data, &keys); err != nil {
+		return nil, corrupt("open groups index: %v", err)
+	}
+	return keys, nil
+}
+
+func encodeClosedMeta(c *closedGroups) []byte {
+	data, _ := json.Marshal(closedMeta{Cap: cap(c.ring), Len: len(c.ring), Next: c.next})
+	return data
+}
+
+func decodeClosedMeta(data []byte) (closedMeta, error) {
+	var meta closedMeta
+	if err := json.Unmarshal(data, &meta); err != nil {
+		return meta, corrupt("closed groups: %v", err)
+	}
+	if meta.Len < 0 || meta.Cap < meta.Len || meta.Cap > maxClosedSlots || meta.Next < 0 || (meta.Next > 0 && meta.Next >= meta.Len) ||
+		(meta.Next > 0 && meta.Len < meta.Cap) {
+		return meta, corrupt("closed groups: %+v", meta)
+	}
+	return meta, nil
+}
