@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"go.opentelemetry.io/collector/consumer/consumertest"
+	"go.opentelemetry.io/collector/extension"
 	"go.opentelemetry.io/collector/pdata/plog"
 	"go.opentelemetry.io/collector/processor/processortest"
 
@@ -49,5 +50,53 @@ func BenchmarkConsumeLogs(b *testing.B) {
 func BenchmarkSampleKey(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		_ = sampleKey(42, "gsm8k-train-000123/0")
+	}
+}
+
+// BenchmarkConsumeLogsStorage is BenchmarkConsumeLogs with storage: every batch stores the
+// group it touched (O(k)) before it returns.
+func BenchmarkConsumeLogsStorage(b *testing.B) {
+	for _, backend := range []struct {
+		name string
+		ext  func(b *testing.B) extension.Extension
+	}{
+		{"memory", func(*testing.B) extension.Extension { return newMemStorage() }},
+		{"file_storage", func(b *testing.B) extension.Extension { return newFileStorage(b, b.TempDir()) }},
+	} {
+		b.Run(backend.name, func(b *testing.B) {
+			const batchSize = 512
+			cfg := createDefaultConfig().(*Config)
+			id := storageID
+			cfg.Storage = &id
+			p, err := newSamplerProcessor(cfg, consumertest.NewNop(), processortest.NewNopSettings(metadata.Type))
+			if err != nil {
+				b.Fatal(err)
+			}
+			ext := backend.ext(b)
+			if err := p.Start(context.Background(), storageHost{ext}); err != nil {
+				b.Fatal(err)
+			}
+			batches := make([]plog.Logs, 64)
+			for i := range batches {
+				records := make([]rec, 0, batchSize)
+				for j := range batchSize {
+					records = append(records, rec{step: int64(i % 8), id: fmt.Sprintf("prompt-%d-%d", i, j), count: 64})
+				}
+				batches[i] = logsOf(records...)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				ld := plog.NewLogs()
+				batches[i%len(batches)].CopyTo(ld)
+				if err := p.ConsumeLogs(context.Background(), ld); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(b.N*batchSize)/b.Elapsed().Seconds(), "records/s")
+			_ = p.Shutdown(context.Background())
+			_ = ext.Shutdown(context.Background())
+		})
 	}
 }
