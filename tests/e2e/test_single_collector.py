@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from otel_valgen.sampling import SortKey, bottom_k, sample_key
 from tests.e2e.conftest import StartCollector
 from tests.e2e.harness import StandIn, records_of_file, wait_for
-from tests.e2e.steps import assert_destination, by_step, emit_steps
+from tests.e2e.steps import SEED, K, assert_destination, by_step, emit_steps
 
 # Two sources per step; the last step has fewer generations than k.
 PLAN = {
@@ -44,34 +45,41 @@ def test_each_destination_gets_the_bottom_k_of_every_step(
     assert loki_stand_in.wrong_paths == []
 
 
-def test_shutdown_flushes_open_steps_and_a_restart_delivers_them(
+def test_shutdown_stores_open_steps_and_a_restart_completes_them_once(
     start_collector: StartCollector, wandb_stand_in: StandIn, loki_stand_in: StandIn
 ) -> None:
-    """A step that cannot complete is flushed, sampled, at shutdown; the persisted queues deliver it after restart."""
+    """A step open at shutdown is stored (file_storage/sampler), not flushed; after a restart it completes, once."""
     env = {
         "VALGEN_WANDB_EXPORTER_ENDPOINT": wandb_stand_in.endpoint,
         "VALGEN_LOKI_OTLP_ENDPOINT": loki_stand_in.endpoint,
         "VALGEN_DECISION_WAIT": "10m",
     }
     collector = start_collector("collector", ["collector.yaml"], env)
-    # Only one of the two expected sources ever ends: the step stays open until shutdown.
-    expected = emit_steps(f"http://{collector.http_endpoint}", False, {7: {"trainer": 11}}, sources_expected=2)
+    # One of the two expected sources ends before the shutdown, the other after the restart.
+    emit_steps(f"http://{collector.http_endpoint}", False, {7: {"trainer": 11}}, sources_expected=2)
     assert records_of_file(collector.file_path) == [], "the step closed before shutdown"
     assert collector.stop() == 0
+    assert records_of_file(collector.file_path) == [], "shutdown flushed the open step instead of storing it"
 
-    # The file exporter writes at once; the queued exports to wandb and Loki are persisted.
-    kept, summaries = by_step(records_of_file(collector.file_path))
-    ranked = sorted(kept[7], key=lambda r: r.attributes["valgen.rank"])
-    assert [r.attributes["valgen.sample_id"] for r in ranked] == expected[7]
-    summary = summaries[7][0].attributes
-    assert summary["valgen.closed_reason"] == "shutdown"
-    assert summary["valgen.seen"] == 11
-    assert summary["valgen.kept"] == 5
-    assert summary["valgen.sources_expected"] == 2
-
-    start_collector("collector", ["collector.yaml"], env)
-    for name, stand_in in {"wandb": wandb_stand_in, "loki": loki_stand_in}.items():
-        wait_for(lambda s=stand_in: 7 in by_step(s.records())[1], 30, f"{name} after restart")
-        kept_there, summaries_there = by_step(stand_in.records())
-        assert sorted(r.attributes["valgen.sample_id"] for r in kept_there[7]) == sorted(expected[7])
-        assert len(summaries_there[7]) == 1
+    collector = start_collector("collector", ["collector.yaml"], env)  # same state directory
+    emit_steps(f"http://{collector.http_endpoint}", False, {7: {"rollouter": 4}}, sources_expected=2)
+    step_ids = [f"trainer-prompt-{i:03d}/0" for i in range(11)] + [f"rollouter-prompt-{i:03d}/0" for i in range(4)]
+    want = [i for _, i in bottom_k(((SortKey.of(sample_key(SEED, i), i), i) for i in step_ids), K)]
+    destinations = {
+        "wandb": wandb_stand_in.records,
+        "loki": loki_stand_in.records,
+        "file": lambda: records_of_file(collector.file_path),
+    }
+    for name, records in destinations.items():
+        wait_for(lambda r=records: 7 in by_step(r())[1], 30, f"{name}: step 7 after the restart")
+    for name, records in destinations.items():
+        kept, summaries = by_step(records())
+        ranked = sorted(kept[7], key=lambda r: r.attributes["valgen.rank"])
+        assert [r.attributes["valgen.sample_id"] for r in ranked] == want, name
+        assert len(summaries[7]) == 1, f"{name}: {len(summaries[7])} summaries"
+        summary = summaries[7][0].attributes
+        assert summary["valgen.closed_reason"] == "complete", name
+        assert summary["valgen.seen"] == 15, name
+        assert summary["valgen.kept"] == K, name
+        assert summary["valgen.sources"] == 2, name
+        assert summary["valgen.sources_expected"] == 2, name
