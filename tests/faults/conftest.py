@@ -84,7 +84,12 @@ class Collectors:
     ports: dict[str, tuple[int, ...]] = field(default_factory=dict)
 
     def start(
-        self, name: str, env: dict[str, str], configs: list[str] | None = None, wait: bool = True
+        self,
+        name: str,
+        env: dict[str, str],
+        configs: list[str] | None = None,
+        wait: bool = True,
+        extra_args: list[str] | None = None,
     ) -> RunningCollector:
         """Start ``name`` on free loopback ports (same name = same queue, file and log); wait until healthy."""
         home = self.state / name
@@ -107,6 +112,7 @@ class Collectors:
         args = [str(harness.COLLECTOR_BIN)]
         for config in configs or ["collector.yaml"]:
             args += ["--config", str(harness.CONFIG_DIR / config)]
+        args += extra_args or []
         log_path = home / "collector.log"
         with log_path.open("ab") as log:
             process = subprocess.Popen(args, env=full_env, stdout=log, stderr=subprocess.STDOUT, cwd=home)

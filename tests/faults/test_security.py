@@ -47,6 +47,13 @@ def _request_of(mib: int) -> logs_service_pb2.ExportLogsServiceRequest:
     return request
 
 
+def _auth_args() -> list[str]:
+    """The command-line flags auth.yaml asks for in its header (its list-append merge feature gate)."""
+    auth = REPO / "collector-config" / "auth.yaml"
+    gate = "confmap.enableMergeAppendOption"
+    return [f"--feature-gates={gate}"] if auth.is_file() and gate in auth.read_text(encoding="utf-8") else []
+
+
 def _collector(collectors: Collectors, wandb: StandIn, loki: StandIn, configs: list[str]) -> RunningCollector:
     env = {
         "VALGEN_WANDB_EXPORTER_ENDPOINT": wandb.endpoint,
@@ -54,7 +61,7 @@ def _collector(collectors: Collectors, wandb: StandIn, loki: StandIn, configs: l
         "VALGEN_AUTH_TOKEN": TOKEN,
         "VALGEN_DECISION_WAIT": "2s",
     }
-    return collectors.start("c", env, configs)
+    return collectors.start("c", env, configs, extra_args=_auth_args() if "auth.yaml" in configs else None)
 
 
 @pytest.mark.timeout(60)
@@ -133,6 +140,7 @@ def test_no_secret_appears_in_any_log_or_file_the_pipeline_writes(
             "VALGEN_LOG_LEVEL": "debug",
         },
         ["collector.yaml", "auth.yaml"],
+        extra_args=_auth_args(),
     )
     exporter = start_exporter(
         exporter_endpoint, tmp_path / "exporter-state", tmp_path / "wandb", tmp_path / "exporter.log", secrets_env
