@@ -30,6 +30,8 @@ COLLECTOR_BIN = REPO / "build" / "otelcol-valgen"
 CONFIG_DIR = REPO / "collector-config"
 TOOLS = REPO / "build" / "tools"
 INSTALL_TOOLS = "bash tools/deploy/install-tools.sh"
+# auth.yaml appends its extension to the base's `service.extensions` (see its header).
+MERGE_APPEND = "--feature-gates=confmap.enableMergeAppendOption"
 
 
 def require_collector() -> Path:
@@ -123,11 +125,13 @@ class Collector:
 
 
 @contextmanager
-def collector(configs: list[str], env: dict[str, str], workdir: Path) -> Iterator[Collector]:
+def collector(
+    configs: list[str], env: dict[str, str], workdir: Path, flags: tuple[str, ...] = ()
+) -> Iterator[Collector]:
     """The built collector with `configs` (names under collector-config/) on free loopback ports.
 
     Every listen address and path the shipped configs read from VALGEN_* is overridden; `env`
-    is applied last.
+    is applied last. `flags` are further command-line arguments (e.g. feature gates).
     """
     binary = require_collector()
     grpc_port, http_port, health_port, metrics_port = (free_port() for _ in range(4))
@@ -151,6 +155,7 @@ def collector(configs: list[str], env: dict[str, str], workdir: Path) -> Iterato
     args = [str(binary)]
     for config in configs:
         args += ["--config", str(CONFIG_DIR / config)]
+    args += flags
     health = f"http://127.0.0.1:{health_port}/"
     with started("collector", args, full_env, workdir, health, 30) as process:
         yield Collector(process, f"127.0.0.1:{grpc_port}", f"127.0.0.1:{http_port}", file_path)

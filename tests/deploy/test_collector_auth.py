@@ -27,24 +27,23 @@ TOKEN = "test-token-5f1c0e2a"
 ENV = {"GF_SECURITY_ADMIN_PASSWORD": "x", "VALGEN_AUTH_TOKEN": TOKEN}
 
 
-def _config_sets() -> list[list[str]]:
-    """The --config lists the compose stack gives the collector, as collector-config/ file names."""
-    sets = []
+def _compose_commands() -> list[list[str]]:
+    """The collector's command lines in the compose stack, with config paths in this repository."""
+    commands = []
     for auth in (False, True):
         command = compose.resolved(ENV, auth=auth)["services"]["collector"]["command"]
-        sets.append([Path(arg).name for arg in command if arg != "--config"])
-    return sets
+        commands.append([str(harness.CONFIG_DIR / Path(a).name) if a.startswith("/etc/") else a for a in command])
+    return commands
 
 
-@pytest.mark.parametrize("configs", _config_sets(), ids="+".join)
-def test_collector_validates_every_config_compose_uses(configs: list[str]) -> None:
-    """`otelcol-valgen validate` accepts each config set of the stack with the stack's environment."""
+@pytest.mark.parametrize("command", _compose_commands(), ids=["plain", "auth"])
+def test_collector_validates_every_config_compose_uses(command: list[str]) -> None:
+    """`otelcol-valgen validate` accepts each command line of the stack with the stack's environment."""
     binary = harness.require_collector()
     env = {**os.environ, **compose.resolved(ENV, auth=True)["services"]["collector"]["environment"]}
-    args = [str(binary), "validate"]
-    for config in configs:
-        args += ["--config", str(harness.CONFIG_DIR / config)]
-    result = subprocess.run(args, env=env, capture_output=True, text=True, timeout=60, check=False)
+    result = subprocess.run(
+        [str(binary), "validate", *command], env=env, capture_output=True, text=True, timeout=60, check=False
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -63,7 +62,8 @@ def test_auth_overlay_refuses_to_start_without_a_token() -> None:
 def authed_collector(tmp_path_factory: pytest.TempPathFactory) -> Iterator[harness.Collector]:
     """The collector with collector.yaml + auth.yaml and a known token."""
     workdir = tmp_path_factory.mktemp("auth-collector")
-    with harness.collector(["collector.yaml", "auth.yaml"], {"VALGEN_AUTH_TOKEN": TOKEN}, workdir) as running:
+    configs, env = ["collector.yaml", "auth.yaml"], {"VALGEN_AUTH_TOKEN": TOKEN}
+    with harness.collector(configs, env, workdir, (harness.MERGE_APPEND,)) as running:
         yield running
 
 
@@ -144,3 +144,32 @@ def test_sdk_exporter_authenticates_with_otel_exporter_otlp_headers(
     assert export_once() == "SUCCESS"
     monkeypatch.delenv("OTEL_EXPORTER_OTLP_HEADERS")
     assert export_once() == "FAILURE"
+
+
+@pytest.mark.parametrize("base", [["agent.yaml"], ["collector.yaml", "sampler.yaml"]], ids=["agent", "sampler"])
+def test_auth_overlay_fits_the_scale_out_configs(base: list[str], tmp_path: Path) -> None:
+    """The same auth.yaml on an agent and on a sampler: they start and refuse unauthenticated requests."""
+    env = {"VALGEN_AUTH_TOKEN": TOKEN, "VALGEN_SAMPLER_HOSTS": f"[127.0.0.1:{harness.free_port()}]"}
+    with harness.collector([*base, "auth.yaml"], env, tmp_path, (harness.MERGE_APPEND,)) as running:
+        assert _post(running.http_endpoint, {}) == 401
+        assert _post(running.http_endpoint, {"Authorization": f"Bearer {TOKEN}"}) == 200
+
+
+def test_without_list_merging_the_auth_overlay_fails_closed(tmp_path: Path) -> None:
+    """Forgetting the merge-append gate drops the base's extensions: the collector exits instead of running open."""
+    binary = harness.require_collector()
+    args = [str(binary), "--config", str(harness.CONFIG_DIR / "collector.yaml")]
+    args += ["--config", str(harness.CONFIG_DIR / "auth.yaml")]
+    env = {
+        **os.environ,
+        "VALGEN_AUTH_TOKEN": TOKEN,
+        "VALGEN_STATE_DIR": str(tmp_path),
+        "VALGEN_FILE_PATH": str(tmp_path / "out.jsonl"),
+        "VALGEN_OTLP_GRPC_ENDPOINT": f"127.0.0.1:{harness.free_port()}",
+        "VALGEN_OTLP_HTTP_ENDPOINT": f"127.0.0.1:{harness.free_port()}",
+        "VALGEN_HEALTH_ENDPOINT": f"127.0.0.1:{harness.free_port()}",
+        "VALGEN_METRICS_PORT": str(harness.free_port()),
+    }
+    result = subprocess.run(args, env=env, capture_output=True, text=True, timeout=30, check=False)
+    assert result.returncode != 0
+    assert "cannot start pipelines" in result.stderr

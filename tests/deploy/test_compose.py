@@ -83,8 +83,13 @@ def test_auth_overlay_requires_a_token_and_adds_the_auth_config() -> None:
     with pytest.raises(InterpolationError, match="VALGEN_AUTH_TOKEN"):
         compose.resolved({"GF_SECURITY_ADMIN_PASSWORD": "x"}, auth=True)
     collector = compose.resolved(ENV, auth=True)["services"]["collector"]
-    configs = [arg for arg in collector["command"] if arg != "--config"]
-    assert configs == ["/etc/otelcol-valgen/collector.yaml", "/etc/otelcol-valgen/auth.yaml"]
+    assert collector["command"] == [
+        "--config",
+        "/etc/otelcol-valgen/collector.yaml",
+        "--config",
+        "/etc/otelcol-valgen/auth.yaml",
+        "--feature-gates=confmap.enableMergeAppendOption",
+    ]
     assert collector["environment"]["VALGEN_AUTH_TOKEN"] == ENV["VALGEN_AUTH_TOKEN"]
     assert collector["environment"]["VALGEN_OTLP_HTTP_ENDPOINT"] == "0.0.0.0:4318", "overlay must keep base env"
 
