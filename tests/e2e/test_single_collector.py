@@ -48,7 +48,7 @@ def test_each_destination_gets_the_bottom_k_of_every_step(
 def test_shutdown_stores_open_steps_and_a_restart_completes_them_once(
     start_collector: StartCollector, wandb_stand_in: StandIn, loki_stand_in: StandIn
 ) -> None:
-    """A step open at shutdown is stored (file_storage/sampler), not flushed; after a restart it completes, once."""
+    """A step open at shutdown is stored (file_storage), not flushed; after a restart it completes, once."""
     env = {
         "VALGEN_WANDB_EXPORTER_ENDPOINT": wandb_stand_in.endpoint,
         "VALGEN_LOKI_OTLP_ENDPOINT": loki_stand_in.endpoint,
