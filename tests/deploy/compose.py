@@ -102,10 +102,12 @@ def resolved(env: Mapping[str, str], *, auth: bool = False) -> dict[str, Any]:
     model = load(COMPOSE)
     if auth:
         model = merge(model, load(COMPOSE_AUTH))
-    return interpolate(model, env)
+    resolved_model: dict[str, Any] = interpolate(model, env)
+    return resolved_model
 
 
 def compose_schema() -> dict[str, Any]:
     """The Compose Specification's JSON schema, as vendored by the check-jsonschema package."""
     files = resources.files("check_jsonschema.builtin_schemas.vendor")
-    return json.loads(files.joinpath("compose-spec.json").read_text(encoding="utf-8"))
+    schema: dict[str, Any] = json.loads(files.joinpath("compose-spec.json").read_text(encoding="utf-8"))
+    return schema

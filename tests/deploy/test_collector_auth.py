@@ -110,7 +110,7 @@ def test_otlp_http_needs_the_bearer_token(
 def test_otlp_grpc_needs_the_bearer_token(authed_collector: harness.Collector) -> None:
     """OTLP/gRPC answers UNAUTHENTICATED without the token and accepts the export with it."""
     with grpc.insecure_channel(authed_collector.grpc_endpoint) as channel:
-        stub = logs_service_pb2_grpc.LogsServiceStub(channel)
+        stub = logs_service_pb2_grpc.LogsServiceStub(channel)  # type: ignore[no-untyped-call]
         with pytest.raises(grpc.RpcError) as refused:
             stub.Export(_request(), timeout=10)
         assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED

@@ -27,7 +27,8 @@ BUILTIN_VARIABLES = {"__range", "__dashboard", "__url_time_range", "__value"}
 @pytest.fixture(scope="module")
 def dashboard() -> dict[str, Any]:
     """The committed dashboard JSON."""
-    return json.loads(DASHBOARD_FILE.read_text(encoding="utf-8"))
+    loaded: dict[str, Any] = json.loads(DASHBOARD_FILE.read_text(encoding="utf-8"))
+    return loaded
 
 
 def _targets(dashboard: dict[str, Any]) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:

@@ -149,8 +149,8 @@ def test_loki_verifies_the_compose_config(tmp_path: Path) -> None:
     broken = tmp_path / "broken.yaml"
     broken.write_text(loki_config(tmp_path).read_text().replace("max_line_size:", "max_line_sise:"), encoding="utf-8")
     broken_args = [args[0], f"-config.file={broken}", "-verify-config"]
-    result = subprocess.run(broken_args, capture_output=True, timeout=60, check=False)
-    assert result.returncode != 0, "verify-config must reject unknown keys for this check to mean anything"
+    refused = subprocess.run(broken_args, capture_output=True, timeout=60, check=False)
+    assert refused.returncode != 0, "verify-config must reject unknown keys for this check to mean anything"
 
 
 def test_loki_config_keeps_run_and_step_out_of_the_index() -> None:
