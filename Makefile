@@ -39,7 +39,7 @@ test-py:
 test: install-dev collector lint typecheck go-lint go-test test-py
 
 # Deployment checks (tests/deploy): builds the LogQL checker and Loki v3.7.8 into build/tools
-# (a first build takes 3-6 min on 2 cores, then seconds), then runs the tests (~15 s).
+# (a first build takes 3-6 min on 2 cores, then seconds), then runs the tests (~45 s).
 deploy-check:
 	bash tools/deploy/install-tools.sh --loki
 	$(PYTHON) -m pytest tests/deploy
