@@ -21,7 +21,7 @@ import pytest
 import otel_valgen as vg
 from otel_valgen import contract
 from otel_valgen.sampling import SortKey, bottom_k, sample_key
-from tests.e2e.harness import StandIn, free_port, wait_for
+from tests.e2e.harness import Record, StandIn, free_port, wait_for
 from tests.e2e.steps import by_step
 from tests.faults.conftest import Collectors, RunningCollector, file_records, grpc_stand_in_at, metric_sum
 
@@ -48,7 +48,7 @@ def _bottom_k(ids: list[str]) -> list[str]:
     return [i for _, i in bottom_k(((SortKey.of(sample_key(SEED, i), i), i) for i in full), K)]
 
 
-def _assert_once(name: str, records: list, step: int, want: list[str], reason: str, sources: int) -> None:
+def _assert_once(name: str, records: list[Record], step: int, want: list[str], reason: str, sources: int) -> None:
     kept, summaries = by_step(records)
     got = [r.attributes[contract.SAMPLE_ID] for r in sorted(kept[step], key=lambda r: r.attributes[contract.RANK])]
     assert got == want, f"{name} step {step}: {got} != {want}"
