@@ -31,6 +31,7 @@ from opentelemetry.proto.collector.logs.v1 import logs_service_pb2, logs_service
 
 REPO = Path(__file__).resolve().parents[2]
 COLLECTOR_BIN = REPO / "build" / "otelcol-valgen"
+AUTH_FEATURE_GATE = "confmap.enableMergeAppendOption"
 CONFIG_DIR = REPO / "collector-config"
 
 
@@ -223,6 +224,8 @@ def start_collector(state: Path, name: str, configs: list[str], env: dict[str, s
     args = [str(COLLECTOR_BIN)]
     for config in configs:
         args += ["--config", str(CONFIG_DIR / config)]
+    if "auth.yaml" in configs:  # the overlay appends to the base's extension list (see auth.yaml)
+        args.append(f"--feature-gates={AUTH_FEATURE_GATE}")
     log_path = home / "collector.log"
     with log_path.open("ab") as log:
         process = subprocess.Popen(args, env=full_env, stdout=log, stderr=subprocess.STDOUT, cwd=home)
