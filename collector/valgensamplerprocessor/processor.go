@@ -12,6 +12,7 @@ import (
 
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/consumer"
+	"go.opentelemetry.io/collector/extension/xextension/storage"
 	"go.opentelemetry.io/collector/pdata/plog"
 	"go.opentelemetry.io/collector/processor"
 	"go.uber.org/zap"
@@ -126,7 +127,17 @@ func (p *samplerProcessor) Shutdown(ctx context.Context) error {
 		}
 		p.logger.Error("open valgen groups could not be stored; flushing them downstream instead",
 			zap.Int("groups", len(p.groups)), zap.Error(err))
-		defer func() { _ = store.client.Close(ctx) }()
+		// Try to forget them in storage too, so that a restart does not send them again.
+		forget := []*storage.Operation{storage.SetOperation(storageKeyIndex, encodeIndex(nil))}
+		for key := range p.groups {
+			forget = append(forget, storage.DeleteOperation(groupStorageKey(key)))
+		}
+		defer func() {
+			if err := store.client.Batch(ctx, forget...); err != nil {
+				p.storageError(ctx, storageOpWrite, err)
+			}
+			_ = store.client.Close(ctx)
+		}()
 	}
 	out := plog.NewLogs()
 	var st stats

@@ -38,6 +38,7 @@ type memStorage struct {
 	data       map[string][]byte
 	failWrites atomic.Bool
 	failReads  atomic.Bool
+	failNext   atomic.Int32 // fail this many more write batches
 }
 
 var _ storage.Extension = (*memStorage)(nil)
@@ -85,6 +86,15 @@ func (c memClient) Batch(_ context.Context, ops ...*storage.Operation) error {
 	for _, op := range ops {
 		if op.Type == storage.Get && c.m.failReads.Load() || op.Type != storage.Get && c.m.failWrites.Load() {
 			return errInjected
+		}
+	}
+	for _, op := range ops {
+		if op.Type != storage.Get {
+			if c.m.failNext.Add(-1) >= 0 {
+				return errInjected
+			}
+			c.m.failNext.Add(1)
+			break
 		}
 	}
 	c.m.mu.Lock()
@@ -401,6 +411,16 @@ func TestStorageFailures(t *testing.T) {
 		got := collect(h.sink)
 		require.Len(t, got.summaries, 1)
 		assert.Equal(t, closedShutdown, strOf(t, got.summaries[0], attrClosedReason))
+	})
+	t.Run("shutdown cannot store, then storage recovers: flushed once, forgotten", func(t *testing.T) {
+		ext := newMemStorage()
+		h := startStored(t, ext, newFakeClock().Now(), nil)
+		h.consume(t, logsOf(stepRecords(1, "A", 3, 0)...))
+		ext.failNext.Store(1)
+		require.NoError(t, h.p.Shutdown(context.Background()))
+		require.Len(t, collect(h.sink).summaries, 1)
+		again := startStored(t, ext, h.clock.Now(), nil)
+		require.Empty(t, again.p.groups, "a flushed group is not reloaded")
 	})
 	t.Run("read fails: start fails", func(t *testing.T) {
 		ext := newMemStorage()
