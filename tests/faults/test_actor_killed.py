@@ -8,6 +8,7 @@ close after ``decision_wait`` with what arrived, and its ``valgen.step.summary``
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -35,11 +36,16 @@ PER_ACTOR = 10
 class Validator:
     """An actor validating its share of a step."""
 
-    def part(self, step: int, source: str, ids: list[str]) -> bool:
+    def part(self, step: int, source: str, ids: list[str], sources_expected: int = 3) -> bool:
         """Validate a whole part: log, then end it (flushes); True when confirmed sent."""
-        with vg.validation(step=step, source=source, sources_expected=3) as block:
+        with vg.validation(step=step, source=source, sources_expected=sources_expected) as block:
             vg.log_generations([f"q {i}" for i in ids], [f"a {i}" for i in ids], [0.5] * len(ids), sample_ids=ids)
         return bool(block.flushed)
+
+    def part_then_exit(self, step: int, source: str, ids: list[str]) -> None:
+        """Validate a part, then end the worker process at once (no atexit, no Ray cleanup)."""
+        self.part(step, source, ids, sources_expected=2)
+        os._exit(0)
 
     def begin(self, step: int, source: str, ids: list[str], presample: bool) -> int:
         """Open a part and log generations, but never end it (the actor is killed next)."""
@@ -117,6 +123,23 @@ def test_killed_actor_step_closes_after_the_wait_and_the_summary_counts_the_miss
             ray.kill(actor)
     values = collector.metrics()
     assert metric_sum(values, "otelcol_valgen_sampler_groups_closed", reason="wait") == 2
+
+
+@pytest.mark.timeout(120)
+def test_workers_that_exit_right_after_their_step_ended_lose_nothing(cluster: RunningCollector) -> None:
+    """Two actors end their parts and their processes exit at once, then the driver shuts Ray down: step complete."""
+    actors = [Validator.remote() for _ in range(2)]
+    calls = [actor.part_then_exit.remote(4, f"w{i}", _ids(f"w{i}", 4)) for i, actor in enumerate(actors)]
+    for call in calls:
+        with pytest.raises(ray.exceptions.RayActorError):
+            ray.get(call)
+    ray.shutdown()
+    kept, summary = _summary(cluster, 4)
+    assert kept == _bottom_k(_ids("w0", 4) + _ids("w1", 4))
+    assert summary[contract.CLOSED_REASON] == "complete"
+    assert summary[contract.SOURCES] == 2
+    assert summary[contract.SEEN] == 2 * PER_ACTOR
+    assert summary[contract.MISSING] == 0
 
 
 @pytest.mark.xfail(
