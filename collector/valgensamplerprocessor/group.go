@@ -143,6 +143,18 @@ func (g *group) complete() bool {
 	return ended >= g.sourcesExpected
 }
 
+// endedSources counts the sources that sent their end record; sources minus this is how
+// many sent generations but never ended (e.g. a worker killed mid-step).
+func (g *group) endedSources() int64 {
+	var ended int64
+	for _, state := range g.sources {
+		if state.ended {
+			ended++
+		}
+	}
+	return ended
+}
+
 // totals sums the group's counts for the summary record.
 func (g *group) totals() (seen, missing int64) {
 	for _, state := range g.sources {

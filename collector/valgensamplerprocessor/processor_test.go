@@ -88,6 +88,7 @@ func TestCompleteClose(t *testing.T) {
 	assert.Equal(t, int64(9+5), intOf(t, s, attrSeen))
 	assert.Equal(t, int64(4), intOf(t, s, attrKept))
 	assert.Equal(t, int64(2), intOf(t, s, attrSources))
+	assert.Equal(t, int64(2), intOf(t, s, attrSourcesEnded))
 	assert.Equal(t, int64(2), intOf(t, s, attrSourcesExpected))
 	assert.Equal(t, int64(0), intOf(t, s, attrLate))
 	assert.Equal(t, int64(0), intOf(t, s, attrMissing))

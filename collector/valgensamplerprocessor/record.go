@@ -33,6 +33,7 @@ const (
 	attrSourcesExpected = "valgen.sources_expected"
 	attrKept            = "valgen.kept"
 	attrSources         = "valgen.sources"
+	attrSourcesEnded    = "valgen.sources_ended"
 	attrLate            = "valgen.late"
 	attrMissing         = "valgen.missing"
 	attrClosedReason    = "valgen.closed_reason"

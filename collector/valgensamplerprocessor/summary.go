@@ -78,6 +78,7 @@ func appendSummary(out plog.Logs, g *group, kept int, reason string, now time.Ti
 	attrs.PutInt(attrSeen, seen)
 	attrs.PutInt(attrKept, int64(kept))
 	attrs.PutInt(attrSources, int64(len(g.sources)))
+	attrs.PutInt(attrSourcesEnded, g.endedSources())
 	if g.sourcesExpected > 0 {
 		attrs.PutInt(attrSourcesExpected, g.sourcesExpected)
 	}

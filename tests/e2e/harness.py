@@ -87,7 +87,7 @@ def records_of_file(path: Path) -> list[Record]:
     """Flatten every line the collector's file exporter wrote (format: json)."""
     if not path.exists():
         return []
-    lines = path.read_text(encoding="utf-8").splitlines()
+    lines = path.read_text(encoding="utf-8").split("\n")  # not splitlines(): U+2028 etc. stay inside JSON strings
     return [r for line in lines if line.strip() for r in records_of_json(json.loads(line), False)]
 
 

@@ -68,12 +68,12 @@ def _collector(collectors: Collectors, wandb: StandIn, loki: StandIn, configs: l
 def test_oversized_requests_are_refused_with_a_clear_error(
     collectors: Collectors, wandb_stand_in: StandIn, loki_stand_in: StandIn
 ) -> None:
-    """OTLP/HTTP over 20 MiB: 400 'request body too large'; OTLP/gRPC over 64 MiB: RESOURCE_EXHAUSTED."""
+    """OTLP/HTTP and OTLP/gRPC over 64 MiB: 400 'request body too large' / RESOURCE_EXHAUSTED."""
     import grpc
 
     collector = _collector(collectors, wandb_stand_in, loki_stand_in, ["collector.yaml"])
-    assert _post(collector.http_endpoint, _request_of(19).SerializeToString())[0] == 200
-    status, body = _post(collector.http_endpoint, _request_of(21).SerializeToString())
+    assert _post(collector.http_endpoint, _request_of(63).SerializeToString())[0] == 200
+    status, body = _post(collector.http_endpoint, _request_of(65).SerializeToString())
     assert status == 400
     assert "request body too large" in body
 
