@@ -67,23 +67,30 @@ def verl_baseline(data: list[tuple[list[str], list[str], list[float]]]) -> float
     return time.perf_counter() - started
 
 
-def otel_valgen_run(data: list[tuple[list[str], list[str], list[float]]], presample: bool, directory: str) -> float:
-    """log_generations per batch, then the end of the step (which flushes to the sink)."""
+def otel_valgen_run(
+    data: list[tuple[list[str], list[str], list[float]]], presample: bool, directory: str
+) -> tuple[float, float]:
+    """log_generations per batch, then the end of the step (which flushes to the sink).
+
+    Returns the seconds spent in the log_generations calls and in the end of the step.
+    """
     import otel_valgen as vg
 
     vg.configure(run_id="bench", count=K, presample=presample, directory=directory)
     vg.log_generations(["warm"], ["up"], [0.0], step=0)
     vg.end_step(0)
     started = time.perf_counter()
-    with vg.validation(step=1):
+    block = vg.validation(step=1)
+    with block:
         for inputs, outputs, scores in data:
             vg.log_generations(inputs, outputs, scores)
-    elapsed = time.perf_counter() - started
+        logged = time.perf_counter()
+    ended = time.perf_counter()
     vg.shutdown()
     from otel_valgen import _api
 
     _api._reset_for_testing()
-    return elapsed
+    return logged - started, ended - logged
 
 
 def time_comparison(total: int, repeats: int) -> dict[str, float]:
@@ -91,13 +98,17 @@ def time_comparison(total: int, repeats: int) -> dict[str, float]:
     import wandb  # noqa: F401  (import cost is not part of either measurement)
 
     data = list(batches(total))
-    results: dict[str, list[float]] = {"baseline": [], "presample_on": [], "presample_off": []}
+    results: dict[str, list[float]] = {name: [] for name in ("baseline", "presample_on", "presample_off")}
+    parts: dict[str, list[float]] = {"log_on": [], "end_on": []}
     with tempfile.TemporaryDirectory() as tmp:
         for attempt in range(repeats):
             results["baseline"].append(verl_baseline(data))
-            results["presample_on"].append(otel_valgen_run(data, True, os.path.join(tmp, f"on{attempt}")))
-            results["presample_off"].append(otel_valgen_run(data, False, os.path.join(tmp, f"off{attempt}")))
-    return {name: statistics.median(values) for name, values in results.items()}
+            log_s, end_s = otel_valgen_run(data, True, os.path.join(tmp, f"on{attempt}"))
+            results["presample_on"].append(log_s + end_s)
+            parts["log_on"].append(log_s)
+            parts["end_on"].append(end_s)
+            results["presample_off"].append(sum(otel_valgen_run(data, False, os.path.join(tmp, f"off{attempt}"))))
+    return {name: statistics.median(values) for name, values in {**results, **parts}.items()}
 
 
 def peak_rss_child(total: int) -> None:
@@ -127,6 +138,11 @@ def main() -> None:
     base = medians["baseline"]
     for name in ("baseline", "presample_on", "presample_off"):
         print(f"  {name:<14} {medians[name] * 1000:8.1f} ms   ratio to baseline {medians[name] / base:5.2f}x")
+    print(
+        f"  presample_on = {medians['log_on'] * 1000:.1f} ms in log_generations "
+        f"({medians['log_on'] / args.m * 1e6:.2f} us per generation) "
+        f"+ {medians['end_on'] * 1000:.1f} ms ending the step"
+    )
     print("peak RSS of the emitting process, data streamed in batches of 1000:")
     rss = {}
     for total in (10_000, 30_000, 100_000):

@@ -56,14 +56,14 @@ class SampleKeyer:
 
     def __init__(self, seed: int) -> None:
         key = (seed % _SEED_MODULUS).to_bytes(8, "big").ljust(self._BLOCK, b"\0")
-        self._inner = hashlib.sha256(bytes(byte ^ 0x36 for byte in key))
-        self._outer = hashlib.sha256(bytes(byte ^ 0x5C for byte in key))
+        self.inner = hashlib.sha256(bytes(byte ^ 0x36 for byte in key))
+        self.outer = hashlib.sha256(bytes(byte ^ 0x5C for byte in key))
 
     def __call__(self, sample_id_utf8: bytes) -> int:
         """The sampling key of a UTF-8 encoded sample id."""
-        inner = self._inner.copy()
+        inner = self.inner.copy()
         inner.update(sample_id_utf8)
-        outer = self._outer.copy()
+        outer = self.outer.copy()
         outer.update(inner.digest())
         return int.from_bytes(outer.digest()[:8], "big") >> 1
 
