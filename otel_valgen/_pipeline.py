@@ -28,7 +28,7 @@ from opentelemetry.sdk._logs.export import (
 from opentelemetry.sdk.resources import Resource
 
 from otel_valgen import _stats
-from otel_valgen._settings import Settings
+from otel_valgen._settings import Settings, env_int
 
 _logger = logging.getLogger("otel_valgen")
 
@@ -46,30 +46,16 @@ class BatchSettings:
     max_export_batch_size: int = _DEFAULT_MAX_EXPORT_BATCH_SIZE
 
 
-def _positive_env(name: str, default: int) -> int:
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        value = 0
-    if value <= 0:
-        _logger.warning("otel_valgen: %s=%r is not a positive integer; using %d", name, raw, default)
-        return default
-    return value
-
-
 def batch_settings() -> BatchSettings:
     """``OTEL_BLRP_*`` as the SDK reads them, with bad values and combinations repaired."""
-    queue = _positive_env("OTEL_BLRP_MAX_QUEUE_SIZE", _DEFAULT_MAX_QUEUE_SIZE)
-    batch = _positive_env("OTEL_BLRP_MAX_EXPORT_BATCH_SIZE", _DEFAULT_MAX_EXPORT_BATCH_SIZE)
+    queue = env_int("OTEL_BLRP_MAX_QUEUE_SIZE", _DEFAULT_MAX_QUEUE_SIZE, minimum=1)
+    batch = env_int("OTEL_BLRP_MAX_EXPORT_BATCH_SIZE", _DEFAULT_MAX_EXPORT_BATCH_SIZE, minimum=1)
     if batch > queue:
         _logger.warning(
             "otel_valgen: OTEL_BLRP_MAX_EXPORT_BATCH_SIZE %d > queue size %d; using %d", batch, queue, queue
         )
         batch = queue
-    delay = _positive_env("OTEL_BLRP_SCHEDULE_DELAY", _SCHEDULE_DELAY_MS)
+    delay = env_int("OTEL_BLRP_SCHEDULE_DELAY", _SCHEDULE_DELAY_MS, minimum=1)
     return BatchSettings(delay, queue, batch)
 
 

@@ -73,7 +73,8 @@ class Settings:
         return not self.endpoint
 
 
-def _env_int(name: str, default: int, minimum: int | None = None) -> int:
+def env_int(name: str, default: int, minimum: int | None = None) -> int:
+    """An integer environment variable; a bad or too small value is logged and the default used."""
     raw = os.environ.get(name, "").strip()
     if not raw:
         return default
@@ -187,12 +188,12 @@ def resolve_settings(
     if count is None or count < 0:
         if count is not None:
             _logger.warning("otel_valgen: count=%r is negative; using the environment/default", count)
-        count = _env_int(OTEL_VALGEN_COUNT, DEFAULT_COUNT, minimum=0)
+        count = env_int(OTEL_VALGEN_COUNT, DEFAULT_COUNT, minimum=0)
     return Settings(
         run_id=resolved_run_id,
         run_id_origin=origin,
         count=count,
-        seed=_env_int(OTEL_VALGEN_SEED, DEFAULT_SEED) if seed is None else int(seed),
+        seed=env_int(OTEL_VALGEN_SEED, DEFAULT_SEED) if seed is None else int(seed),
         presample=_env_bool(OTEL_VALGEN_PRESAMPLE, True) if presample is None else bool(presample),
         endpoint=_resolve_endpoint(endpoint),
         protocol=_resolve_protocol(protocol),
@@ -200,7 +201,7 @@ def resolve_settings(
         source=source or os.environ.get(OTEL_VALGEN_SOURCE, "").strip() or DEFAULT_SOURCE,
         max_field_bytes=max_field_bytes
         if max_field_bytes is not None and max_field_bytes > 0
-        else _env_int(OTEL_VALGEN_MAX_FIELD_BYTES, DEFAULT_MAX_FIELD_BYTES, minimum=1),
+        else env_int(OTEL_VALGEN_MAX_FIELD_BYTES, DEFAULT_MAX_FIELD_BYTES, minimum=1),
         flush_timeout_s=flush_timeout_s
         if flush_timeout_s is not None and flush_timeout_s >= 0
         else _env_float(OTEL_VALGEN_FLUSH_TIMEOUT, DEFAULT_FLUSH_TIMEOUT_S),

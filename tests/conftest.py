@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from concurrent import futures
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +12,7 @@ from google.protobuf.json_format import MessageToDict
 from opentelemetry.proto.collector.logs.v1 import logs_service_pb2, logs_service_pb2_grpc
 
 from otel_valgen import _api
+from tests.support.otlp_http import OtlpHttpStandIn
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -60,40 +59,13 @@ def to_otlp_json(request: logs_service_pb2.ExportLogsServiceRequest) -> dict[str
     return data
 
 
-class OtlpHttpReceiver:
-    """A real OTLP/HTTP logs endpoint: decodes each protobuf POST to /v1/logs."""
+class OtlpHttpReceiver(OtlpHttpStandIn):
+    """A real OTLP/HTTP logs endpoint for the SDK exporter, at ``endpoint`` + ``/v1/logs``."""
 
-    def __init__(self, status: int = 200) -> None:
-        self.requests: list[logs_service_pb2.ExportLogsServiceRequest] = []
-        self.status = status
-        self.hits = 0
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                length = int(self.headers.get("Content-Length", "0"))
-                payload = self.rfile.read(length)
-                receiver.hits += 1
-                if self.path != "/v1/logs" or receiver.status != 200:
-                    self.send_response(404 if self.path != "/v1/logs" else receiver.status)
-                    self.end_headers()
-                    return
-                request = logs_service_pb2.ExportLogsServiceRequest()
-                request.ParseFromString(payload)
-                receiver.requests.append(request)
-                body = logs_service_pb2.ExportLogsServiceResponse().SerializeToString()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/x-protobuf")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: Any) -> None:
-                return None
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+    @property
+    def endpoint(self) -> str:
+        """The base URL to give the SDK (it appends /v1/logs)."""
+        return self.base_url
 
     def json_requests(self) -> list[dict[str, Any]]:
         """Every received request in OTLP/JSON form."""

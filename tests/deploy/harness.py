@@ -6,24 +6,21 @@ tests never clash with a collector or a Loki already running on the default port
 
 from __future__ import annotations
 
-import gzip
 import os
 import signal
 import socket
 import subprocess
-import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
-from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
+
+from tests.support.otlp_http import OtlpHttpStandIn, otlp_http_stand_in
 
 REPO = Path(__file__).resolve().parents[2]
 COLLECTOR_BIN = REPO / "build" / "otelcol-valgen"
@@ -161,47 +158,8 @@ def collector(
         yield Collector(process, f"127.0.0.1:{grpc_port}", f"127.0.0.1:{http_port}", file_path)
 
 
-@dataclass
-class OtlpHttpSink:
-    """An HTTP server that keeps the OTLP/protobuf log requests posted to it, by path."""
-
-    base_url: str
-    requests: list[tuple[str, logs_service_pb2.ExportLogsServiceRequest]] = field(default_factory=list)
-
-    def at(self, path: str) -> list[logs_service_pb2.ExportLogsServiceRequest]:
-        """The requests received at `path`."""
-        return [request for got, request in list(self.requests) if got == path]
-
-
 @contextmanager
-def otlp_http_sink() -> Iterator[OtlpHttpSink]:
-    """An OTLP/HTTP logs sink on a free loopback port (a stand-in for Loki's /otlp/v1/logs)."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), BaseHTTPRequestHandler)
-    sink = OtlpHttpSink(base_url=f"http://127.0.0.1:{server.server_address[1]}")
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            payload = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-            if self.headers.get("Content-Encoding") == "gzip":
-                payload = gzip.decompress(payload)
-            request = logs_service_pb2.ExportLogsServiceRequest()
-            request.ParseFromString(payload)
-            sink.requests.append((self.path, request))
-            body = logs_service_pb2.ExportLogsServiceResponse().SerializeToString()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/x-protobuf")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: Any) -> None:
-            return None
-
-    server.RequestHandlerClass = Handler
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+def otlp_http_sink() -> Iterator[OtlpHttpStandIn]:
+    """An OTLP/HTTP sink on a free loopback port keeping requests at any path (Loki's /otlp/v1/logs)."""
+    with otlp_http_stand_in(path=None) as sink:
         yield sink
-    finally:
-        server.shutdown()
-        server.server_close()

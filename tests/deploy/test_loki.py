@@ -103,7 +103,7 @@ def stand_in(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandInBacken
                 lambda: len(_summaries(backend)) == len(job.steps), 30, "the step summaries at the Loki stand-in"
             )
             yield backend
-            assert [path for path, _ in sink.requests if path != "/otlp/v1/logs"] == []
+            assert [path for path, _ in sink.by_path if path != "/otlp/v1/logs"] == []
 
 
 @pytest.fixture(scope="module")

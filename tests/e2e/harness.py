@@ -9,25 +9,24 @@ posted to Loki's ``/otlp/v1/logs``. Used by the end-to-end tests and by
 from __future__ import annotations
 
 import base64
-import gzip
 import json
 import os
 import signal
 import socket
 import subprocess
-import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from concurrent import futures
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 from google.protobuf.json_format import MessageToDict
 from opentelemetry.proto.collector.logs.v1 import logs_service_pb2, logs_service_pb2_grpc
+
+from tests.support.otlp_http import otlp_http_stand_in
 
 REPO = Path(__file__).resolve().parents[2]
 COLLECTOR_BIN = REPO / "build" / "otelcol-valgen"
@@ -134,40 +133,8 @@ def wandb_stand_in() -> Iterator[StandIn]:
 @contextmanager
 def loki_stand_in() -> Iterator[StandIn]:
     """HTTP server decoding what Loki receives at /otlp/v1/logs; endpoint is its OTLP base URL."""
-    stand_in = StandIn(endpoint="")
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            payload = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-            if self.path != "/otlp/v1/logs":
-                stand_in.wrong_paths.append(self.path)
-                self.send_response(404)
-                self.end_headers()
-                return
-            if self.headers.get("Content-Encoding") == "gzip":  # the otlp_http exporter's default
-                payload = gzip.decompress(payload)
-            request = logs_service_pb2.ExportLogsServiceRequest()
-            request.ParseFromString(payload)
-            stand_in.requests.append(request)
-            body = logs_service_pb2.ExportLogsServiceResponse().SerializeToString()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/x-protobuf")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: Any) -> None:
-            return None
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    stand_in.endpoint = f"http://127.0.0.1:{server.server_address[1]}/otlp"
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield stand_in
-    finally:
-        server.shutdown()
-        server.server_close()
+    with otlp_http_stand_in("/otlp/v1/logs") as server:
+        yield StandIn(endpoint=f"{server.base_url}/otlp", requests=server.requests, wrong_paths=server.wrong_paths)
 
 
 @dataclass
