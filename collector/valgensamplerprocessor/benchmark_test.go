@@ -16,22 +16,24 @@ import (
 	"github.com/otel-valgen/otel-valgen/collector/valgensamplerprocessor/internal/metadata"
 )
 
-// BenchmarkConsumeLogs measures sampling batches of 512 generations into 64-of-N groups.
-func BenchmarkConsumeLogs(b *testing.B) {
-	const batchSize = 512
-	cfg := createDefaultConfig().(*Config)
-	p, err := newSamplerProcessor(cfg, consumertest.NewNop(), processortest.NewNopSettings(metadata.Type))
-	if err != nil {
-		b.Fatal(err)
-	}
+const benchBatchSize = 512
+
+// benchBatches builds 64 batches of 512 generations over 8 steps, each asking for k = 64.
+func benchBatches() []plog.Logs {
 	batches := make([]plog.Logs, 64)
 	for i := range batches {
-		records := make([]rec, 0, batchSize)
-		for j := range batchSize {
+		records := make([]rec, 0, benchBatchSize)
+		for j := range benchBatchSize {
 			records = append(records, rec{step: int64(i % 8), id: fmt.Sprintf("prompt-%d-%d", i, j), count: 64})
 		}
 		batches[i] = logsOf(records...)
 	}
+	return batches
+}
+
+// runConsumeBenchmark feeds the batches to p b.N times and reports records/s.
+func runConsumeBenchmark(b *testing.B, p *samplerProcessor) {
+	batches := benchBatches()
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
@@ -42,8 +44,18 @@ func BenchmarkConsumeLogs(b *testing.B) {
 		}
 	}
 	b.StopTimer()
-	b.ReportMetric(float64(b.N*batchSize)/b.Elapsed().Seconds(), "records/s")
+	b.ReportMetric(float64(b.N*benchBatchSize)/b.Elapsed().Seconds(), "records/s")
 	_ = p.Shutdown(context.Background())
+}
+
+// BenchmarkConsumeLogs measures sampling batches of 512 generations into 64-of-N groups.
+func BenchmarkConsumeLogs(b *testing.B) {
+	cfg := createDefaultConfig().(*Config)
+	p, err := newSamplerProcessor(cfg, consumertest.NewNop(), processortest.NewNopSettings(metadata.Type))
+	if err != nil {
+		b.Fatal(err)
+	}
+	runConsumeBenchmark(b, p)
 }
 
 // BenchmarkSampleKey measures the HMAC-SHA256 key of one sample id.
@@ -64,7 +76,6 @@ func BenchmarkConsumeLogsStorage(b *testing.B) {
 		{"file_storage", func(b *testing.B) extension.Extension { return newFileStorage(b, b.TempDir()) }},
 	} {
 		b.Run(backend.name, func(b *testing.B) {
-			const batchSize = 512
 			cfg := createDefaultConfig().(*Config)
 			id := storageID
 			cfg.Storage = &id
@@ -76,26 +87,7 @@ func BenchmarkConsumeLogsStorage(b *testing.B) {
 			if err := p.Start(context.Background(), storageHost{ext}); err != nil {
 				b.Fatal(err)
 			}
-			batches := make([]plog.Logs, 64)
-			for i := range batches {
-				records := make([]rec, 0, batchSize)
-				for j := range batchSize {
-					records = append(records, rec{step: int64(i % 8), id: fmt.Sprintf("prompt-%d-%d", i, j), count: 64})
-				}
-				batches[i] = logsOf(records...)
-			}
-			b.ReportAllocs()
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				ld := plog.NewLogs()
-				batches[i%len(batches)].CopyTo(ld)
-				if err := p.ConsumeLogs(context.Background(), ld); err != nil {
-					b.Fatal(err)
-				}
-			}
-			b.StopTimer()
-			b.ReportMetric(float64(b.N*batchSize)/b.Elapsed().Seconds(), "records/s")
-			_ = p.Shutdown(context.Background())
+			runConsumeBenchmark(b, p)
 			_ = ext.Shutdown(context.Background())
 		})
 	}
