@@ -4,10 +4,10 @@ GO ?= go
 COLLECTOR_BIN := build/otelcol-valgen
 PROCESSOR_DIR := collector/valgensamplerprocessor
 
-.PHONY: demo install install-dev collector go-test go-lint lint typecheck test-py test ci
+.PHONY: demo install install-dev collector deploy-tools go-test go-lint lint typecheck test-py test deploy-check
 
 demo: install
-	otel-valgen demo
+	$(PYTHON) -m otel_valgen.cli demo
 
 install:
 	$(PYTHON) -m pip install --quiet -e .
@@ -35,11 +35,15 @@ typecheck:
 test-py:
 	$(PYTHON) -m pytest
 
-# Installs everything this project needs (Python packages, the collector build) and runs every check.
-test: install-dev collector lint typecheck go-lint go-test test-py
+# The LogQL checker and Loki v3.7.8 that tests/deploy run (build/tools; 3-6 min the first time).
+deploy-tools:
+	bash tools/deploy/install-tools.sh --loki
+
+# Installs everything this project needs (Python packages, the collector and tool builds) and
+# runs every check.
+test: install-dev collector deploy-tools lint typecheck go-lint go-test test-py
 
 # Deployment checks (tests/deploy): builds the LogQL checker and Loki v3.7.8 into build/tools
 # (a first build takes 3-6 min on 2 cores, then seconds), then runs the tests (~45 s).
-deploy-check:
-	bash tools/deploy/install-tools.sh --loki
+deploy-check: deploy-tools
 	$(PYTHON) -m pytest tests/deploy
