@@ -22,6 +22,9 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout's otel_valgen
 
 K = 64
 BATCH = 1000

@@ -230,60 +230,64 @@ class Emitter:
         only for those that (still) belong to the local bottom-k.
         """
         size = len(batch.inputs)
-        orders = self._orders(batch)
         self.stats.add(_stats.GENERATIONS_SEEN, size)
         kept = state.kept
         if kept is None:
             with self._lock:
                 state.seen += size
-            for index, order in enumerate(orders):
+            for index, order in self._candidates(batch, None):
                 self._emit_generation(state, self._build(state, batch, index, order))
             return size
+        with self._lock:
+            # The k-th key only falls as items are offered, so an earlier read is a safe filter.
+            threshold = kept.threshold()
+        candidates = self._candidates(batch, threshold)
         slots: dict[int, list[PendingRecord | None]] = {}
         with self._lock:
             state.seen += size
-            threshold = kept.threshold()
-            for index, order in enumerate(orders):
-                # Most generations lose against the current k-th key: reject them cheaply.
-                if threshold is not None and order >= threshold:
-                    continue
+            orders = dict(candidates)
+            for index, order in candidates:
                 if kept.would_keep(order):
                     slot: list[PendingRecord | None] = [None]
                     kept.offer(order, slot)
                     slots[index] = slot
-                    threshold = kept.threshold()
             alive = {id(item) for _, item in kept.items()} if slots else set()
         for index, slot in slots.items():
             if id(slot) in alive:
                 slot[0] = self._build(state, batch, index, orders[index])
         return size
 
-    def _orders(self, batch: Batch) -> list[Order]:
-        """Sort keys of a batch; ids are ``<uid or input hash>/<i-th response to it in this call>``.
+    def _candidates(self, batch: Batch, threshold: Order | None) -> list[tuple[int, Order]]:
+        """(index, sort key) of the generations of a batch whose key is below ``threshold``.
 
-        This is the per-generation hot path, so ``SampleKeyer`` is inlined here.
+        Sample ids are ``<uid or input hash>/<i-th response to it in this call>``. This is the
+        per-generation hot path: ``SampleKeyer`` is inlined and rejected generations cost
+        two hashes and one comparison.
         """
         counts: dict[str, int] = {}
-        orders: list[Order] = []
-        append, sha256, given = orders.append, hashlib.sha256, batch.sample_ids
+        found: list[tuple[int, Order]] = []
+        append, sha256, given = found.append, hashlib.sha256, batch.sample_ids
         inner, outer, from_bytes = self._keyer.inner.copy, self._keyer.outer.copy, int.from_bytes
+        limit_key, limit_id = threshold if threshold is not None else (1 << 63, b"")
         for index, raw_input in enumerate(batch.inputs):
             base = None
             if given is None and type(raw_input) is str:
                 try:  # noqa: SIM105 (hot path: a context manager per generation costs 5% here)
-                    base = sha256(raw_input.encode()).hexdigest()[:16]  # a valid str, no uid: the usual case
+                    base = sha256(raw_input.encode()).digest()[:8].hex()  # a valid str, no uid: the usual case
                 except UnicodeEncodeError:
                     pass
             if base is None:
                 base = base_sample_id(given[index] if given is not None else None, raw_input)
             response_index = counts[base] = counts.get(base, -1) + 1
-            sample_id = (base + "/" + str(response_index)).encode()
+            sample_id = f"{base}/{response_index}".encode()
             inner_hash = inner()
             inner_hash.update(sample_id)
             outer_hash = outer()
             outer_hash.update(inner_hash.digest())
-            append((from_bytes(outer_hash.digest()[:8], "big") >> 1, sample_id))
-        return orders
+            key = from_bytes(outer_hash.digest()[:8]) >> 1  # big-endian
+            if key < limit_key or (key == limit_key and sample_id < limit_id):
+                append((index, (key, sample_id)))
+        return found
 
     def _build(self, state: StepState, batch: Batch, index: int, order: Order) -> PendingRecord:
         max_bytes = self.settings.max_field_bytes

@@ -44,7 +44,7 @@ def generate(step: int, prompts: list[tuple[str, str, str]], responses: int, see
             correct = rng.random() < min(0.95, 0.3 + 0.2 * step)
             said = answer if correct else str(int(answer) + rng.choice((-2, -1, 1, 10)))
             columns["inputs"].append(question)
-            columns["outputs"].append(f"Let me add them. The answer is {said}.")
+            columns["outputs"].append(f"{question.removeprefix('What is ').rstrip('?')} = {said}")
             columns["scores"].append(1.0 if correct else 0.0)
             columns["ground_truths"].append(answer)
             columns["sample_ids"].append(uid)
@@ -151,7 +151,7 @@ def run_demo(steps: int, count: int, prompts: int, responses: int, workers: int,
         return 0
     errors: list[Any] = []
     selections = select_steps(r for r in read_paths([settings.directory], errors.append) if r.run_id == run_id)
-    render_tables(selections, Console(), width=48)
+    render_tables(selections, Console(), width=24)
     console.print(
         f"files: {os.path.abspath(settings.directory)}  ·  again: otel-valgen show {settings.directory} --run {run_id}"
     )
