@@ -11,7 +11,6 @@ Nothing here ever raises into the training loop; see ``stats()`` for what was dr
 """
 
 from otel_valgen._api import (
-    Validation,
     configure,
     current_settings,
     end_step,
@@ -19,9 +18,9 @@ from otel_valgen._api import (
     log_generations,
     shutdown,
     stats,
-    validation,
 )
 from otel_valgen._settings import Settings
+from otel_valgen._validation import Validation, validation
 from otel_valgen.sampling import sample_key
 
 __all__ = [
