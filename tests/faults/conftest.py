@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from tests.e2e import harness
+from tests.e2e.conftest import loki_stand_in, wandb_stand_in  # noqa: F401 (shared fixtures)
 from tests.e2e.harness import Collector, Record, StandIn, records_of_json
 
 
@@ -180,20 +181,6 @@ def grpc_stand_in_at(endpoint: str) -> Iterator[StandIn]:
         yield stand_in
     finally:
         server.stop(grace=None)
-
-
-@pytest.fixture
-def wandb_stand_in() -> Iterator[StandIn]:
-    """The wandb exporter service stand-in (OTLP/gRPC) on a free loopback port."""
-    with harness.wandb_stand_in() as stand_in:
-        yield stand_in
-
-
-@pytest.fixture
-def loki_stand_in() -> Iterator[StandIn]:
-    """The Loki stand-in on a free loopback port; its endpoint is the OTLP base URL (…/otlp)."""
-    with harness.loki_stand_in() as stand_in:
-        yield stand_in
 
 
 def file_records(path: Path) -> list[Record]:

@@ -23,7 +23,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyValue
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
 
 import otel_valgen as vg
@@ -31,6 +31,7 @@ from otel_valgen import contract
 from tests.e2e.harness import Record, StandIn, wait_for
 from tests.e2e.steps import by_step
 from tests.faults.conftest import Collectors, RunningCollector, file_records, metric_sum
+from tests.support.otlp_values import any_value
 
 K = 3
 _HYPOTHESIS = settings(
@@ -163,20 +164,6 @@ def _value_for(key: str) -> st.SearchStrategy[Any]:
     return st.one_of(_VALID[key], any_values) if key in _VALID else any_values
 
 
-def _any(value: Any) -> AnyValue:
-    if isinstance(value, bool):
-        return AnyValue(bool_value=value)
-    if isinstance(value, int):
-        return AnyValue(int_value=value)
-    if isinstance(value, float):
-        return AnyValue(double_value=value)
-    if isinstance(value, bytes):
-        return AnyValue(bytes_value=value)
-    if isinstance(value, list):
-        return AnyValue(array_value=ArrayValue(values=[_any(v) for v in value]))
-    return AnyValue(string_value=str(value))
-
-
 def _post(endpoint: str, body: bytes, content_type: str = "application/x-protobuf") -> int:
     request = urllib.request.Request(
         f"http://{endpoint}/v1/logs", data=body, headers={"Content-Type": content_type}, method="POST"
@@ -230,8 +217,8 @@ def test_malformed_otlp_never_crashes_the_collector_and_every_record_is_counted(
         message = ExportLogsServiceRequest()
         scope = message.resource_logs.add().scope_logs.add()
         for values in records:
-            attributes = [KeyValue(key=k, value=_any(v)) for k, v in values.items() if v is not None]
-            body_value = _any(body) if body is not None else AnyValue()
+            attributes = [KeyValue(key=k, value=any_value(v)) for k, v in values.items() if v is not None]
+            body_value = any_value(body) if body is not None else AnyValue()
             scope.log_records.append(
                 LogRecord(event_name=contract.EVENT_GENERATION, attributes=attributes, body=body_value)
             )

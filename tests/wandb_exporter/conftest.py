@@ -9,10 +9,11 @@ from typing import Any
 
 import pytest
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue, KeyValueList
+from opentelemetry.proto.common.v1.common_pb2 import KeyValue
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
 
 from otel_valgen import contract
+from tests.support.otlp_values import any_value
 
 
 @pytest.fixture
@@ -32,20 +33,8 @@ def wandb_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]
     assert os.environ["WANDB_MODE"] == "offline"
 
 
-def _any(value: Any) -> AnyValue:
-    if isinstance(value, bool):
-        return AnyValue(bool_value=value)
-    if isinstance(value, int):
-        return AnyValue(int_value=value)
-    if isinstance(value, float):
-        return AnyValue(double_value=value)
-    if isinstance(value, dict):
-        return AnyValue(kvlist_value=KeyValueList(values=[KeyValue(key=k, value=_any(v)) for k, v in value.items()]))
-    return AnyValue(string_value=str(value))
-
-
 def _attrs(values: dict[str, Any]) -> list[KeyValue]:
-    return [KeyValue(key=k, value=_any(v)) for k, v in values.items() if v is not None]
+    return [KeyValue(key=k, value=any_value(v)) for k, v in values.items() if v is not None]
 
 
 def generation(
@@ -55,7 +44,7 @@ def generation(
     return LogRecord(
         event_name=contract.EVENT_GENERATION,
         severity_number=9,
-        body=_any({"input": f"q{i}{text}", "output": f"a{i}@{step}{text}", "ground_truth": f"t{i}"}),
+        body=any_value({"input": f"q{i}{text}", "output": f"a{i}@{step}{text}", "ground_truth": f"t{i}"}),
         attributes=_attrs(
             {
                 contract.RUN_ID: run,
