@@ -10,7 +10,7 @@ demo: install
 	$(PYTHON) -m otel_valgen.cli demo
 
 install:
-	$(PYTHON) -m pip install --quiet -e .
+	$(PYTHON) -m pip install --quiet -e ".[ray]"
 
 install-dev:
 	$(PYTHON) -m pip install --quiet -e ".[dev]"
