@@ -11,7 +11,6 @@ again later: only the lines added since are sent, none twice.
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import time
@@ -19,13 +18,12 @@ import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import requests
-from google.protobuf.json_format import ParseDict
-from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 
-__all__ = ["ResendResult", "request_from_otlp_json", "resend_paths"]
+from otel_valgen.otlp_json import from_otlp_json
+
+__all__ = ["ResendResult", "resend_paths"]
 
 _RETRYABLE = {429, 502, 503, 504}
 _ATTEMPTS = 5
@@ -38,19 +36,6 @@ class ResendResult:
     records_sent: int = 0
     lines_sent: int = 0
     failures: list[str] = field(default_factory=list)
-
-
-def request_from_otlp_json(data: dict[str, Any]) -> ExportLogsServiceRequest:
-    """Build the protobuf request of one OTLP/JSON line (hex ids become bytes)."""
-    for resource_logs in data.get("resourceLogs", []):
-        for scope_logs in resource_logs.get("scopeLogs", []):
-            for log in scope_logs.get("logRecords", []):
-                for key in ("traceId", "spanId"):
-                    if log.get(key):
-                        log[key] = base64.b64encode(bytes.fromhex(log[key])).decode()
-    request = ExportLogsServiceRequest()
-    ParseDict(data, request, ignore_unknown_fields=True)
-    return request
 
 
 def _headers_from_env() -> dict[str, str]:
@@ -119,7 +104,7 @@ def resend_paths(paths: list[Path], endpoint: str, on_progress: Callable[[str], 
                     where = f"{path}@{offset}"
                     if raw.strip():
                         try:
-                            request = request_from_otlp_json(json.loads(raw.decode("utf-8", "replace")))
+                            request = from_otlp_json(json.loads(raw.decode("utf-8", "replace")))
                         except (ValueError, TypeError) as error:
                             result.failures.append(f"{where}: {error}")
                             break

@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from google.protobuf.json_format import MessageToDict
 from opentelemetry.proto.collector.logs.v1 import logs_service_pb2, logs_service_pb2_grpc
 
 from otel_valgen import _api
+from otel_valgen.otlp_json import to_otlp_json
 from tests.support.otlp_http import OtlpHttpStandIn
 
 REPO = Path(__file__).resolve().parent.parent
@@ -43,20 +43,6 @@ def clean_emitter(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[N
     _api._reset_for_testing()
     yield
     _api._reset_for_testing()
-
-
-def to_otlp_json(request: logs_service_pb2.ExportLogsServiceRequest) -> dict[str, Any]:
-    """OTLP/JSON view of a protobuf request (trace and span ids as hex, as OTLP/JSON has them)."""
-    data = MessageToDict(request)
-    for resource_logs in data.get("resourceLogs", []):
-        for scope_logs in resource_logs.get("scopeLogs", []):
-            for log in scope_logs.get("logRecords", []):
-                for key in ("traceId", "spanId"):
-                    if key in log:
-                        import base64
-
-                        log[key] = base64.b64decode(log[key]).hex()
-    return data
 
 
 class OtlpHttpReceiver(OtlpHttpStandIn):

@@ -11,9 +11,10 @@ from click.testing import CliRunner
 import otel_valgen as vg
 from otel_valgen import contract
 from otel_valgen.cli import main
+from otel_valgen.otlp_json import to_otlp_json
 from otel_valgen.reader import EndRecord, Generation, records_from_request
 from otel_valgen.sampling import sample_key
-from tests.conftest import OtlpHttpReceiver, to_otlp_json
+from tests.conftest import OtlpHttpReceiver
 
 
 def _records(requests: list[dict]) -> list[Generation | EndRecord]:

@@ -13,10 +13,10 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from google.protobuf.json_format import MessageToDict
 from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 
+from otel_valgen.otlp_json import to_otlp_json
 from otel_valgen.reader import EndRecord, Generation, Summary, attributes_of, records_from_request
 
 __all__ = ["Decoded", "MalformedPayload", "decode_body", "decode_request", "split_records"]
@@ -74,13 +74,7 @@ def decode_request(body: bytes, *, json_body: bool) -> dict[str, Any]:
         message.ParseFromString(body)
     except DecodeError as error:
         raise MalformedPayload(f"invalid protobuf: {error}") from error
-    return request_to_dict(message)
-
-
-def request_to_dict(message: Any) -> dict[str, Any]:
-    """Convert a protobuf ``ExportLogsServiceRequest`` to its OTLP/JSON shape (camelCase keys)."""
-    result: dict[str, Any] = MessageToDict(message)
-    return result
+    return to_otlp_json(message)
 
 
 def split_records(request: dict[str, Any]) -> Decoded:

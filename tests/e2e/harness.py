@@ -8,7 +8,6 @@ posted to Loki's ``/otlp/v1/logs``. Used by the end-to-end tests and by
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import signal
@@ -23,9 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from google.protobuf.json_format import MessageToDict
 from opentelemetry.proto.collector.logs.v1 import logs_service_pb2, logs_service_pb2_grpc
 
+from otel_valgen.otlp_json import to_otlp_json
 from tests.support.otlp_http import otlp_http_stand_in
 
 REPO = Path(__file__).resolve().parents[2]
@@ -62,7 +61,7 @@ def _attributes(items: list[dict[str, Any]]) -> dict[str, Any]:
     return {item["key"]: _value(item.get("value", {})) for item in items}
 
 
-def records_of_json(data: dict[str, Any], trace_ids_are_base64: bool) -> list[Record]:
+def records_of_json(data: dict[str, Any]) -> list[Record]:
     """Flatten an OTLP/JSON logs payload (the file exporter's lines or a decoded request)."""
     out = []
     for resource_logs in data.get("resourceLogs", []):
@@ -70,8 +69,6 @@ def records_of_json(data: dict[str, Any], trace_ids_are_base64: bool) -> list[Re
         for scope_logs in resource_logs.get("scopeLogs", []):
             for log in scope_logs.get("logRecords", []):
                 trace_id = log.get("traceId", "")
-                if trace_ids_are_base64 and trace_id:
-                    trace_id = base64.b64decode(trace_id).hex()
                 attributes = _attributes(log.get("attributes", []))
                 out.append(Record(log.get("eventName", ""), attributes, trace_id, resource))
     return out
@@ -79,7 +76,7 @@ def records_of_json(data: dict[str, Any], trace_ids_are_base64: bool) -> list[Re
 
 def records_of_request(request: logs_service_pb2.ExportLogsServiceRequest) -> list[Record]:
     """Flatten a protobuf export request."""
-    return records_of_json(MessageToDict(request), trace_ids_are_base64=True)
+    return records_of_json(to_otlp_json(request))
 
 
 def records_of_file(path: Path) -> list[Record]:
@@ -87,7 +84,7 @@ def records_of_file(path: Path) -> list[Record]:
     if not path.exists():
         return []
     lines = path.read_text(encoding="utf-8").split("\n")  # not splitlines(): U+2028 etc. stay inside JSON strings
-    return [r for line in lines if line.strip() for r in records_of_json(json.loads(line), False)]
+    return [r for line in lines if line.strip() for r in records_of_json(json.loads(line))]
 
 
 @dataclass

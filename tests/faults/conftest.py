@@ -195,5 +195,5 @@ def file_records(path: Path) -> list[Record]:
             data = json.loads(line)
         except ValueError:
             continue
-        out += records_of_json(data, trace_ids_are_base64=False)
+        out += records_of_json(data)
     return out

@@ -51,7 +51,7 @@ def test_records_spooled_after_a_resend_are_replayed_by_the_next_resend(
     ends = [
         r.attributes[contract.STEP]
         for data in otlp_http.json_requests()
-        for r in records_of_json(data, trace_ids_are_base64=False)
+        for r in records_of_json(data)
         if r.event == contract.EVENT_VALIDATION_END
     ]
     assert sorted(ends) == [1, 2]

@@ -14,8 +14,8 @@ from pathlib import Path
 from click.testing import CliRunner
 
 import otel_valgen.wandb_exporter as package
+from otel_valgen.otlp_json import to_otlp_json
 from otel_valgen.wandb_exporter.cli import push_command, wandb_exporter_command
-from otel_valgen.wandb_exporter.decode import request_to_dict
 
 from .conftest import step_request, wait_for
 from .wandb_files import read_run
@@ -43,7 +43,7 @@ def test_importing_the_cli_does_not_import_wandb_or_grpc() -> None:
 def test_push_command_backfills_files(wandb_dir: Path, tmp_path: Path) -> None:
     """``push PATH --layout rows`` writes the steps of OTLP-JSON files and reports them."""
     data = tmp_path / "data.jsonl"
-    data.write_text(json.dumps(request_to_dict(step_request("cli-push", 4, 3))) + "\n", encoding="utf-8")
+    data.write_text(json.dumps(to_otlp_json(step_request("cli-push", 4, 3))) + "\n", encoding="utf-8")
     result = CliRunner().invoke(push_command, [str(data), "--layout", "rows", "--wandb-mode", "offline"])
     assert result.exit_code == 0, result.output
     assert "pushed 1 steps (3 rows)" in result.output

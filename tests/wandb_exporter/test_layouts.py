@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 from otel_valgen import contract
+from otel_valgen.otlp_json import to_otlp_json
 from otel_valgen.wandb_exporter.buffer import BufferLimits
-from otel_valgen.wandb_exporter.decode import request_to_dict
 from otel_valgen.wandb_exporter.push import push_paths
 from otel_valgen.wandb_exporter.service import ExporterService, ServiceConfig
 from otel_valgen.wandb_exporter.tables import ROW_COLUMNS, verl_columns
@@ -29,7 +29,7 @@ def run_service(layout: str, *requests: object, state_dir: Path | None = None) -
     service = ExporterService(config)
     service.start()
     for item in requests:
-        service.accept(request_to_dict(item))
+        service.accept(to_otlp_json(item))
     wait_for(service.idle)
     service.stop()
     return service
@@ -83,7 +83,7 @@ def test_records_name_the_wandb_run(wandb_dir: Path) -> None:
 def _write_otlp_json(path: Path, *requests: object) -> None:
     with path.open("w", encoding="utf-8") as handle:
         for item in requests:
-            handle.write(json.dumps(request_to_dict(item)) + "\n")
+            handle.write(json.dumps(to_otlp_json(item)) + "\n")
 
 
 def test_push_backfills_bottom_k_and_twice_adds_nothing(wandb_dir: Path, tmp_path: Path) -> None:

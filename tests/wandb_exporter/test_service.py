@@ -19,8 +19,8 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsSer
 
 import otel_valgen as vg
 from otel_valgen import contract
+from otel_valgen.otlp_json import to_otlp_json
 from otel_valgen.wandb_exporter.buffer import BufferLimits
-from otel_valgen.wandb_exporter.decode import request_to_dict
 from otel_valgen.wandb_exporter.ledger import Ledger
 from otel_valgen.wandb_exporter.model import ClosedStep
 from otel_valgen.wandb_exporter.server import ExporterServer
@@ -95,7 +95,7 @@ def test_http_protobuf_success_and_duplicate_batch_adds_no_rows(wandb_dir: Path,
 
 def test_http_json_and_gzip_bodies_are_accepted(running: Running) -> None:
     """OTLP/JSON and gzip-compressed protobuf bodies are both accepted."""
-    as_json = json.dumps(request_to_dict(step_request("j", 1, 2))).encode()
+    as_json = json.dumps(to_otlp_json(step_request("j", 1, 2))).encode()
     status, headers, payload = running.post(as_json, "application/json")
     assert status == 200
     assert headers["Content-Type"] == "application/json"
