@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from opentelemetry._logs import SeverityNumber
 from opentelemetry.context import Context
@@ -45,7 +45,6 @@ class StepState:
     emitted: int = 0
     dropped: int = 0
     kept: BottomK[list[PendingRecord | None]] | None = None
-    opened_at: float = field(default_factory=time.monotonic)
 
 
 def _ray_resource() -> dict[str, str]:

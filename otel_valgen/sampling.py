@@ -22,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import heapq
 import hmac
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from typing import Generic, NamedTuple, TypeVar
 
 __all__ = ["BottomK", "SampleKeyer", "SortKey", "bottom_k", "sample_key"]
@@ -108,13 +108,11 @@ class BottomK(Generic[T]):
         if k < 0:
             raise ValueError("k must be >= 0")
         self.k = k
-        self.seen = 0
         self._heap: list[_Entry[T]] = []
         self._kept: set[Order] = set()
 
     def offer(self, order: Order, item: T) -> bool:
         """Consider one item; return whether it is (for now) among the kept ones."""
-        self.seen += 1
         if self.k == 0 or order in self._kept:
             return False
         if len(self._heap) < self.k:
@@ -152,9 +150,3 @@ def bottom_k(items: Iterable[tuple[SortKey, T]], k: int) -> list[tuple[SortKey, 
     for order, item in items:
         selector.offer(order, item)
     return selector.items()
-
-
-def iter_sort_keys(seed: int, sample_ids: Iterable[str]) -> Iterator[SortKey]:
-    """Sort keys of ``sample_ids`` under ``seed``."""
-    for sample_id in sample_ids:
-        yield SortKey.of(sample_key(seed, sample_id), sample_id)
