@@ -229,12 +229,11 @@ def log_generations(
         if block is not None and block.state is not None:
             block.state.dropped += size
         return 0
-    name = source or (block.source if block is not None and block.step == resolved_step else None)
-    name = name or emitter.settings.source
-    context = block.context if block is not None and block.step == resolved_step else None
-    step_count = (
-        count if count is not None else (block.count if block is not None and block.step == resolved_step else None)
-    )
+    # The enclosing block supplies the source, trace context and k only for its own step.
+    same_step = block if block is not None and block.step == resolved_step else None
+    name = source or (same_step.source if same_step is not None else None) or emitter.settings.source
+    context = same_step.context if same_step is not None else None
+    step_count = count if count is not None else (same_step.count if same_step is not None else None)
     state = emitter.open_step(resolved_step, name, context, count=step_count)
     batch = Batch(
         inputs=columns["inputs"] or [],
