@@ -125,8 +125,8 @@ class Emitter:
             self._finish(overflow)
         return state
 
-    def end_step(self, step: int, source: str, sources_expected: int | None, flush: bool = True) -> bool:
-        """Send the step's kept records and its end record; flush (bounded) when asked."""
+    def end_step(self, step: int, source: str, sources_expected: int | None) -> bool:
+        """Send the step's kept records and its end record, then flush (bounded in time)."""
         with self._lock:
             state = self._steps.pop((step, source), None)
         if state is None:
@@ -134,7 +134,7 @@ class Emitter:
         if sources_expected is not None:
             state.sources_expected = sources_expected
         self._finish(state)
-        return self.flush(self.settings.flush_timeout_s) if flush else True
+        return self.flush(self.settings.flush_timeout_s)
 
     def end_all(self) -> None:
         """End every open step (at exit or shutdown), without flushing."""
