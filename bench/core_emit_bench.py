@@ -75,8 +75,8 @@ def otel_valgen_run(
 ) -> tuple[float, float]:
     """log_generations per batch, then the end of the step (which flushes to the sink).
 
-    With ``uids`` the calls pass dataset uids as sample ids (as the verl mixin does when verl
-    gives ``sample_metadata``), so no input is hashed. Returns the seconds spent in the
+    With ``uids`` the calls pass dataset uids as sample ids (a job that has them; verl 0.9.1
+    does not pass them to its hook), so no input is hashed. Returns the seconds spent in the
     log_generations calls and in the end of the step.
     """
     import otel_valgen as vg

@@ -76,12 +76,34 @@ def runtime_env(base: dict[str, Any] | None = None) -> dict[str, Any]:
     return merged
 
 
-def setup_worker() -> None:
-    """Ray's worker setup hook: check the forwarded settings at worker start.
+def runtime_env_hook(job_runtime_env: dict[str, Any] | None) -> dict[str, Any]:
+    """A ``RAY_RUNTIME_ENV_HOOK``: every ``ray.init`` of the driver gets ``runtime_env(...)``.
 
-    A bad value is logged now; the emitter itself starts on the worker's first record.
+    ``RAY_RUNTIME_ENV_HOOK=otel_valgen.ray.runtime_env_hook`` in the driver's environment turns
+    otel-valgen on for a whole Ray job without changing its code (verl: docs/verl.md). Ray
+    calls it with the job's runtime env (or None) and uses what it returns; on any failure the
+    job's own runtime env is returned unchanged.
     """
     try:
+        from otel_valgen.integrations import verl
+
+        verl.install()
+        return runtime_env(job_runtime_env)
+    except Exception:  # a hook that raises would fail ray.init
+        _logger.exception("otel_valgen: runtime env hook failed; the job runs without otel-valgen's settings")
+        return dict(job_runtime_env or {})
+
+
+def setup_worker() -> None:
+    """Ray's worker setup hook: check the forwarded settings and hook the integrations.
+
+    A bad value is logged now; the emitter itself starts on the worker's first record. verl's
+    trainers are hooked when (if ever) this worker imports them.
+    """
+    try:
+        from otel_valgen.integrations import verl
+
         env.resolve_settings()
+        verl.install()
     except Exception:  # a setup hook that raises would fail the worker
         _logger.exception("otel_valgen: worker setup failed; records will use defaults")

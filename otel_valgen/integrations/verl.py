@@ -1,45 +1,161 @@
-"""verl compatibility: drop-in replacements for verl's validation-generation logging.
+"""verl integration: every validation of verl's trainers reaches otel-valgen, with no subclass.
 
-``ValidationGenerationsLogger`` keeps the call shape of ``verl.utils.tracking``'s class
-(``log(loggers, samples, step)``) but emits through otel_valgen, so it works in any Ray
-actor, with or without a wandb run. ``ValGenerationsMixin`` replaces a trainer's
-``_maybe_log_val_generations`` so that *all* generations reach the sampler: verl's own
-sort-shuffle-truncate would pre-select per process and make the merged choice inexact.
+Automatic (``install()``; otel-valgen's Ray setup hook runs it in every worker, see
+docs/verl.md). When verl's trainer modules are imported, post-import hooks patch verl's own
+classes, so every subclass and every actor made from them inherits the change:
 
-Neither needs ``__init__`` to have run: a subclass that skips ``super().__init__()``
-still logs (verl issues #6438, #4794, #5988 came from exactly that).
+- ``RayPPOTrainer`` (``verl.trainer.ppo.ray_trainer``; the base of the fully-async trainer and
+  rollouter) and the v1 ``PPOTrainer`` (``verl.trainer.ppo.v1.trainer_base``):
+  ``_validate`` runs inside a ``vg.validation`` block at the trainer's step, and
+  ``_maybe_log_val_generations`` sends every generation instead of verl's pre-selected k
+  (k = ``trainer.log_val_generations``; 0 disables, as in verl).
+- ``RayPPOTrainer.current_param_version`` becomes a property whose setter also publishes the
+  value (``_trainer_step``), so that the fully-async rollouter validates at the trainer's step.
+
+Explicit, for code that writes its own trainer subclass: ``ValGenerationsMixin``,
+``ValidationGenerationsLogger`` (verl's call shape) and ``log_val_generations``.
+
+None of this needs ``__init__`` to have run: a subclass that skips ``super().__init__()``
+still logs (verl issues #6438, #4794, #5988).
 """
 
 from __future__ import annotations
 
+import contextvars
+import dataclasses
+import functools
 import logging
-from collections.abc import Sequence
-from typing import Any
+import os
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar, Final
 
 import otel_valgen as vg
+from otel_valgen import _api
+from otel_valgen.integrations import _trainer_step
 
-__all__ = ["ValGenerationsMixin", "ValidationGenerationsLogger", "log_val_generations"]
+__all__ = ["ValGenerationsMixin", "ValidationGenerationsLogger", "install", "log_val_generations"]
 
 _logger = logging.getLogger("otel_valgen")
 
+OTEL_VALGEN_VERL: Final = "OTEL_VALGEN_VERL"
+"""``false`` turns the automatic verl integration off (default on)."""
 
-class ValidationGenerationsLogger:
-    """verl's ``ValidationGenerationsLogger``, emitting OTel records instead of writing wandb.
+# module -> (class, whether its instances may publish a fully-async trainer's step)
+PATCHED_CLASSES: Final = {
+    "verl.trainer.ppo.ray_trainer": ("RayPPOTrainer", True),
+    "verl.trainer.ppo.v1.trainer_base": ("PPOTrainer", False),
+}
 
-    ``loggers`` (verl's ``trainer.logger`` list) is accepted and ignored: where the records
-    end up is the collector's business, not this process's.
+
+@dataclasses.dataclass(frozen=True)
+class _Target:
+    """Where one validation's generations go: the trainer's step, the part's name, k."""
+
+    step: int | None
+    source: str
+    count: int | None
+
+
+# The validation block this context is in: (id of the trainer object, its target).
+_active: contextvars.ContextVar[tuple[int, _Target] | None] = contextvars.ContextVar(
+    "otel_valgen_verl_validation", default=None
+)
+
+
+def _log_count(trainer: object) -> int | None:
+    """The ``trainer.log_val_generations`` of verl's config, or None when the object has no such config."""
+    try:
+        count = trainer.config.trainer.log_val_generations  # type: ignore[attr-defined]
+    except Exception:
+        return None
+    return count if isinstance(count, int) and not isinstance(count, bool) else None
+
+
+def _target(trainer: object) -> _Target | None:
+    """The step, source and k of a validation by ``trainer``; None when verl disabled logging."""
+    count = _log_count(trainer)
+    if count == 0:
+        return None
+    named = getattr(type(trainer), "valgen_source", None)
+    own_version = getattr(trainer, "__dict__", {}).get("current_param_version")
+    if isinstance(own_version, int):  # a fully-async trainer validating by itself
+        return _Target(own_version, named or "trainer", count)
+    published = _trainer_step.read()
+    if published is not None:  # a part validating for the fully-async trainer of this job
+        return _Target(published, named or "rollouter", count)
+    step = getattr(trainer, "global_steps", None)
+    return _Target(step if isinstance(step, int) else None, named or "trainer", count)
+
+
+def _validate_in_block(validate: Callable[..., Any], trainer: object, args: Any, kwargs: Any) -> Any:
+    """Run verl's ``_validate`` inside one validation block at the trainer's step."""
+    active = _active.get()
+    if active is not None and active[0] == id(trainer):  # already inside (mixin over a patched base)
+        return validate(*args, **kwargs)
+    target = _api._never_raise(None)(_target)(trainer)
+    if target is None:
+        return validate(*args, **kwargs)
+    with vg.validation(step=target.step, source=target.source, count=target.count):  # type: ignore[arg-type]
+        token = _active.set((id(trainer), target))
+        try:
+            return validate(*args, **kwargs)
+        finally:
+            _active.reset(token)
+
+
+@_api._never_raise(None)
+def _route(trainer: object, inputs: Sequence[Any], outputs: Sequence[Any], scores: Sequence[Any]) -> None:
+    """Replaces verl's ``_maybe_log_val_generations``: send every generation, the sampler keeps k."""
+    active = _active.get()
+    if active is not None and active[0] == id(trainer):
+        vg.log_generations(inputs, outputs, scores)  # step, source and k from the block
+        return
+    target = _target(trainer)
+    if target is not None:  # called outside _validate: a block of its own
+        log_val_generations(
+            inputs,
+            outputs,
+            scores,
+            step=target.step,  # type: ignore[arg-type]  # None: counted as a missing step
+            source=target.source,
+            count=target.count,
+        )
+
+
+class ValGenerationsMixin:
+    """Put first in a verl trainer's bases (``RayPPOTrainer`` or v1 ``PPOTrainer`` subclasses).
+
+    It does what ``install()`` does to verl's classes, for this subclass only. Set
+    ``valgen_source`` to name the part (default ``trainer``, or ``rollouter`` when it validates
+    for a fully-async trainer). No ``__init__`` is involved.
     """
 
-    def __init__(self, project_name: str | None = None, experiment_name: str | None = None, source: str = "trainer"):
-        self.project_name = project_name
-        self.experiment_name = experiment_name
-        self.source = source
+    valgen_source: ClassVar[str | None] = None
 
-    def log(
-        self, loggers: Sequence[str] | None, samples: Sequence[Sequence[Any]], step: int, table_name: str | None = None
-    ) -> None:
-        """Emit ``samples`` (``(input, output, score)`` tuples) at ``step`` and end the step."""
-        del loggers, table_name  # routing and table naming happen in the collector and exporter
+    def _validate(self, *args: Any, **kwargs: Any) -> Any:
+        """Run verl's ``_validate`` inside one validation block at the trainer's step."""
+        return _validate_in_block(super()._validate, self, args, kwargs)  # type: ignore[misc]
+
+    def _maybe_log_val_generations(self, inputs: Sequence[Any], outputs: Sequence[Any], scores: Sequence[Any]) -> None:
+        """Replace verl's hook: send every generation; the sampler keeps ``log_val_generations``."""
+        _route(self, inputs, outputs, scores)
+
+
+@dataclasses.dataclass
+class ValidationGenerationsLogger:
+    """verl's ``verl.utils.tracking.ValidationGenerationsLogger``, emitting OTel records.
+
+    ``log(loggers, samples, step)`` takes verl's ``(input, output, score)`` tuples. ``loggers``
+    (verl's ``trainer.logger``) is ignored: the collector decides where records go.
+    """
+
+    project_name: str | None = None
+    experiment_name: str | None = None
+    source: ClassVar[str] = "trainer"
+
+    def log(self, loggers: Sequence[str] | None, samples: Sequence[Sequence[Any]], step: int) -> None:
+        """Emit ``samples`` at ``step`` and end this source's part of the step."""
+        del loggers
         try:
             rows = [tuple(sample) for sample in samples]
             inputs = [row[0] if len(row) > 0 else None for row in rows]
@@ -48,7 +164,7 @@ class ValidationGenerationsLogger:
         except TypeError:
             _logger.warning("otel_valgen: ValidationGenerationsLogger.log expects (input, output, score) tuples")
             return
-        with vg.validation(step=step, source=getattr(self, "source", "trainer")):
+        with vg.validation(step=step, source=self.source):
             vg.log_generations(inputs, outputs, scores)
 
 
@@ -76,48 +192,77 @@ def log_val_generations(
     return bool(block.flushed)
 
 
-class ValGenerationsMixin:
-    """Put first in a verl trainer's bases to replace ``_maybe_log_val_generations``.
+def _get_param_version(trainer: Any) -> Any:
+    try:
+        return trainer.__dict__["current_param_version"]
+    except KeyError:
+        raise AttributeError("current_param_version") from None
 
-    Class attributes a subclass may set (no ``__init__`` involved):
 
-    - ``valgen_source``: the name of this part (``trainer``; ``rollouter`` in fully-async).
-    - ``valgen_step_attribute``: the attribute holding the *trainer's* step
-      (``global_steps``; in verl's fully-async rollouter use the parameter version,
-      e.g. ``current_param_version``, never the rollouter's own counter).
-    """
+def _set_param_version(trainer: Any, value: Any) -> None:
+    trainer.__dict__["current_param_version"] = value
+    _trainer_step.publish(value)
 
-    valgen_source: str = "trainer"
-    valgen_step_attribute: str = "global_steps"
 
-    def _valgen_count(self) -> int | None:
-        config = getattr(self, "config", None)
-        trainer = getattr(config, "trainer", None)
-        count = getattr(trainer, "log_val_generations", None)
-        return count if isinstance(count, int) else None
-
-    def _maybe_log_val_generations(
-        self,
-        inputs: Sequence[Any],
-        outputs: Sequence[Any],
-        scores: Sequence[Any],
-        sample_metadata: Sequence[dict[str, Any]] | None = None,
-    ) -> None:
-        """Verl's hook: send every generation; the sampler keeps ``log_val_generations`` of them."""
-        count = self._valgen_count()
-        if count == 0:
-            return
-        step = getattr(self, self.valgen_step_attribute, None)
-        sample_ids = None
-        if sample_metadata is not None and len(sample_metadata) == len(inputs):
-            uids = [meta.get("uid") if isinstance(meta, dict) else None for meta in sample_metadata]
-            sample_ids = uids if all(uid is not None for uid in uids) else None
-        log_val_generations(  # a missing step is logged and counted by log_generations
-            inputs,
-            outputs,
-            scores,
-            step=step,  # type: ignore[arg-type]
-            source=self.valgen_source,
-            sample_ids=sample_ids,
-            count=count,
+def _patch(cls: type, publishes_step: bool) -> None:
+    """Give ``cls`` (one of verl's trainer bases) otel-valgen's validation hooks, once."""
+    if cls.__dict__.get("_otel_valgen_patched"):
+        return
+    original = cls.__dict__.get("_validate")
+    if not callable(original) or not callable(cls.__dict__.get("_maybe_log_val_generations")):
+        _logger.warning(
+            "otel_valgen: %s.%s has no _validate/_maybe_log_val_generations; this verl is not supported (0.9.x is)",
+            cls.__module__,
+            cls.__qualname__,
         )
+        return
+
+    @functools.wraps(original)
+    def _validate(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return _validate_in_block(functools.partial(original, self), self, args, kwargs)
+
+    def _maybe_log_val_generations(self: Any, inputs: Any, outputs: Any, scores: Any) -> None:
+        _route(self, inputs, outputs, scores)
+
+    cls._validate = _validate  # type: ignore[attr-defined]
+    cls._maybe_log_val_generations = _maybe_log_val_generations  # type: ignore[attr-defined]
+    if publishes_step and "current_param_version" not in cls.__dict__:
+        cls.current_param_version = property(_get_param_version, _set_param_version)  # type: ignore[attr-defined]
+    cls._otel_valgen_patched = True  # type: ignore[attr-defined]
+    _logger.info("otel_valgen: verl's %s.%s sends its validation generations", cls.__module__, cls.__qualname__)
+
+
+def _on_import(module: Any, class_name: str, publishes_step: bool) -> None:
+    try:
+        cls = getattr(module, class_name, None)
+        if isinstance(cls, type):
+            _patch(cls, publishes_step)
+    except Exception:  # an import hook that raises would fail verl's import
+        _logger.exception("otel_valgen: could not hook verl's %s.%s", module.__name__, class_name)
+
+
+_installed = False
+
+
+def install() -> bool:
+    """Hook verl's trainers when (or if already) imported; returns whether hooks are in place.
+
+    Idempotent and cheap: nothing of verl is imported here. ``OTEL_VALGEN_VERL=false`` turns
+    it off.
+    """
+    global _installed
+    if os.environ.get(OTEL_VALGEN_VERL, "true").strip().lower() == "false":
+        return False
+    if _installed:
+        return True
+    try:
+        import wrapt
+
+        for module_name, (class_name, publishes_step) in PATCHED_CLASSES.items():
+            hook = functools.partial(_on_import, class_name=class_name, publishes_step=publishes_step)
+            wrapt.register_post_import_hook(hook, module_name)
+    except Exception:
+        _logger.exception("otel_valgen: could not install the verl integration")
+        return False
+    _installed = True
+    return True
