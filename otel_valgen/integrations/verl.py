@@ -31,14 +31,12 @@ from typing import Any, ClassVar, Final
 
 import otel_valgen as vg
 from otel_valgen import _api
+from otel_valgen._settings import OTEL_VALGEN_VERL
 from otel_valgen.integrations import _trainer_step
 
 __all__ = ["ValGenerationsMixin", "ValidationGenerationsLogger", "install", "log_val_generations"]
 
 _logger = logging.getLogger("otel_valgen")
-
-OTEL_VALGEN_VERL: Final = "OTEL_VALGEN_VERL"
-"""``false`` turns the automatic verl integration off (default on)."""
 
 # module -> (class, whether its instances may publish a fully-async trainer's step)
 PATCHED_CLASSES: Final = {

@@ -1,0 +1,41 @@
+"""The Ray env hook (``RAY_RUNTIME_ENV_HOOK``): a job's runtime env gains otel-valgen's, never loses its own."""
+
+from __future__ import annotations
+
+import pytest
+
+from otel_valgen import _api
+from otel_valgen import ray as vg_ray
+
+
+@pytest.fixture(autouse=True)
+def _fresh_emitter(monkeypatch: pytest.MonkeyPatch, tmp_path: object) -> None:
+    monkeypatch.setenv("OTEL_VALGEN_RUN_ID", "hooked-run")
+    monkeypatch.setenv("OTEL_VALGEN_DIR", str(tmp_path))
+    _api._reset_for_testing()
+
+
+def test_hook_adds_the_setup_hook_and_settings_and_keeps_the_jobs_env() -> None:
+    """A runtime env like verl's (env_vars) keeps its values and gains the setup hook and the resolved run id."""
+    job_env = {"env_vars": {"TOKENIZERS_PARALLELISM": "true", "NCCL_DEBUG": "WARN"}}
+    merged = vg_ray.runtime_env_hook(job_env)
+    assert merged["worker_process_setup_hook"] == "otel_valgen.ray.setup_worker"
+    assert merged["env_vars"]["TOKENIZERS_PARALLELISM"] == "true"
+    assert merged["env_vars"]["NCCL_DEBUG"] == "WARN"
+    assert merged["env_vars"]["OTEL_VALGEN_RUN_ID"] == "hooked-run"
+    assert job_env == {"env_vars": {"TOKENIZERS_PARALLELISM": "true", "NCCL_DEBUG": "WARN"}}
+
+
+def test_hook_takes_no_runtime_env() -> None:
+    """ray.init() without a runtime env passes None to the hook."""
+    assert vg_ray.runtime_env_hook(None)["worker_process_setup_hook"] == "otel_valgen.ray.setup_worker"
+
+
+def test_a_failing_hook_returns_the_jobs_env_unchanged(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Any failure inside the hook leaves ray.init with the job's own runtime env."""
+
+    def broken(base: object = None) -> dict[str, object]:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(vg_ray, "runtime_env", broken)
+    assert vg_ray.runtime_env_hook({"env_vars": {"A": "1"}}) == {"env_vars": {"A": "1"}}

@@ -1,0 +1,88 @@
+"""User story: verl 0.9.1's synchronous trainers log every validation at global_steps, through verl's own code.
+
+The legacy ``RayPPOTrainer`` runs its real ``_validate`` (generation replaced by a CPU stand-in,
+``harness.REPLACED``); the v1 ``PPOTrainerSync`` (main_ppo's default) calls its real hook as its
+``_validate`` does, which cannot run on CPU. Records go to the embedded sink and are read back
+with ``otel-valgen show``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from click.testing import CliRunner
+
+import otel_valgen as vg
+from otel_valgen import _api
+from otel_valgen.cli import main as cli_main
+from otel_valgen.integrations import verl as vg_verl
+from tests.verl import harness
+from tests.verl.conftest import VerlFiles
+
+K = 4
+
+
+def _show(directory: Path) -> dict[int, dict[str, Any]]:
+    result = CliRunner().invoke(cli_main, ["show", str(directory), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    return {entry["step"]: entry for entry in map(json.loads, result.stdout.splitlines())}
+
+
+def test_sync_trainer_validations_land_at_global_steps(verl_files: VerlFiles, tmp_path: Path) -> None:
+    """Two real _validate runs at global_steps 0 and 3 give min(k, M) generations at exactly those steps."""
+    assert vg_verl.install()
+    config = harness.sync_config(
+        tmp_path,
+        train_path=verl_files.train_path,
+        val_path=verl_files.val_path,
+        model_path=str(verl_files.tokenizer_dir),
+        log_val_generations=K,
+    )
+    trainer = harness.make_sync_trainer(config, verl_files.tokenizer)
+    sink = tmp_path / "valgen-data"
+    vg.configure(run_id="verl-sync", directory=str(sink))
+    try:
+        harness.run_validate(trainer)  # as fit() does before training: global_steps 0
+        trainer.global_steps = 3
+        harness.run_validate(trainer)
+        assert vg.flush()
+    finally:
+        _api._reset_for_testing()
+    dumps = Path(config.trainer.validation_data_dir)
+    assert sorted(p.name for p in dumps.glob("*.jsonl")) == ["0.jsonl", "3.jsonl"]  # verl's own dump still works
+    shown = _show(sink)
+    assert sorted(shown) == [0, 3]
+    for entry in shown.values():
+        assert entry["seen"] == 12  # 6 prompts x val_kwargs.n = 2: all of them reached otel-valgen
+        assert entry["kept"] == K
+        assert {g["source"] for g in entry["generations"]} == {"trainer"}
+    assert [g["sample_id"] for g in shown[0]["generations"]] == [g["sample_id"] for g in shown[3]["generations"]]
+
+
+def test_v1_trainer_hook_lands_at_global_steps(verl_files: VerlFiles, tmp_path: Path) -> None:
+    """The v1 PPOTrainerSync's real hook, called as its _validate calls it, logs min(k, M) at global_steps."""
+    assert vg_verl.install()
+    config = harness.sync_config(
+        tmp_path,
+        train_path=verl_files.train_path,
+        val_path=verl_files.val_path,
+        model_path=str(verl_files.tokenizer_dir),
+        log_val_generations=K,
+        use_v1=True,
+    )
+    trainer = harness.make_v1_trainer(config, verl_files.tokenizer)
+    trainer.global_steps = 5
+    sink = tmp_path / "valgen-data"
+    vg.configure(run_id="verl-v1", directory=str(sink))
+    try:
+        inputs = [harness.question(i // 2) for i in range(12)]
+        harness.run_v1_log_val_generations(trainer, inputs, [f"answer {i}" for i in range(12)], [1.0] * 12)
+        assert vg.flush()
+    finally:
+        _api._reset_for_testing()
+    shown = _show(sink)
+    assert sorted(shown) == [5]
+    assert shown[5]["seen"] == 12
+    assert shown[5]["kept"] == K
