@@ -22,7 +22,11 @@ import (
 //	group/<group key> one open group: its header record and its kept records, as OTLP protobuf
 //	closed            JSON closedMeta of the closed-groups ring
 //	closed/<slot>     the group key in that ring slot
+//	closed_late/<slot> the late count of that closed group (decimal), absent when 0
 //
+// Version 2 (attempts): group keys end with the attempt (attemptKey), group headers carry the
+// attempt, first-record time, attempt start and per-source start/progress figures. Version 1
+// groups and rings (no "version" in closed) load as attempt "" and are rewritten.
 // Open groups are written after every ConsumeLogs call that touched them, before it returns;
 // a group that closes is deleted in the same batch that puts its key in the closed ring.
 const (
@@ -30,8 +34,11 @@ const (
 	storageKeyGroupPrefix  = "group/"
 	storageKeyClosedMeta   = "closed"
 	storageKeyClosedPrefix = "closed/"
+	storageKeyLatePrefix   = "closed_late/"
 
-	stateVersion   = 1
+	stateVersion   = 2
+	legacyVersion  = 1       // groups stored before attempts: still decoded
+	closedVersion  = 2       // closedMeta.Version of rings whose keys end with the attempt
 	maxClosedSlots = 1 << 24 // a stored ring claiming more slots is corrupt
 	stateScope     = "valgen_sampler.state"
 
@@ -54,6 +61,11 @@ const (
 	stateAttrSourceSeen      = "seen"
 	stateAttrSourceEmitted   = "emitted"
 	stateAttrSourceDropped   = "dropped"
+	stateAttrAttempt         = "attempt"
+	stateAttrFirstSeen       = "first_seen"
+	stateAttrAttemptStart    = "attempt_start"
+	stateAttrSourceAnnounced = "announced"
+	stateAttrSourceProgress  = "progress_seen"
 )
 
 // Values of the operation attribute of the storage-errors metric.
@@ -67,15 +79,39 @@ var errCorruptState = errors.New("corrupt stored state")
 
 func groupStorageKey(key string) string { return storageKeyGroupPrefix + key }
 func closedStorageKey(slot int) string  { return storageKeyClosedPrefix + strconv.Itoa(slot) }
+func closedLateStorageKey(slot int) string {
+	return storageKeyLatePrefix + strconv.Itoa(slot)
+}
+
+// lateOp stores the late count of ring slot slot (deleting it when 0).
+func lateOp(slot int, late int64) *storage.Operation {
+	if late == 0 {
+		return storage.DeleteOperation(closedLateStorageKey(slot))
+	}
+	return storage.SetOperation(closedLateStorageKey(slot), []byte(strconv.FormatInt(late, 10)))
+}
+
+// decodeLate reads a stored late count; absent is 0.
+func decodeLate(data []byte) (int64, error) {
+	if data == nil {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(string(data), 10, 64)
+	if err != nil || n < 0 {
+		return 0, corrupt("late count %q", data)
+	}
+	return n, nil
+}
 func corrupt(format string, a ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{errCorruptState}, a...)...)
 }
 
 // closedMeta describes the stored closed-groups ring.
 type closedMeta struct {
-	Cap  int `json:"cap"`
-	Len  int `json:"len"`
-	Next int `json:"next"`
+	Version int `json:"version,omitempty"` // 0: a ring of legacy keys, without the attempt
+	Cap     int `json:"cap"`
+	Len     int `json:"len"`
+	Next    int `json:"next"`
 }
 
 // groupStore is the processor's view of its storage client. Its fields are guarded by the
@@ -110,6 +146,9 @@ func encodeGroup(g *group) ([]byte, error) {
 	g.step.CopyTo(attrs.PutEmpty(stateAttrStep))
 	attrs.PutInt(stateAttrSourcesExpected, g.sourcesExpected)
 	attrs.PutInt(stateAttrLate, g.late)
+	attrs.PutStr(stateAttrAttempt, g.attempt)
+	attrs.PutInt(stateAttrFirstSeen, g.firstSeen.UnixNano())
+	attrs.PutInt(stateAttrAttemptStart, g.attemptStart)
 	sources := attrs.PutEmptySlice(stateAttrSources)
 	sources.EnsureCapacity(len(g.sources))
 	for id, state := range g.sources {
@@ -121,6 +160,8 @@ func encodeGroup(g *group) ([]byte, error) {
 		m.PutInt(stateAttrSourceSeen, state.end.seen)
 		m.PutInt(stateAttrSourceEmitted, state.end.emitted)
 		m.PutInt(stateAttrSourceDropped, state.end.dropped)
+		m.PutBool(stateAttrSourceAnnounced, state.announced)
+		m.PutInt(stateAttrSourceProgress, state.progressSeen)
 	}
 	if g.kept != nil {
 		keys := attrs.PutEmptySlice(stateAttrOrderKeys)
@@ -146,19 +187,30 @@ func encodeGroup(g *group) ([]byte, error) {
 }
 
 // decodeGroup rebuilds a group from encodeGroup's bytes, checking everything it reads.
-func decodeGroup(data []byte) (*group, error) {
+// migrated reports a group stored before attempts (version 1): it gets attempt "", its
+// group key gains attemptKey(""), and its first record and attempt start are taken to be
+// its last record.
+func decodeGroup(data []byte) (g *group, migrated bool, err error) {
+	g, version, err := decodeGroupData(data)
+	if err != nil {
+		return nil, false, err
+	}
+	return g, version == legacyVersion, nil
+}
+
+func decodeGroupData(data []byte) (*group, int64, error) {
 	u := plog.ProtoUnmarshaler{}
 	ld, err := u.UnmarshalLogs(data)
 	if err != nil {
-		return nil, corrupt("%v", err)
+		return nil, 0, corrupt("%v", err)
 	}
 	rls := ld.ResourceLogs()
 	if rls.Len() == 0 || rls.At(0).ScopeLogs().Len() != 1 {
-		return nil, corrupt("no header")
+		return nil, 0, corrupt("no header")
 	}
 	hsl := rls.At(0).ScopeLogs().At(0)
 	if hsl.Scope().Name() != stateScope || hsl.LogRecords().Len() != 1 {
-		return nil, corrupt("no header record")
+		return nil, 0, corrupt("no header record")
 	}
 	hdr := hsl.LogRecords().At(0)
 	attrs := hdr.Attributes()
@@ -166,20 +218,21 @@ func decodeGroup(data []byte) (*group, error) {
 	for _, name := range []string{stateAttrVersion, stateAttrSeq, stateAttrK, stateAttrSourcesExpected, stateAttrLate} {
 		v, ok := attrs.Get(name)
 		if !ok || v.Type() != pcommon.ValueTypeInt {
-			return nil, corrupt("header attribute %q", name)
+			return nil, 0, corrupt("header attribute %q", name)
 		}
 		ints[name] = v.Int()
 	}
-	if ints[stateAttrVersion] != stateVersion {
-		return nil, corrupt("unknown version %d", ints[stateAttrVersion])
+	version := ints[stateAttrVersion]
+	if version != stateVersion && version != legacyVersion {
+		return nil, 0, corrupt("unknown version %d", version)
 	}
 	key, ok := attrs.Get(stateAttrKey)
 	if !ok || key.Type() != pcommon.ValueTypeStr || key.Str() == "" {
-		return nil, corrupt("no group key")
+		return nil, 0, corrupt("no group key")
 	}
 	k := ints[stateAttrK]
 	if k < -1 || k > 1<<31 || ints[stateAttrSeq] < 0 || ints[stateAttrSourcesExpected] < 0 || ints[stateAttrLate] < 0 {
-		return nil, corrupt("header values out of range")
+		return nil, 0, corrupt("header values out of range")
 	}
 	g := &group{
 		key:             key.Str(),
@@ -201,16 +254,42 @@ func decodeGroup(data []byte) (*group, error) {
 	if v, ok := attrs.Get(stateAttrStep); ok {
 		v.CopyTo(g.step)
 	}
-	if err := decodeSources(attrs, g); err != nil {
-		return nil, err
+	if err := decodeLifecycle(attrs, g, version); err != nil {
+		return nil, 0, err
+	}
+	if err := decodeSources(attrs, g, version); err != nil {
+		return nil, 0, err
 	}
 	if err := decodeKept(attrs, rls, g); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	return g, nil
+	return g, version, nil
 }
 
-func decodeSources(attrs pcommon.Map, g *group) error {
+// decodeLifecycle reads the version 2 header fields; a version 1 group is migrated.
+func decodeLifecycle(attrs pcommon.Map, g *group, version int64) error {
+	if version == legacyVersion {
+		g.key += attemptKey("")
+		g.firstSeen = g.lastSeen
+		g.attemptStart = g.lastSeen.UnixNano()
+		return nil
+	}
+	attempt, ok := attrs.Get(stateAttrAttempt)
+	if !ok || attempt.Type() != pcommon.ValueTypeStr {
+		return corrupt("header attribute %q", stateAttrAttempt)
+	}
+	g.attempt = attempt.Str()
+	firstSeen, ok := attrs.Get(stateAttrFirstSeen)
+	start, ok2 := attrs.Get(stateAttrAttemptStart)
+	if !ok || !ok2 || firstSeen.Type() != pcommon.ValueTypeInt || start.Type() != pcommon.ValueTypeInt {
+		return corrupt("header attributes %q, %q", stateAttrFirstSeen, stateAttrAttemptStart)
+	}
+	g.firstSeen = time.Unix(0, firstSeen.Int())
+	g.attemptStart = start.Int()
+	return nil
+}
+
+func decodeSources(attrs pcommon.Map, g *group, version int64) error {
 	v, ok := attrs.Get(stateAttrSources)
 	if !ok || v.Type() != pcommon.ValueTypeSlice {
 		return corrupt("no sources")
@@ -247,6 +326,14 @@ func decodeSources(attrs pcommon.Map, g *group) error {
 			return corrupt("source %d: %s", i, stateAttrSourceEnded)
 		}
 		state.ended = ended.Bool()
+		if version != legacyVersion {
+			announced, ok := m.Get(stateAttrSourceAnnounced)
+			progress, ok2 := m.Get(stateAttrSourceProgress)
+			if !ok || !ok2 || announced.Type() != pcommon.ValueTypeBool || progress.Type() != pcommon.ValueTypeInt || progress.Int() < 0 {
+				return corrupt("source %d: start or progress", i)
+			}
+			state.announced, state.progressSeen = announced.Bool(), progress.Int()
+		}
 		if _, dup := g.sources[id]; dup {
 			return corrupt("source %d repeated", i)
 		}
@@ -316,7 +403,7 @@ func decodeIndex(data []byte) ([]string, error) {
 }
 
 func encodeClosedMeta(c *closedGroups) []byte {
-	data, _ := json.Marshal(closedMeta{Cap: cap(c.ring), Len: len(c.ring), Next: c.next})
+	data, _ := json.Marshal(closedMeta{Version: closedVersion, Cap: cap(c.ring), Len: len(c.ring), Next: c.next})
 	return data
 }
 

@@ -88,39 +88,56 @@ func (p *samplerProcessor) loadClosed(ctx context.Context, client storage.Client
 		return []*storage.Operation{storage.SetOperation(storageKeyClosedMeta, encodeClosedMeta(p.closed))}, nil
 	}
 	gets := make([]*storage.Operation, meta.Len)
+	lateGets := make([]*storage.Operation, meta.Len)
 	for i := range gets {
 		gets[i] = storage.GetOperation(closedStorageKey(i))
+		lateGets[i] = storage.GetOperation(closedLateStorageKey(i))
 	}
 	if len(gets) > 0 {
-		if err := client.Batch(ctx, gets...); err != nil {
+		if err := client.Batch(ctx, append(append([]*storage.Operation{}, gets...), lateGets...)...); err != nil {
 			p.storageError(ctx, storageOpRead, err)
 			return nil, fmt.Errorf("failed to read the closed groups from storage: %w", err)
 		}
 	}
-	damaged := false
-	oldestFirst := make([]*storage.Operation, 0, len(gets))
-	oldestFirst = append(oldestFirst, gets[meta.Next:]...)
-	oldestFirst = append(oldestFirst, gets[:meta.Next]...)
-	for _, op := range oldestFirst {
+	// A ring written before attempts were part of group keys holds legacy keys: they name
+	// attempt "" and are rewritten in the current layout.
+	legacy := meta.Version < closedVersion
+	damaged := legacy
+	for n := range meta.Len {
+		i := (meta.Next + n) % meta.Len // oldest first
+		op := gets[i]
 		if len(op.Value) == 0 {
 			p.corruptState(ctx, op.Key, corrupt("missing closed group"))
 			damaged = true
 			continue
 		}
-		if p.closed.add(string(op.Value)) < 0 && cap(p.closed.ring) > 0 {
-			p.corruptState(ctx, op.Key, corrupt("closed group repeated"))
+		key := string(op.Value)
+		if legacy {
+			key += attemptKey("")
+		}
+		if p.closed.add(key) < 0 {
+			if cap(p.closed.ring) > 0 {
+				p.corruptState(ctx, op.Key, corrupt("closed group repeated"))
+				damaged = true
+			}
+			continue
+		}
+		if late, err := decodeLate(lateGets[i].Value); err != nil {
+			p.corruptState(ctx, lateGets[i].Key, err)
 			damaged = true
+		} else {
+			p.closed.entries[key].late = late
 		}
 	}
 	if !damaged && meta.Cap == cap(p.closed.ring) && meta.Next == p.closed.next {
 		return nil, nil // the stored ring already has this layout
 	}
-	fix := make([]*storage.Operation, 0, meta.Len+1)
+	fix := make([]*storage.Operation, 0, 2*meta.Len+1)
 	for i, key := range p.closed.ring {
-		fix = append(fix, storage.SetOperation(closedStorageKey(i), []byte(key)))
+		fix = append(fix, storage.SetOperation(closedStorageKey(i), []byte(key)), lateOp(i, p.closed.entries[key].late))
 	}
 	for i := len(p.closed.ring); i < meta.Len; i++ {
-		fix = append(fix, storage.DeleteOperation(closedStorageKey(i)))
+		fix = append(fix, storage.DeleteOperation(closedStorageKey(i)), storage.DeleteOperation(closedLateStorageKey(i)))
 	}
 	return append(fix, storage.SetOperation(storageKeyClosedMeta, encodeClosedMeta(p.closed))), nil
 }
@@ -155,9 +172,11 @@ func (p *samplerProcessor) loadGroups(ctx context.Context, client storage.Client
 	damaged := false
 	for i, op := range gets {
 		var g *group
+		migrated := false
 		if op.Value == nil {
 			err = corrupt("missing open group")
-		} else if g, err = decodeGroup(op.Value); err == nil && g.key != keys[i] {
+		} else if g, migrated, err = decodeGroup(op.Value); err == nil && g.key != keys[i] &&
+			(!migrated || g.key != keys[i]+attemptKey("")) {
 			err = corrupt("group key %q under %q", g.key, keys[i])
 		}
 		if err == nil {
@@ -173,6 +192,13 @@ func (p *samplerProcessor) loadGroups(ctx context.Context, client storage.Client
 		}
 		p.groups[g.key] = g
 		p.seq = max(p.seq, g.seq)
+		if migrated { // stored before attempts: store it again under its current key
+			fix = append(fix, storage.DeleteOperation(op.Key))
+			if data, err := encodeGroup(g); err == nil {
+				fix = append(fix, storage.SetOperation(groupStorageKey(g.key), data))
+			}
+			damaged = true
+		}
 	}
 	if damaged {
 		fix = append(fix, storage.SetOperation(storageKeyIndex, encodeIndex(p.groups)))
@@ -233,7 +259,7 @@ func (p *samplerProcessor) fullOps() []*storage.Operation {
 	}
 	ops = append(ops, storage.SetOperation(storageKeyIndex, encodeIndex(p.groups)))
 	for i, key := range p.closed.ring {
-		ops = append(ops, storage.SetOperation(closedStorageKey(i), []byte(key)))
+		ops = append(ops, storage.SetOperation(closedStorageKey(i), []byte(key)), lateOp(i, p.closed.entries[key].late))
 	}
 	ops = append(ops, storage.SetOperation(storageKeyClosedMeta, encodeClosedMeta(p.closed)))
 	s.indexDirty, s.closedDirty = false, false
@@ -255,10 +281,16 @@ func (p *samplerProcessor) groupOp(g *group) *storage.Operation {
 func (s *groupStore) forgetGroup(key string, slot int) {
 	s.pending = append(s.pending, storage.DeleteOperation(groupStorageKey(key)))
 	if slot >= 0 {
-		s.pending = append(s.pending, storage.SetOperation(closedStorageKey(slot), []byte(key)))
+		s.pending = append(s.pending, storage.SetOperation(closedStorageKey(slot), []byte(key)),
+			storage.DeleteOperation(closedLateStorageKey(slot)))
 		s.closedDirty = true
 	}
 	s.indexDirty = true
+}
+
+// setLate queues the write of the late count of the closed group in ring slot slot.
+func (s *groupStore) setLate(slot int, late int64) {
+	s.pending = append(s.pending, lateOp(slot, late))
 }
 
 // persist hands the write over from p.mu to p.persistMu, so that writes reach storage in the
