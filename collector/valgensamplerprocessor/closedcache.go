@@ -3,16 +3,40 @@
 
 package valgensamplerprocessor // import "github.com/otel-valgen/otel-valgen/collector/valgensamplerprocessor"
 
+import (
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/plog"
+)
+
 // closedGroups remembers the most recently closed groups (FIFO, bounded) and how many late
 // records each has received since it closed.
 type closedGroups struct {
-	ring []string
-	next int
-	late map[string]int64
+	ring    []string
+	next    int
+	entries map[string]*closedEntry
+	reports map[string]*lateReport // groups with late records not yet reported
+}
+
+// closedEntry is a remembered closed group: its ring slot and its cumulative late count.
+type closedEntry struct {
+	slot int
+	late int64
+}
+
+// lateReport is the pending valgen.step.late record of a closed group: the group_by values
+// and attempt of its first late record, that record's resource, the cumulative late count.
+type lateReport struct {
+	attrs    pcommon.Map
+	resource pcommon.Resource
+	late     int64
 }
 
 func newClosedGroups(capacity int) *closedGroups {
-	return &closedGroups{ring: make([]string, 0, capacity), late: make(map[string]int64, capacity)}
+	return &closedGroups{
+		ring:    make([]string, 0, capacity),
+		entries: make(map[string]*closedEntry, capacity),
+		reports: make(map[string]*lateReport),
+	}
 }
 
 // add remembers a closed group, forgetting the oldest one when the cache is full. It returns
@@ -21,7 +45,7 @@ func (c *closedGroups) add(key string) int {
 	if cap(c.ring) == 0 {
 		return -1
 	}
-	if _, ok := c.late[key]; ok {
+	if _, ok := c.entries[key]; ok {
 		return -1
 	}
 	var slot int
@@ -30,11 +54,11 @@ func (c *closedGroups) add(key string) int {
 		c.ring = append(c.ring, key)
 	} else {
 		slot = c.next
-		delete(c.late, c.ring[c.next])
+		delete(c.entries, c.ring[c.next])
 		c.ring[c.next] = key
 		c.next = (c.next + 1) % len(c.ring)
 	}
-	c.late[key] = 0
+	c.entries[key] = &closedEntry{slot: slot}
 	return slot
 }
 
@@ -45,11 +69,34 @@ func (c *closedGroups) oldestFirst() []string {
 	return append(out, c.ring[:c.next]...)
 }
 
-// markLate counts a late record if the group is a remembered closed one.
-func (c *closedGroups) markLate(key string) bool {
-	n, ok := c.late[key]
-	if ok {
-		c.late[key] = n + 1
+// markLate counts a late record if the group is a remembered closed one, and queues the
+// group's late report (built from the record's group_by attributes, attempt and resource).
+func (c *closedGroups) markLate(key string, lr plog.LogRecord, res pcommon.Resource, groupBy []string) bool {
+	e, ok := c.entries[key]
+	if !ok {
+		return false
 	}
-	return ok
+	e.late++
+	r, queued := c.reports[key]
+	if !queued {
+		r = &lateReport{attrs: pcommon.NewMap(), resource: pcommon.NewResource()}
+		attrs := lr.Attributes()
+		for _, name := range groupBy {
+			if v, present := attrs.Get(name); present {
+				v.CopyTo(r.attrs.PutEmpty(name))
+			}
+		}
+		r.attrs.PutStr(attrAttempt, attemptOf(attrs))
+		res.CopyTo(r.resource)
+		c.reports[key] = r
+	}
+	r.late = e.late
+	return true
+}
+
+// takeReports returns the queued late reports and starts a new queue.
+func (c *closedGroups) takeReports() map[string]*lateReport {
+	r := c.reports
+	c.reports = make(map[string]*lateReport)
+	return r
 }

@@ -23,6 +23,7 @@ const (
 	defaultMaxCount          = 1024
 	defaultSeed              = 42
 	defaultDecisionWait      = 30 * time.Second
+	defaultMaxStepDuration   = 6 * time.Hour
 	defaultMaxGroups         = 1000
 	defaultClosedGroupsCache = 10000
 	defaultLateRecords       = LateRecordsDrop
@@ -43,6 +44,8 @@ var (
 	errInvalidClosedCache   = errors.New("closed_groups_cache must be >= 0")
 	errInvalidLateRecords   = errors.New("late_records must be \"drop\" or \"forward\"")
 	errDecisionWaitTooShort = errors.New("decision_wait must be at least 10ms")
+	errInvalidMaxStepDur    = errors.New("max_step_duration must be > 0")
+	errMaxStepDurBelowWait  = errors.New("max_step_duration must be >= decision_wait")
 )
 
 // Config defines the configuration of the valgen_sampler processor.
@@ -57,6 +60,10 @@ type Config struct {
 	Seed uint64 `mapstructure:"seed"`
 	// DecisionWait is how long a group stays open after its last record when it cannot close as complete.
 	DecisionWait time.Duration `mapstructure:"decision_wait"`
+	// MaxStepDuration closes a group this long after its first record, whatever its sources
+	// announced: the bound for a step whose source promised to come (start record,
+	// sources_expected) and died.
+	MaxStepDuration time.Duration `mapstructure:"max_step_duration"`
 	// MaxGroups bounds the open groups; opening one more closes the oldest early.
 	MaxGroups int `mapstructure:"max_groups"`
 	// ClosedGroupsCache is how many closed groups are remembered to recognise late records.
@@ -81,6 +88,7 @@ func createDefaultConfig() component.Config {
 		MaxCount:          defaultMaxCount,
 		Seed:              defaultSeed,
 		DecisionWait:      defaultDecisionWait,
+		MaxStepDuration:   defaultMaxStepDuration,
 		MaxGroups:         defaultMaxGroups,
 		ClosedGroupsCache: defaultClosedGroupsCache,
 		LateRecords:       defaultLateRecords,
@@ -111,6 +119,12 @@ func (cfg *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("%w, got %s", errInvalidDecisionWait, cfg.DecisionWait))
 	case cfg.DecisionWait < 10*time.Millisecond:
 		errs = append(errs, fmt.Errorf("%w, got %s", errDecisionWaitTooShort, cfg.DecisionWait))
+	}
+	switch {
+	case cfg.MaxStepDuration <= 0:
+		errs = append(errs, fmt.Errorf("%w, got %s", errInvalidMaxStepDur, cfg.MaxStepDuration))
+	case cfg.MaxStepDuration < cfg.DecisionWait:
+		errs = append(errs, fmt.Errorf("%w (%s), got %s", errMaxStepDurBelowWait, cfg.DecisionWait, cfg.MaxStepDuration))
 	}
 	if cfg.MaxGroups <= 0 {
 		errs = append(errs, fmt.Errorf("%w, got %d", errInvalidMaxGroups, cfg.MaxGroups))

@@ -39,6 +39,7 @@ func TestLoadConfig(t *testing.T) {
 				MaxCount:          32,
 				Seed:              7,
 				DecisionWait:      5 * time.Second,
+				MaxStepDuration:   time.Hour,
 				MaxGroups:         10,
 				ClosedGroupsCache: 100,
 				LateRecords:       LateRecordsForward,
@@ -55,7 +56,7 @@ func TestLoadConfig(t *testing.T) {
 		},
 		{
 			id:          component.NewIDWithName(metadata.Type, "invalid"),
-			errContains: []string{errInvalidCount.Error(), errInvalidLateRecords.Error()},
+			errContains: []string{errInvalidCount.Error(), errInvalidLateRecords.Error(), errMaxStepDurBelowWait.Error()},
 		},
 	}
 	for _, tt := range tests {
@@ -97,6 +98,10 @@ func TestValidateConfig(t *testing.T) {
 		{"max_count below count", valid(func(c *Config) { c.MaxCount = c.Count - 1 }), errInvalidMaxCount},
 		{"zero decision_wait", valid(func(c *Config) { c.DecisionWait = 0 }), errInvalidDecisionWait},
 		{"tiny decision_wait", valid(func(c *Config) { c.DecisionWait = time.Millisecond }), errDecisionWaitTooShort},
+		{"zero max_step_duration", valid(func(c *Config) { c.MaxStepDuration = 0 }), errInvalidMaxStepDur},
+		{"negative max_step_duration", valid(func(c *Config) { c.MaxStepDuration = -time.Second }), errInvalidMaxStepDur},
+		{"max_step_duration below decision_wait", valid(func(c *Config) { c.MaxStepDuration = c.DecisionWait - time.Second }), errMaxStepDurBelowWait},
+		{"max_step_duration equal to decision_wait", valid(func(c *Config) { c.MaxStepDuration = c.DecisionWait }), nil},
 		{"zero max_groups", valid(func(c *Config) { c.MaxGroups = 0 }), errInvalidMaxGroups},
 		{"negative cache", valid(func(c *Config) { c.ClosedGroupsCache = -1 }), errInvalidClosedCache},
 		{"no cache is allowed", valid(func(c *Config) { c.ClosedGroupsCache = 0 }), nil},

@@ -41,16 +41,22 @@ func (o origin) keep(lr plog.LogRecord) keptRecord {
 
 // sourceState is what a group knows of one source.
 type sourceState struct {
-	received int64 // generation records that arrived
-	ended    bool
-	end      endInfo
+	received     int64 // generation records that arrived
+	announced    bool  // a start record arrived
+	progressSeen int64 // the largest valgen.seen of its progress records
+	ended        bool
+	end          endInfo
 }
 
 // group is one open validation step: its bottom-k and the bookkeeping of its sources.
 type group struct {
-	key      string
-	seq      uint64 // opening order, to close the oldest first
-	lastSeen time.Time
+	key       string
+	seq       uint64    // opening order, to close the oldest first
+	firstSeen time.Time // arrival of the first record, for max_step_duration
+	lastSeen  time.Time // arrival of the last record (any kind), for decision_wait
+
+	attempt      string // valgen.attempt ("" for legacy records)
+	attemptStart int64  // smallest record time seen (unix nanos), see recordTime
 
 	k    int // the smallest k any record asked for; -1 before the first generation
 	kept *bottomK[keptRecord]
@@ -65,15 +71,18 @@ type group struct {
 	late            int64
 }
 
-func newGroup(key string, seq uint64, lr plog.LogRecord, res pcommon.Resource) *group {
+func newGroup(key string, seq uint64, lr plog.LogRecord, res pcommon.Resource, now time.Time) *group {
 	g := &group{
-		key:      key,
-		seq:      seq,
-		k:        -1,
-		resource: pcommon.NewResource(),
-		runID:    pcommon.NewValueEmpty(),
-		step:     pcommon.NewValueEmpty(),
-		sources:  make(map[sourceID]*sourceState),
+		key:          key,
+		seq:          seq,
+		firstSeen:    now,
+		attempt:      attemptOf(lr.Attributes()),
+		attemptStart: recordTime(lr, now),
+		k:            -1,
+		resource:     pcommon.NewResource(),
+		runID:        pcommon.NewValueEmpty(),
+		step:         pcommon.NewValueEmpty(),
+		sources:      make(map[sourceID]*sourceState),
 	}
 	res.CopyTo(g.resource)
 	if v, ok := lr.Attributes().Get(attrRunID); ok {
@@ -87,6 +96,7 @@ func newGroup(key string, seq uint64, lr plog.LogRecord, res pcommon.Resource) *
 
 func (g *group) touch(lr plog.LogRecord, src sourceID, now time.Time) *sourceState {
 	g.lastSeen = now
+	g.attemptStart = min(g.attemptStart, recordTime(lr, now))
 	if g.traceID.IsEmpty() {
 		g.traceID = lr.TraceID()
 	}
@@ -124,25 +134,6 @@ func (g *group) addEnd(end endInfo, lr plog.LogRecord, src sourceID, now time.Ti
 	g.sourcesExpected = max(g.sourcesExpected, end.sourcesExpected)
 }
 
-// complete reports whether every expected source has ended and all it emitted has arrived.
-// More arrivals than emitted (retried deliveries) also count as complete.
-func (g *group) complete() bool {
-	if g.sourcesExpected <= 0 {
-		return false
-	}
-	var ended int64
-	for _, state := range g.sources {
-		if !state.ended {
-			continue
-		}
-		if state.received < state.end.emitted {
-			return false
-		}
-		ended++
-	}
-	return ended >= g.sourcesExpected
-}
-
 // endedSources counts the sources that sent their end record; sources minus this is how
 // many sent generations but never ended (e.g. a worker killed mid-step).
 func (g *group) endedSources() int64 {
@@ -155,11 +146,12 @@ func (g *group) endedSources() int64 {
 	return ended
 }
 
-// totals sums the group's counts for the summary record.
+// totals sums the group's counts for the summary record: an ended source counts the seen of
+// its end record, one that did not end what it delivered or reported in progress records.
 func (g *group) totals() (seen, missing int64) {
 	for _, state := range g.sources {
 		if !state.ended {
-			seen += state.received
+			seen += max(state.received, state.progressSeen)
 			continue
 		}
 		seen += state.end.seen

@@ -200,3 +200,11 @@ func strOf(t *testing.T, lr plog.LogRecord, key string) string {
 	require.Truef(t, ok, "attribute %s missing", key)
 	return v.AsString()
 }
+
+func sliceOf(t *testing.T, lr plog.LogRecord, key string) []any {
+	t.Helper()
+	v, ok := lr.Attributes().Get(key)
+	require.Truef(t, ok, "attribute %s missing", key)
+	require.Equal(t, pcommon.ValueTypeSlice, v.Type(), key)
+	return v.Slice().AsRaw()
+}

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"strconv"
 	"sync/atomic"
-	"time"
 
 	"go.opentelemetry.io/collector/extension/xextension/storage"
 	"go.opentelemetry.io/collector/pdata/pcommon"
@@ -22,7 +21,11 @@ import (
 //	group/<group key> one open group: its header record and its kept records, as OTLP protobuf
 //	closed            JSON closedMeta of the closed-groups ring
 //	closed/<slot>     the group key in that ring slot
+//	closed_late/<slot> the late count of that closed group (decimal), absent when 0
 //
+// Version 2 (attempts): group keys end with the attempt (attemptKey), group headers carry the
+// attempt, first-record time, attempt start and per-source start/progress figures. Version 1
+// groups and rings (no "version" in closed) load as attempt "" and are rewritten.
 // Open groups are written after every ConsumeLogs call that touched them, before it returns;
 // a group that closes is deleted in the same batch that puts its key in the closed ring.
 const (
@@ -30,8 +33,11 @@ const (
 	storageKeyGroupPrefix  = "group/"
 	storageKeyClosedMeta   = "closed"
 	storageKeyClosedPrefix = "closed/"
+	storageKeyLatePrefix   = "closed_late/"
 
-	stateVersion   = 1
+	stateVersion   = 2
+	legacyVersion  = 1       // groups stored before attempts: still decoded
+	closedVersion  = 2       // closedMeta.Version of rings whose keys end with the attempt
 	maxClosedSlots = 1 << 24 // a stored ring claiming more slots is corrupt
 	stateScope     = "valgen_sampler.state"
 
@@ -54,6 +60,11 @@ const (
 	stateAttrSourceSeen      = "seen"
 	stateAttrSourceEmitted   = "emitted"
 	stateAttrSourceDropped   = "dropped"
+	stateAttrAttempt         = "attempt"
+	stateAttrFirstSeen       = "first_seen"
+	stateAttrAttemptStart    = "attempt_start"
+	stateAttrSourceAnnounced = "announced"
+	stateAttrSourceProgress  = "progress_seen"
 )
 
 // Values of the operation attribute of the storage-errors metric.
@@ -67,15 +78,39 @@ var errCorruptState = errors.New("corrupt stored state")
 
 func groupStorageKey(key string) string { return storageKeyGroupPrefix + key }
 func closedStorageKey(slot int) string  { return storageKeyClosedPrefix + strconv.Itoa(slot) }
+func closedLateStorageKey(slot int) string {
+	return storageKeyLatePrefix + strconv.Itoa(slot)
+}
+
+// lateOp stores the late count of ring slot slot (deleting it when 0).
+func lateOp(slot int, late int64) *storage.Operation {
+	if late == 0 {
+		return storage.DeleteOperation(closedLateStorageKey(slot))
+	}
+	return storage.SetOperation(closedLateStorageKey(slot), []byte(strconv.FormatInt(late, 10)))
+}
+
+// decodeLate reads a stored late count; absent is 0.
+func decodeLate(data []byte) (int64, error) {
+	if data == nil {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(string(data), 10, 64)
+	if err != nil || n < 0 {
+		return 0, corrupt("late count %q", data)
+	}
+	return n, nil
+}
 func corrupt(format string, a ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{errCorruptState}, a...)...)
 }
 
 // closedMeta describes the stored closed-groups ring.
 type closedMeta struct {
-	Cap  int `json:"cap"`
-	Len  int `json:"len"`
-	Next int `json:"next"`
+	Version int `json:"version,omitempty"` // 0: a ring of legacy keys, without the attempt
+	Cap     int `json:"cap"`
+	Len     int `json:"len"`
+	Next    int `json:"next"`
 }
 
 // groupStore is the processor's view of its storage client. Its fields are guarded by the
@@ -110,6 +145,9 @@ func encodeGroup(g *group) ([]byte, error) {
 	g.step.CopyTo(attrs.PutEmpty(stateAttrStep))
 	attrs.PutInt(stateAttrSourcesExpected, g.sourcesExpected)
 	attrs.PutInt(stateAttrLate, g.late)
+	attrs.PutStr(stateAttrAttempt, g.attempt)
+	attrs.PutInt(stateAttrFirstSeen, g.firstSeen.UnixNano())
+	attrs.PutInt(stateAttrAttemptStart, g.attemptStart)
 	sources := attrs.PutEmptySlice(stateAttrSources)
 	sources.EnsureCapacity(len(g.sources))
 	for id, state := range g.sources {
@@ -121,6 +159,8 @@ func encodeGroup(g *group) ([]byte, error) {
 		m.PutInt(stateAttrSourceSeen, state.end.seen)
 		m.PutInt(stateAttrSourceEmitted, state.end.emitted)
 		m.PutInt(stateAttrSourceDropped, state.end.dropped)
+		m.PutBool(stateAttrSourceAnnounced, state.announced)
+		m.PutInt(stateAttrSourceProgress, state.progressSeen)
 	}
 	if g.kept != nil {
 		keys := attrs.PutEmptySlice(stateAttrOrderKeys)
@@ -145,159 +185,6 @@ func encodeGroup(g *group) ([]byte, error) {
 	return m.MarshalLogs(ld)
 }
 
-// decodeGroup rebuilds a group from encodeGroup's bytes, checking everything it reads.
-func decodeGroup(data []byte) (*group, error) {
-	u := plog.ProtoUnmarshaler{}
-	ld, err := u.UnmarshalLogs(data)
-	if err != nil {
-		return nil, corrupt("%v", err)
-	}
-	rls := ld.ResourceLogs()
-	if rls.Len() == 0 || rls.At(0).ScopeLogs().Len() != 1 {
-		return nil, corrupt("no header")
-	}
-	hsl := rls.At(0).ScopeLogs().At(0)
-	if hsl.Scope().Name() != stateScope || hsl.LogRecords().Len() != 1 {
-		return nil, corrupt("no header record")
-	}
-	hdr := hsl.LogRecords().At(0)
-	attrs := hdr.Attributes()
-	ints := map[string]int64{}
-	for _, name := range []string{stateAttrVersion, stateAttrSeq, stateAttrK, stateAttrSourcesExpected, stateAttrLate} {
-		v, ok := attrs.Get(name)
-		if !ok || v.Type() != pcommon.ValueTypeInt {
-			return nil, corrupt("header attribute %q", name)
-		}
-		ints[name] = v.Int()
-	}
-	if ints[stateAttrVersion] != stateVersion {
-		return nil, corrupt("unknown version %d", ints[stateAttrVersion])
-	}
-	key, ok := attrs.Get(stateAttrKey)
-	if !ok || key.Type() != pcommon.ValueTypeStr || key.Str() == "" {
-		return nil, corrupt("no group key")
-	}
-	k := ints[stateAttrK]
-	if k < -1 || k > 1<<31 || ints[stateAttrSeq] < 0 || ints[stateAttrSourcesExpected] < 0 || ints[stateAttrLate] < 0 {
-		return nil, corrupt("header values out of range")
-	}
-	g := &group{
-		key:             key.Str(),
-		seq:             uint64(ints[stateAttrSeq]),
-		lastSeen:        time.Unix(0, int64(hdr.Timestamp())), //nolint:gosec // written from UnixNano
-		k:               int(k),
-		resource:        pcommon.NewResource(),
-		traceID:         hdr.TraceID(),
-		runID:           pcommon.NewValueEmpty(),
-		step:            pcommon.NewValueEmpty(),
-		sources:         make(map[sourceID]*sourceState),
-		sourcesExpected: ints[stateAttrSourcesExpected],
-		late:            ints[stateAttrLate],
-	}
-	rls.At(0).Resource().CopyTo(g.resource)
-	if v, ok := attrs.Get(stateAttrRunID); ok {
-		v.CopyTo(g.runID)
-	}
-	if v, ok := attrs.Get(stateAttrStep); ok {
-		v.CopyTo(g.step)
-	}
-	if err := decodeSources(attrs, g); err != nil {
-		return nil, err
-	}
-	if err := decodeKept(attrs, rls, g); err != nil {
-		return nil, err
-	}
-	return g, nil
-}
-
-func decodeSources(attrs pcommon.Map, g *group) error {
-	v, ok := attrs.Get(stateAttrSources)
-	if !ok || v.Type() != pcommon.ValueTypeSlice {
-		return corrupt("no sources")
-	}
-	for i := 0; i < v.Slice().Len(); i++ {
-		item := v.Slice().At(i)
-		if item.Type() != pcommon.ValueTypeMap {
-			return corrupt("source %d is not a map", i)
-		}
-		m := item.Map()
-		var id sourceID
-		state := &sourceState{}
-		for name, dst := range map[string]*string{stateAttrSourceName: &id.name, stateAttrSourceInstance: &id.instance} {
-			s, ok := m.Get(name)
-			if !ok || s.Type() != pcommon.ValueTypeStr {
-				return corrupt("source %d: %s", i, name)
-			}
-			*dst = s.Str()
-		}
-		for name, dst := range map[string]*int64{
-			stateAttrSourceReceived: &state.received,
-			stateAttrSourceSeen:     &state.end.seen,
-			stateAttrSourceEmitted:  &state.end.emitted,
-			stateAttrSourceDropped:  &state.end.dropped,
-		} {
-			n, ok := m.Get(name)
-			if !ok || n.Type() != pcommon.ValueTypeInt || n.Int() < 0 {
-				return corrupt("source %d: %s", i, name)
-			}
-			*dst = n.Int()
-		}
-		ended, ok := m.Get(stateAttrSourceEnded)
-		if !ok || ended.Type() != pcommon.ValueTypeBool {
-			return corrupt("source %d: %s", i, stateAttrSourceEnded)
-		}
-		state.ended = ended.Bool()
-		if _, dup := g.sources[id]; dup {
-			return corrupt("source %d repeated", i)
-		}
-		g.sources[id] = state
-	}
-	return nil
-}
-
-func decodeKept(attrs pcommon.Map, rls plog.ResourceLogsSlice, g *group) error {
-	keys, hasKeys := attrs.Get(stateAttrOrderKeys)
-	ids, hasIDs := attrs.Get(stateAttrOrderIDs)
-	records := rls.Len() - 1
-	if g.k < 0 {
-		if hasKeys || hasIDs || records != 0 {
-			return corrupt("kept records before the first generation")
-		}
-		return nil
-	}
-	if !hasKeys || !hasIDs || keys.Type() != pcommon.ValueTypeSlice || ids.Type() != pcommon.ValueTypeSlice ||
-		keys.Slice().Len() != records || ids.Slice().Len() != records || records > g.k {
-		return corrupt("kept records and sort keys disagree")
-	}
-	g.kept = newBottomK[keptRecord](g.k)
-	for i := range records {
-		kv, iv := keys.Slice().At(i), ids.Slice().At(i)
-		if kv.Type() != pcommon.ValueTypeInt || kv.Int() < 0 || iv.Type() != pcommon.ValueTypeStr {
-			return corrupt("sort key %d", i)
-		}
-		rl := rls.At(i + 1)
-		if rl.ScopeLogs().Len() != 1 || rl.ScopeLogs().At(0).LogRecords().Len() != 1 {
-			return corrupt("kept record %d", i)
-		}
-		sl := rl.ScopeLogs().At(0)
-		kept := keptRecord{
-			record:         plog.NewLogRecord(),
-			resource:       pcommon.NewResource(),
-			resourceSchema: rl.SchemaUrl(),
-			scope:          pcommon.NewInstrumentationScope(),
-			scopeSchema:    sl.SchemaUrl(),
-		}
-		sl.LogRecords().At(0).MoveTo(kept.record)
-		rl.Resource().MoveTo(kept.resource)
-		sl.Scope().MoveTo(kept.scope)
-		order := sortKey{key: uint64(kv.Int()), id: iv.Str()}
-		if !g.kept.offer(order, func() keptRecord { return kept }) {
-			return corrupt("kept record %d repeated", i)
-		}
-	}
-	return nil
-}
-
 func encodeIndex(groups map[string]*group) []byte {
 	keys := make([]string, 0, len(groups))
 	for key := range groups {
@@ -316,7 +203,7 @@ func decodeIndex(data []byte) ([]string, error) {
 }
 
 func encodeClosedMeta(c *closedGroups) []byte {
-	data, _ := json.Marshal(closedMeta{Cap: cap(c.ring), Len: len(c.ring), Next: c.next})
+	data, _ := json.Marshal(closedMeta{Version: closedVersion, Cap: cap(c.ring), Len: len(c.ring), Next: c.next})
 	return data
 }
 

@@ -70,8 +70,8 @@ func tickInterval(wait time.Duration) time.Duration {
 }
 
 // Start reloads the stored state when storage is configured and launches the goroutine that
-// closes groups whose decision_wait has passed (a reloaded group whose wait has passed closes
-// at its first tick).
+// closes groups whose time is up and reports late records (a reloaded group whose wait has
+// passed closes at its first tick).
 func (p *samplerProcessor) Start(ctx context.Context, host component.Host) error {
 	p.lifecycle.Lock()
 	defer p.lifecycle.Unlock()
@@ -104,7 +104,7 @@ func (p *samplerProcessor) run(ctx context.Context) {
 	}
 }
 
-// Shutdown stops the timer. With storage it makes sure the open groups are stored and keeps
+// Shutdown stops the timer and sends the pending late reports. With storage it makes sure the open groups are stored and keeps
 // them for the next start instead of sending them; without storage, or when they cannot be
 // stored, it flushes every open group downstream (closed as shutdown). It is safe to call
 // twice and before Start.
@@ -118,11 +118,15 @@ func (p *samplerProcessor) Shutdown(ctx context.Context) error {
 	p.lifecycle.Unlock()
 
 	p.mu.Lock()
+	out := plog.NewLogs()
+	now := p.now()
+	p.reportLate(out, now)
 	if store := p.store; store != nil {
 		p.store = nil
 		err := p.persistAll(ctx, store)
 		if err == nil {
 			p.mu.Unlock()
+			p.emit(ctx, out)
 			return store.client.Close(ctx)
 		}
 		p.logger.Error("open valgen groups could not be stored; flushing them downstream instead",
@@ -139,9 +143,7 @@ func (p *samplerProcessor) Shutdown(ctx context.Context) error {
 			_ = store.client.Close(ctx)
 		}()
 	}
-	out := plog.NewLogs()
 	var st stats
-	now := p.now()
 	for _, g := range p.groupsByAge() {
 		p.closeGroup(g, closedShutdown, now, out, &st)
 	}
@@ -156,20 +158,40 @@ func (*samplerProcessor) Capabilities() consumer.Capabilities {
 	return consumer.Capabilities{MutatesData: true}
 }
 
-// closeExpired closes the groups that have had no record for decision_wait.
+// closeExpired closes the groups whose time is up (see group.closeReason) and sends the late
+// reports of the closed groups that received late records since the last tick.
 func (p *samplerProcessor) closeExpired(ctx context.Context) {
 	out := plog.NewLogs()
 	var st stats
 	p.mu.Lock()
 	now := p.now()
 	for _, g := range p.groupsByAge() {
-		if now.Sub(g.lastSeen) >= p.cfg.DecisionWait {
-			p.closeGroup(g, closedWait, now, out, &st)
+		if reason := g.closeReason(now, p.cfg); reason != "" {
+			p.closeGroup(g, reason, now, out, &st)
 		}
 	}
+	p.reportLate(out, now)
 	_ = p.persist(ctx, p.takeOps(nil)) // releases p.mu; failures are logged, counted and retried
 	st.record(ctx, p.telemetry)
 	p.emit(ctx, out)
+}
+
+// reportLate appends the pending valgen.step.late records and queues the storage writes of
+// the late counts they report. Callers hold p.mu.
+func (p *samplerProcessor) reportLate(out plog.Logs, now time.Time) {
+	reports := p.closed.takeReports()
+	if len(reports) == 0 {
+		return
+	}
+	appendLateReports(out, reports, now)
+	if p.store == nil {
+		return
+	}
+	for key, r := range reports {
+		if e, ok := p.closed.entries[key]; ok {
+			p.store.setLate(e.slot, r.late)
+		}
+	}
 }
 
 // groupsByAge lists the open groups, oldest first. Callers hold p.mu.

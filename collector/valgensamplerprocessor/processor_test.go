@@ -98,25 +98,41 @@ func TestCompleteClose(t *testing.T) {
 	assert.Zero(t, len(h.p.groups))
 }
 
-// TestWaitClose checks that a group that cannot complete closes decision_wait after its last record.
+// TestWaitClose checks that a group that cannot complete closes decision_wait after its last
+// record, unless fewer sources than sources_expected have ended: then only max_step_duration
+// closes it.
 func TestWaitClose(t *testing.T) {
-	h := newHarness(t, func(c *Config) { c.DecisionWait = 10 * time.Second })
-	h.consume(t, logsOf(stepRecords(1, "trainer", 3, 0)...))
-	h.clock.Advance(9 * time.Second)
-	h.consume(t, logsOf(append(stepRecords(1, "rollouter", 2, 0), endRec(1, "rollouter", 3, 3, 2))...))
-	h.clock.Advance(9 * time.Second)
-	h.p.closeExpired(context.Background())
-	require.Empty(t, collect(h.sink).summaries, "the last record came 9s ago")
+	tests := []struct {
+		name     string
+		expected int64         // sources_expected of rollouter's end record
+		after    time.Duration // from the last record to the close
+		reason   string
+	}{
+		{"no sources_expected", 0, 10 * time.Second, closedWait},
+		{"sources_expected not reached", 2, time.Hour - 9*time.Second, closedMaxDuration},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t, func(c *Config) { c.DecisionWait = 10 * time.Second; c.MaxStepDuration = time.Hour })
+			h.consume(t, logsOf(stepRecords(1, "trainer", 3, 0)...))
+			h.clock.Advance(9 * time.Second)
+			h.consume(t, logsOf(append(stepRecords(1, "rollouter", 2, 0), endRec(1, "rollouter", 3, 3, tt.expected))...))
+			h.clock.Advance(tt.after - time.Millisecond)
+			h.p.closeExpired(context.Background())
+			require.Empty(t, collect(h.sink).summaries, "too early")
 
-	h.clock.Advance(time.Second)
-	h.p.closeExpired(context.Background())
-	got := collect(h.sink)
-	require.Len(t, got.summaries, 1)
-	s := got.summaries[0]
-	assert.Equal(t, closedWait, strOf(t, s, attrClosedReason))
-	assert.Equal(t, int64(3+3), intOf(t, s, attrSeen))
-	assert.Equal(t, int64(1), intOf(t, s, attrMissing), "rollouter emitted 3, 2 arrived")
-	assert.Equal(t, int64(5), intOf(t, s, attrKept))
+			h.clock.Advance(time.Millisecond)
+			h.p.closeExpired(context.Background())
+			got := collect(h.sink)
+			require.Len(t, got.summaries, 1)
+			s := got.summaries[0]
+			assert.Equal(t, tt.reason, strOf(t, s, attrClosedReason))
+			assert.Equal(t, int64(3+3), intOf(t, s, attrSeen))
+			assert.Equal(t, int64(1), intOf(t, s, attrMissing), "rollouter emitted 3, 2 arrived")
+			assert.Equal(t, int64(5), intOf(t, s, attrKept))
+			assert.Equal(t, []any{"trainer@i-trainer"}, sliceOf(t, s, attrSourcesMissing))
+		})
+	}
 }
 
 // TestWaitCloseByTimer checks that the goroutine Start launches closes expired groups.

@@ -14,8 +14,11 @@ import (
 // Event names and attribute keys of the otel-valgen wire contract (otel_valgen/contract.py).
 const (
 	eventGeneration = "valgen.generation"
+	eventStart      = "valgen.validation.start"
+	eventProgress   = "valgen.validation.progress"
 	eventEnd        = "valgen.validation.end"
 	eventSummary    = "valgen.step.summary"
+	eventLate       = "valgen.step.late"
 
 	attrEventName       = "event.name" // older SDKs carry the event name as an attribute
 	attrServiceInstance = "service.instance.id"
@@ -38,6 +41,10 @@ const (
 	attrMissing         = "valgen.missing"
 	attrClosedReason    = "valgen.closed_reason"
 	attrRank            = "valgen.rank"
+	attrAttempt         = "valgen.attempt"
+	attrAttemptStart    = "valgen.attempt_start"
+	attrSourcesAnnounce = "valgen.sources_announced"
+	attrSourcesMissing  = "valgen.sources_missing"
 )
 
 // Reasons attached to the dropped-records metric.
@@ -60,7 +67,11 @@ func eventName(lr plog.LogRecord) string {
 
 // isSampled reports whether the processor handles the record rather than passing it through.
 func isSampled(name string) bool {
-	return name == eventGeneration || name == eventEnd
+	switch name {
+	case eventGeneration, eventStart, eventProgress, eventEnd:
+		return true
+	}
+	return false
 }
 
 // generation is what the sampler needs from a valgen.generation record.
@@ -69,7 +80,8 @@ type generation struct {
 	k     int
 }
 
-// endInfo is what the sampler needs from a valgen.validation.end record.
+// endInfo is what the sampler needs from a valgen.validation.end record; start records fill
+// sourcesExpected, progress records seen.
 type endInfo struct {
 	seen, emitted, dropped int64
 	sourcesExpected        int64 // 0 when the record does not say
@@ -82,6 +94,9 @@ func checkCommon(attrs pcommon.Map) string {
 		return reasonMissingAttribute
 	}
 	if runID.Type() != pcommon.ValueTypeStr || runID.Str() == "" {
+		return reasonInvalidAttribute
+	}
+	if v, ok := attrs.Get(attrAttempt); ok && v.Type() != pcommon.ValueTypeStr {
 		return reasonInvalidAttribute
 	}
 	_, reason := intAttr(attrs, attrStep, true)
@@ -166,8 +181,28 @@ func parseEnd(attrs pcommon.Map) (endInfo, string) {
 	return end, ""
 }
 
-// groupKey builds an unambiguous key from the group_by attribute values (type and value).
+// groupKey builds an unambiguous key from the group_by attribute values (type and value)
+// followed by the record's attempt, so that two attempts of one step never share a group.
 func groupKey(attrs pcommon.Map, groupBy []string) string {
+	return groupByKey(attrs, groupBy) + attemptKey(attemptOf(attrs))
+}
+
+// attemptKey is the part of a group key that names the attempt ("" for legacy records).
+func attemptKey(attempt string) string {
+	return "a:" + strconv.Itoa(len(attempt)) + ":" + attempt + "|"
+}
+
+// attemptOf returns the record's valgen.attempt; absent is the legacy "" (checkCommon
+// drops records whose attempt is not a string).
+func attemptOf(attrs pcommon.Map) string {
+	if v, ok := attrs.Get(attrAttempt); ok && v.Type() == pcommon.ValueTypeStr {
+		return v.Str()
+	}
+	return ""
+}
+
+// groupByKey encodes the group_by attribute values, as keys did before attempts existed.
+func groupByKey(attrs pcommon.Map, groupBy []string) string {
 	var b strings.Builder
 	for _, name := range groupBy {
 		v, ok := attrs.Get(name)
@@ -190,6 +225,9 @@ func groupKey(attrs pcommon.Map, groupBy []string) string {
 type sourceID struct {
 	name, instance string
 }
+
+// String is the source as the summary's valgen.sources_missing lists it: "source@instance".
+func (id sourceID) String() string { return id.name + "@" + id.instance }
 
 func sourceOf(attrs pcommon.Map, res pcommon.Resource) sourceID {
 	var id sourceID

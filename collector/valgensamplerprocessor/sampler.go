@@ -19,7 +19,7 @@ type batch struct {
 	touched []*group
 }
 
-// ConsumeLogs takes the generation and end records out of ld into their groups, forwards
+// ConsumeLogs takes the generation, start, progress and end records out of ld into their groups, forwards
 // everything else at once, then sends the groups that this batch completed.
 func (p *samplerProcessor) ConsumeLogs(ctx context.Context, ld plog.Logs) error {
 	b := &batch{out: plog.NewLogs()}
@@ -64,15 +64,19 @@ func (p *samplerProcessor) take(lr plog.LogRecord, at origin, b *batch) bool {
 		return false
 	}
 	attrs := lr.Attributes()
-	isGeneration := name == eventGeneration
 	var gen generation
-	var end endInfo
+	var info endInfo
 	var reason string
-	if isGeneration {
+	switch name {
+	case eventGeneration:
 		b.st.received++
 		gen, reason = parseGeneration(attrs, p.cfg)
-	} else {
-		end, reason = parseEnd(attrs)
+	case eventStart:
+		info, reason = parseStart(attrs)
+	case eventProgress:
+		info, reason = parseProgress(attrs)
+	default:
+		info, reason = parseEnd(attrs)
 	}
 	if reason != "" {
 		b.st.drop(reason)
@@ -81,10 +85,18 @@ func (p *samplerProcessor) take(lr plog.LogRecord, at origin, b *batch) bool {
 
 	key := groupKey(attrs, p.cfg.GroupBy)
 	g, open := p.groups[key]
+	if open {
+		// A group whose time is up closes before it takes more, whether or not a tick has
+		// run yet: the record is then late, as it would be after the tick.
+		if why := g.expired(b.now, p.cfg); why != "" {
+			p.closeGroup(g, why, b.now, b.out, &b.st)
+			open = false
+		}
+	}
 	if !open {
-		if p.closed.markLate(key) {
+		if p.closed.markLate(key, lr, at.rl.Resource(), p.cfg.GroupBy) {
 			b.st.late++
-			if isGeneration && p.cfg.LateRecords == LateRecordsForward {
+			if name == eventGeneration && p.cfg.LateRecords == LateRecordsForward {
 				attrs.PutBool(attrLate, true)
 				return false
 			}
@@ -94,10 +106,15 @@ func (p *samplerProcessor) take(lr plog.LogRecord, at origin, b *batch) bool {
 		g = p.open(key, lr, at.rl.Resource(), b)
 	}
 	src := sourceOf(attrs, at.rl.Resource())
-	if isGeneration {
+	switch name {
+	case eventGeneration:
 		g.addGeneration(gen, lr, at, src, b.now)
-	} else {
-		g.addEnd(end, lr, src, b.now)
+	case eventStart:
+		g.addStart(info, lr, src, b.now)
+	case eventProgress:
+		g.addProgress(info, lr, src, b.now)
+	default:
+		g.addEnd(info, lr, src, b.now)
 	}
 	if n := len(b.touched); n == 0 || b.touched[n-1] != g {
 		b.touched = append(b.touched, g)
@@ -113,7 +130,7 @@ func (p *samplerProcessor) open(key string, lr plog.LogRecord, res pcommon.Resou
 		}
 	}
 	p.seq++
-	g := newGroup(key, p.seq, lr, res)
+	g := newGroup(key, p.seq, lr, res, b.now)
 	p.groups[key] = g
 	if p.store != nil {
 		p.store.indexDirty = true

@@ -211,9 +211,10 @@ func TestStorageRestart(t *testing.T) {
 			second: partB, reason: closedComplete, kept: wantBottomK(k, partA, partB), seen: 12, sources: 2,
 		},
 		{
-			name:    "killed, the wait passes while down",
+			// sources_expected = 2 and one source ended: silence does not close the step.
+			name:    "killed, max_step_duration passes while down",
 			stop:    func(_ *testing.T, h *harness) { kill(h) },
-			advance: time.Minute, reason: closedWait, kept: wantBottomK(k, partA), seen: 6, sources: 1,
+			advance: defaultMaxStepDuration, reason: closedMaxDuration, kept: wantBottomK(k, partA), seen: 6, sources: 1,
 		},
 	}
 	for _, tt := range tests {
@@ -471,8 +472,12 @@ func TestStorageEncodeRoundTrip(t *testing.T) {
 			g.late = 2
 			data, err := encodeGroup(g)
 			require.NoError(t, err)
-			back, err := decodeGroup(data)
+			back, migrated, err := decodeGroup(data)
 			require.NoError(t, err)
+			assert.False(t, migrated)
+			assert.Equal(t, g.attempt, back.attempt)
+			assert.True(t, g.firstSeen.Equal(back.firstSeen))
+			assert.Equal(t, g.attemptStart, back.attemptStart)
 			assert.Equal(t, g.key, back.key)
 			assert.Equal(t, g.seq, back.seq)
 			assert.True(t, g.lastSeen.Equal(back.lastSeen))

@@ -71,115 +71,6 @@ func (p *samplerProcessor) load(ctx context.Context, store *groupStore) error {
 	return nil
 }
 
-// loadClosed restores the closed-groups ring; it returns the writes that repair the stored
-// ring when it was damaged or closed_groups_cache changed.
-func (p *samplerProcessor) loadClosed(ctx context.Context, client storage.Client) ([]*storage.Operation, error) {
-	data, err := client.Get(ctx, storageKeyClosedMeta)
-	if err != nil {
-		p.storageError(ctx, storageOpRead, err)
-		return nil, fmt.Errorf("failed to read the closed groups from storage: %w", err)
-	}
-	if data == nil {
-		return nil, nil
-	}
-	meta, err := decodeClosedMeta(data)
-	if err != nil {
-		p.corruptState(ctx, storageKeyClosedMeta, err)
-		return []*storage.Operation{storage.SetOperation(storageKeyClosedMeta, encodeClosedMeta(p.closed))}, nil
-	}
-	gets := make([]*storage.Operation, meta.Len)
-	for i := range gets {
-		gets[i] = storage.GetOperation(closedStorageKey(i))
-	}
-	if len(gets) > 0 {
-		if err := client.Batch(ctx, gets...); err != nil {
-			p.storageError(ctx, storageOpRead, err)
-			return nil, fmt.Errorf("failed to read the closed groups from storage: %w", err)
-		}
-	}
-	damaged := false
-	oldestFirst := make([]*storage.Operation, 0, len(gets))
-	oldestFirst = append(oldestFirst, gets[meta.Next:]...)
-	oldestFirst = append(oldestFirst, gets[:meta.Next]...)
-	for _, op := range oldestFirst {
-		if len(op.Value) == 0 {
-			p.corruptState(ctx, op.Key, corrupt("missing closed group"))
-			damaged = true
-			continue
-		}
-		if p.closed.add(string(op.Value)) < 0 && cap(p.closed.ring) > 0 {
-			p.corruptState(ctx, op.Key, corrupt("closed group repeated"))
-			damaged = true
-		}
-	}
-	if !damaged && meta.Cap == cap(p.closed.ring) && meta.Next == p.closed.next {
-		return nil, nil // the stored ring already has this layout
-	}
-	fix := make([]*storage.Operation, 0, meta.Len+1)
-	for i, key := range p.closed.ring {
-		fix = append(fix, storage.SetOperation(closedStorageKey(i), []byte(key)))
-	}
-	for i := len(p.closed.ring); i < meta.Len; i++ {
-		fix = append(fix, storage.DeleteOperation(closedStorageKey(i)))
-	}
-	return append(fix, storage.SetOperation(storageKeyClosedMeta, encodeClosedMeta(p.closed))), nil
-}
-
-// loadGroups restores the open groups listed in the index; it returns the writes that drop
-// undecodable groups from storage.
-func (p *samplerProcessor) loadGroups(ctx context.Context, client storage.Client) ([]*storage.Operation, error) {
-	data, err := client.Get(ctx, storageKeyIndex)
-	if err != nil {
-		p.storageError(ctx, storageOpRead, err)
-		return nil, fmt.Errorf("failed to read the open groups from storage: %w", err)
-	}
-	if data == nil {
-		return nil, nil
-	}
-	var fix []*storage.Operation
-	keys, err := decodeIndex(data)
-	if err != nil {
-		p.corruptState(ctx, storageKeyIndex, err)
-		return []*storage.Operation{storage.SetOperation(storageKeyIndex, encodeIndex(p.groups))}, nil
-	}
-	gets := make([]*storage.Operation, len(keys))
-	for i, key := range keys {
-		gets[i] = storage.GetOperation(groupStorageKey(key))
-	}
-	if len(gets) > 0 {
-		if err := client.Batch(ctx, gets...); err != nil {
-			p.storageError(ctx, storageOpRead, err)
-			return nil, fmt.Errorf("failed to read the open groups from storage: %w", err)
-		}
-	}
-	damaged := false
-	for i, op := range gets {
-		var g *group
-		if op.Value == nil {
-			err = corrupt("missing open group")
-		} else if g, err = decodeGroup(op.Value); err == nil && g.key != keys[i] {
-			err = corrupt("group key %q under %q", g.key, keys[i])
-		}
-		if err == nil {
-			if _, dup := p.groups[g.key]; dup {
-				err = corrupt("open group repeated")
-			}
-		}
-		if err != nil {
-			p.corruptState(ctx, op.Key, err)
-			fix = append(fix, storage.DeleteOperation(op.Key))
-			damaged = true
-			continue
-		}
-		p.groups[g.key] = g
-		p.seq = max(p.seq, g.seq)
-	}
-	if damaged {
-		fix = append(fix, storage.SetOperation(storageKeyIndex, encodeIndex(p.groups)))
-	}
-	return fix, nil
-}
-
 // takeOps returns the writes that bring storage up to date after the touched groups changed
 // (and the groups closed since the last write). Callers hold p.mu.
 func (p *samplerProcessor) takeOps(touched []*group) []*storage.Operation {
@@ -233,7 +124,7 @@ func (p *samplerProcessor) fullOps() []*storage.Operation {
 	}
 	ops = append(ops, storage.SetOperation(storageKeyIndex, encodeIndex(p.groups)))
 	for i, key := range p.closed.ring {
-		ops = append(ops, storage.SetOperation(closedStorageKey(i), []byte(key)))
+		ops = append(ops, storage.SetOperation(closedStorageKey(i), []byte(key)), lateOp(i, p.closed.entries[key].late))
 	}
 	ops = append(ops, storage.SetOperation(storageKeyClosedMeta, encodeClosedMeta(p.closed)))
 	s.indexDirty, s.closedDirty = false, false
@@ -255,10 +146,16 @@ func (p *samplerProcessor) groupOp(g *group) *storage.Operation {
 func (s *groupStore) forgetGroup(key string, slot int) {
 	s.pending = append(s.pending, storage.DeleteOperation(groupStorageKey(key)))
 	if slot >= 0 {
-		s.pending = append(s.pending, storage.SetOperation(closedStorageKey(slot), []byte(key)))
+		s.pending = append(s.pending, storage.SetOperation(closedStorageKey(slot), []byte(key)),
+			storage.DeleteOperation(closedLateStorageKey(slot)))
 		s.closedDirty = true
 	}
 	s.indexDirty = true
+}
+
+// setLate queues the write of the late count of the closed group in ring slot slot.
+func (s *groupStore) setLate(slot int, late int64) {
+	s.pending = append(s.pending, lateOp(slot, late))
 }
 
 // persist hands the write over from p.mu to p.persistMu, so that writes reach storage in the

@@ -4,20 +4,13 @@
 package valgensamplerprocessor // import "github.com/otel-valgen/otel-valgen/collector/valgensamplerprocessor"
 
 import (
+	"sort"
 	"time"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/plog"
 
 	"github.com/otel-valgen/otel-valgen/collector/valgensamplerprocessor/internal/metadata"
-)
-
-// Reasons for closing a group (valgen.closed_reason and the groups-closed metric).
-const (
-	closedComplete  = "complete"
-	closedWait      = "wait"
-	closedMaxGroups = "max_groups"
-	closedShutdown  = "shutdown"
 )
 
 // appendClosed appends the group's kept records in ascending sort-key order, each ranked
@@ -75,14 +68,47 @@ func appendSummary(out plog.Logs, g *group, kept int, reason string, now time.Ti
 	attrs := lr.Attributes()
 	g.runID.CopyTo(attrs.PutEmpty(attrRunID))
 	g.step.CopyTo(attrs.PutEmpty(attrStep))
+	attrs.PutStr(attrAttempt, g.attempt)
+	attrs.PutInt(attrAttemptStart, g.attemptStart)
 	attrs.PutInt(attrSeen, seen)
 	attrs.PutInt(attrKept, int64(kept))
 	attrs.PutInt(attrSources, int64(len(g.sources)))
+	attrs.PutInt(attrSourcesAnnounce, g.announcedSources())
 	attrs.PutInt(attrSourcesEnded, g.endedSources())
+	missingSources := attrs.PutEmptySlice(attrSourcesMissing)
+	for _, id := range g.missingSources() {
+		missingSources.AppendEmpty().SetStr(id)
+	}
 	if g.sourcesExpected > 0 {
 		attrs.PutInt(attrSourcesExpected, g.sourcesExpected)
 	}
-	attrs.PutInt(attrLate, g.late)
+	attrs.PutInt(attrLate, g.late) // 0: late records come after the close, see appendLateReports
 	attrs.PutInt(attrMissing, missing)
 	attrs.PutStr(attrClosedReason, reason)
+}
+
+// appendLateReports appends one valgen.step.late record per closed group that received late
+// records since the last call, in key order, with the group's cumulative late count.
+func appendLateReports(out plog.Logs, reports map[string]*lateReport, now time.Time) {
+	keys := make([]string, 0, len(reports))
+	for key := range reports {
+		keys = append(keys, key)
+	}
+	sort.Strings(keys)
+	ts := pcommon.NewTimestampFromTime(now)
+	for _, key := range keys {
+		r := reports[key]
+		rl := out.ResourceLogs().AppendEmpty()
+		r.resource.CopyTo(rl.Resource())
+		sl := rl.ScopeLogs().AppendEmpty()
+		sl.Scope().SetName(metadata.ScopeName)
+		lr := sl.LogRecords().AppendEmpty()
+		lr.SetTimestamp(ts)
+		lr.SetObservedTimestamp(ts)
+		lr.SetEventName(eventLate)
+		lr.SetSeverityNumber(plog.SeverityNumberWarn)
+		lr.SetSeverityText("WARN")
+		r.attrs.CopyTo(lr.Attributes())
+		lr.Attributes().PutInt(attrLate, r.late)
+	}
 }

@@ -1,0 +1,133 @@
+// Copyright The otel-valgen Authors
+// SPDX-License-Identifier: Apache-2.0
+
+package valgensamplerprocessor // import "github.com/otel-valgen/otel-valgen/collector/valgensamplerprocessor"
+
+import (
+	"sort"
+	"time"
+
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/plog"
+)
+
+// Reasons for closing a group (valgen.closed_reason and the groups-closed metric).
+const (
+	closedComplete    = "complete"
+	closedWait        = "wait"
+	closedMaxDuration = "max_duration"
+	closedMaxGroups   = "max_groups"
+	closedShutdown    = "shutdown"
+)
+
+// parseStart validates a valgen.validation.start record: the common attributes and an
+// optional valgen.sources_expected (valgen.sample_count is informational here: k comes from
+// the generations).
+func parseStart(attrs pcommon.Map) (endInfo, string) {
+	if reason := checkCommon(attrs); reason != "" {
+		return endInfo{}, reason
+	}
+	expected, reason := intAttr(attrs, attrSourcesExpected, false)
+	if reason == "" && expected < 0 {
+		reason = reasonInvalidAttribute
+	}
+	return endInfo{sourcesExpected: expected}, reason
+}
+
+// parseProgress validates a valgen.validation.progress record and its optional valgen.seen.
+func parseProgress(attrs pcommon.Map) (endInfo, string) {
+	if reason := checkCommon(attrs); reason != "" {
+		return endInfo{}, reason
+	}
+	seen, reason := intAttr(attrs, attrSeen, false)
+	if reason == "" && seen < 0 {
+		reason = reasonInvalidAttribute
+	}
+	return endInfo{seen: seen}, reason
+}
+
+// recordTime is the record's time for valgen.attempt_start: its timestamp, else its observed
+// timestamp, else its arrival.
+func recordTime(lr plog.LogRecord, now time.Time) int64 {
+	if ts := lr.Timestamp(); ts != 0 {
+		return int64(ts) //nolint:gosec // timestamps after 1970 and before 2262
+	}
+	if ts := lr.ObservedTimestamp(); ts != 0 {
+		return int64(ts) //nolint:gosec // as above
+	}
+	return now.UnixNano()
+}
+
+// addStart records that a source opened its part of the step.
+func (g *group) addStart(start endInfo, lr plog.LogRecord, src sourceID, now time.Time) {
+	g.touch(lr, src, now).announced = true
+	g.sourcesExpected = max(g.sourcesExpected, start.sourcesExpected)
+}
+
+// addProgress records that a source is still working; it only keeps the group open.
+func (g *group) addProgress(progress endInfo, lr plog.LogRecord, src sourceID, now time.Time) {
+	state := g.touch(lr, src, now)
+	state.progressSeen = max(state.progressSeen, progress.seen)
+}
+
+// complete reports whether every known source has ended, all that each ended source emitted
+// has arrived (more arrivals, retried deliveries, also count), and at least sources_expected
+// sources have ended.
+func (g *group) complete() bool {
+	if len(g.sources) == 0 {
+		return false
+	}
+	var ended int64
+	for _, state := range g.sources {
+		if !state.ended || state.received < state.end.emitted {
+			return false
+		}
+		ended++
+	}
+	return ended >= g.sourcesExpected
+}
+
+// expired returns why an open group that is not complete closes at now, or "" when it stays
+// open: silence of decision_wait (unless fewer than the promised sources_expected have
+// ended), then max_step_duration since its first record.
+func (g *group) expired(now time.Time, cfg *Config) string {
+	waiting := g.sourcesExpected > 0 && g.endedSources() < g.sourcesExpected
+	switch {
+	case !waiting && now.Sub(g.lastSeen) >= cfg.DecisionWait:
+		return closedWait
+	case now.Sub(g.firstSeen) >= cfg.MaxStepDuration:
+		return closedMaxDuration
+	}
+	return ""
+}
+
+// closeReason is the reason the group closes at now (complete first), or "".
+func (g *group) closeReason(now time.Time, cfg *Config) string {
+	if g.complete() {
+		return closedComplete
+	}
+	return g.expired(now, cfg)
+}
+
+// announcedSources counts the sources that sent a start record.
+func (g *group) announcedSources() int64 {
+	var n int64
+	for _, state := range g.sources {
+		if state.announced {
+			n++
+		}
+	}
+	return n
+}
+
+// missingSources lists the known sources that have not ended, as sorted "source@instance".
+func (g *group) missingSources() []string {
+	var out []string
+	for id, state := range g.sources {
+		if !state.ended {
+			out = append(out, id.String())
+		}
+	}
+	sort.Strings(out)
+	return out
+}
