@@ -159,11 +159,18 @@ class Emitter:
 
     def end_step(self, step: int, source: str, sources_expected: int | None) -> bool:
         """Send the step's kept records and its end record, then flush (bounded in time)."""
+        announce = False
         with self._lock:
             state = self._steps.pop((step, source), None)
-        if state is None:  # ended without being opened: announce it, then end it
-            with self._lock:
+            if state is None and (step, source) not in self._ended:  # never opened: an empty part
                 state = self._new_state(step, source, None, None, sources_expected)
+                announce = True
+        if state is None:
+            # Ended before (twice, or early because too many steps were open): a new, empty
+            # attempt would outrank the real one, so nothing is sent.
+            self.stats.warn("step_already_ended", "step %d (source %s) was already ended", step, source)
+            return self.flush(self.settings.flush_timeout_s)
+        if announce:
             self._emit_start(state)
         if sources_expected is not None:
             state.sources_expected = sources_expected

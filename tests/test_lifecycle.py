@@ -231,3 +231,21 @@ def test_sigterm_with_sig_ign_delivers_and_keeps_running(tmp_path: Any) -> None:
     assert "after block" in result.stdout
     ends = [r for r in _delivered(str(tmp_path)) if isinstance(r, EndRecord)]
     assert [(e.seen, e.emitted) for e in ends] == [(20, 3)]
+
+
+def test_ending_an_ended_step_again_sends_no_new_attempt() -> None:
+    """end_step after the block already ended it: no empty attempt that would outrank the real one."""
+    with capture_records(run_id="r", count=2, launch_id="L", progress_interval_s=0) as records:
+        with vg.validation(step=6):
+            vg.log_generations(["q"], ["a"], None)
+        vg.end_step(6)
+        vg.end_step(8)  # never opened: an empty part, announced and ended
+    starts = [
+        (r["attributes"][contract.STEP], r["attributes"][contract.ATTEMPT])
+        for r in _of(records, contract.EVENT_VALIDATION_START)
+    ]
+    ends = [
+        (r["attributes"][contract.STEP], r["attributes"][contract.ATTEMPT])
+        for r in _of(records, contract.EVENT_VALIDATION_END)
+    ]
+    assert starts == ends == [(6, "L.1"), (8, "L.1")]
