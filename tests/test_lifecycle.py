@@ -249,3 +249,26 @@ def test_ending_an_ended_step_again_sends_no_new_attempt() -> None:
         for r in _of(records, contract.EVENT_VALIDATION_END)
     ]
     assert starts == ends == [(6, "L.1"), (8, "L.1")]
+
+
+def test_no_sigterm_handler_is_installed_outside_the_main_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Signal handlers can only be set from the main thread: elsewhere none is installed, nothing raises."""
+    import signal
+    import threading
+
+    monkeypatch.setattr(_api, "_sigterm_installed", False)
+    before = signal.getsignal(signal.SIGTERM)
+    errors: list[BaseException] = []
+
+    def install() -> None:
+        try:
+            _api._install_sigterm_handler()
+        except BaseException as error:  # pragma: no cover - the assertion below reports it
+            errors.append(error)
+
+    worker = threading.Thread(target=install)
+    worker.start()
+    worker.join()
+    assert errors == []
+    assert signal.getsignal(signal.SIGTERM) is before
+    assert _api._sigterm_installed is False
