@@ -11,9 +11,12 @@ import atexit
 import contextvars
 import functools
 import logging
+import os
+import signal
 import sys
 import threading
 from collections.abc import Callable, Iterable, Sequence
+from types import FrameType
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from opentelemetry.sdk._logs.export import LogRecordExporter
@@ -38,6 +41,8 @@ _shut_down = False
 _stats_registry = _stats.Stats()
 _current: contextvars.ContextVar[Validation | None] = contextvars.ContextVar("otel_valgen_validation", default=None)
 _atexit_registered = False
+_sigterm_installed = False
+_previous_sigterm: Callable[[int, FrameType | None], Any] | int | None = None
 
 
 def _never_raise(default: object) -> Callable[[Callable[P, R]], Callable[P, R]]:
@@ -64,6 +69,70 @@ def _at_exit() -> None:
         emitter.shutdown(emitter.settings.flush_timeout_s)
 
 
+def _stop_for_signal() -> None:
+    """End open blocks and flush, like a normal exit, on a helper thread bounded in time.
+
+    The helper thread keeps a signal that arrives while this thread holds one of our locks (or
+    the SDK's) from deadlocking: after the flush timeout the handler goes on regardless.
+    """
+    global _emitter, _shut_down
+    with _lock:
+        emitter, _emitter = _emitter, None
+        _shut_down = True
+    if emitter is None:
+        return
+    timeout_s = emitter.settings.flush_timeout_s
+    worker = threading.Thread(target=emitter.shutdown, args=(timeout_s,), name="otel-valgen-sigterm", daemon=True)
+    worker.start()
+    worker.join(timeout_s + 1.0)
+    if worker.is_alive():
+        _stats_registry.add(_stats.FLUSH_TIMEOUTS)
+        _logger.warning("otel_valgen: SIGTERM: records not delivered within %.1fs", timeout_s)
+
+
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+    """SIGTERM: deliver open blocks, then do what the previous disposition would have done."""
+    try:
+        _logger.info("otel_valgen: SIGTERM: ending open validation blocks and flushing")
+        _stop_for_signal()
+    except Exception:
+        _stats_registry.add(_stats.INTERNAL_ERRORS)
+        _logger.exception("otel_valgen: SIGTERM handling failed")
+    previous = _previous_sigterm
+    if callable(previous):
+        previous(signum, frame)
+    elif previous == signal.SIG_IGN:
+        return
+    else:  # SIG_DFL: die of the signal as the process would have without us
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+
+def _install_sigterm_handler() -> None:
+    """Chain our SIGTERM handler in front of the current one; only the main thread can."""
+    global _sigterm_installed, _previous_sigterm
+    if _sigterm_installed or not hasattr(signal, "SIGTERM"):
+        return
+    if threading.current_thread() is not threading.main_thread():
+        _logger.debug("otel_valgen: not in the main thread; no SIGTERM handler installed")
+        return
+    try:
+        previous = signal.getsignal(signal.SIGTERM)
+        if previous is None:  # installed outside Python: we could not chain it
+            _logger.debug("otel_valgen: SIGTERM has a non-Python handler; none installed")
+            _sigterm_installed = True
+            return
+        if previous is _on_sigterm:
+            _sigterm_installed = True
+            return
+        signal.signal(signal.SIGTERM, _on_sigterm)
+    except (ValueError, OSError) as error:  # e.g. an embedded interpreter without signals
+        _logger.debug("otel_valgen: no SIGTERM handler installed: %s", error)
+        return
+    _previous_sigterm = previous
+    _sigterm_installed = True
+
+
 def _install(settings: Settings, exporter: LogRecordExporter | None = None) -> Emitter:
     global _emitter, _shut_down, _atexit_registered
     with _lock:
@@ -72,12 +141,18 @@ def _install(settings: Settings, exporter: LogRecordExporter | None = None) -> E
     if previous is not None:
         previous.shutdown(previous.settings.flush_timeout_s)
     emitter = Emitter(settings, _stats_registry, exporter)
+    if previous is not None:
+        emitter.inherit_attempts(previous)
     with _lock:
         _emitter = emitter
         _shut_down = False
         if not _atexit_registered:
             atexit.register(_at_exit)
             _atexit_registered = True
+    try:
+        _install_sigterm_handler()
+    except Exception:
+        _logger.exception("otel_valgen: installing the SIGTERM handler failed")
     if settings.run_id_origin == "generated":
         print(
             f"otel_valgen: no run id configured (OTEL_VALGEN_RUN_ID or a wandb run); using {settings.run_id}",
@@ -103,6 +178,8 @@ def configure(
     max_field_bytes: int | None = None,
     flush_timeout_s: float | None = None,
     spool: bool | None = None,
+    launch_id: str | None = None,
+    progress_interval_s: float | None = None,
 ) -> Settings | None:
     """Configure this process's emitter; optional, every setting also comes from the environment.
 
@@ -119,6 +196,10 @@ def configure(
         flush_timeout_s: longest a step end or flush blocks (``OTEL_VALGEN_FLUSH_TIMEOUT``, 10).
         spool: keep records the collector did not accept in ``<directory>/spool``
             (``OTEL_VALGEN_SPOOL``, on); replay them with ``otel-valgen resend``.
+        launch_id: this launch of the job, part of every record's attempt
+            (``OTEL_VALGEN_LAUNCH_ID``; default a random id per process, forwarded to Ray workers).
+        progress_interval_s: seconds between progress records of an open block
+            (``OTEL_VALGEN_PROGRESS_INTERVAL``, 5; 0 turns them off; at least 0.05).
 
     Returns:
         The resolved settings, or None if configuration failed (logged).
@@ -136,6 +217,8 @@ def configure(
         max_field_bytes=max_field_bytes,
         flush_timeout_s=flush_timeout_s,
         spool=spool,
+        launch_id=launch_id,
+        progress_interval_s=progress_interval_s,
     )
     return _install(settings).settings
 
@@ -285,7 +368,10 @@ def stats() -> dict[str, int]:
     confirmed = (
         snapshot[_stats.RECORDS_EXPORTED] + snapshot[_stats.RECORDS_EXPORT_FAILED] + snapshot[_stats.RECORDS_SPOOLED]
     )
-    handed = snapshot[_stats.GENERATIONS_EMITTED] + snapshot.get(_stats.END_RECORDS_EMITTED, 0)
+    handed = snapshot[_stats.GENERATIONS_EMITTED] + sum(
+        snapshot.get(name, 0)
+        for name in (_stats.END_RECORDS_EMITTED, _stats.START_RECORDS_EMITTED, _stats.PROGRESS_RECORDS_EMITTED)
+    )
     snapshot["records_unconfirmed"] = max(0, handed - confirmed)
     return snapshot
 

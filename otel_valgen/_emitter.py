@@ -3,6 +3,12 @@
 State is kept per (step, source). With presampling on, each holds only the bottom-k of
 what this process saw (O(k) memory) and sends it when the step ends; otherwise every
 generation is handed to the SDK as it is logged.
+
+Lifecycle records: a state announces itself with a ``valgen.validation.start`` record when it
+is created, a daemon thread sends a ``valgen.validation.progress`` record for every open state
+each progress interval (so the collector does not close a step whose source is still working),
+and ``valgen.validation.end`` closes it. Each state has an attempt ``<launch id>.<n>``, where n
+is 1 + how many times this process already ended that (step, source).
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ class StepState:
     context: Context
     count: int = 0
     sources_expected: int | None = None
+    attempt: str = ""
     seen: int = 0
     emitted: int = 0
     dropped: int = 0
@@ -75,7 +82,40 @@ class Emitter:
         self._build = RecordBuilder(settings, stats)
         self._lock = threading.Lock()
         self._steps: OrderedDict[tuple[int, str], StepState] = OrderedDict()
-        self._ended: OrderedDict[tuple[int, str], None] = OrderedDict()
+        # How many times each (step, source) was ended here: the next attempt's n is one more.
+        self._ended: OrderedDict[tuple[int, str], int] = OrderedDict()
+        self._progress_stop = threading.Event()
+        self._progress_thread: threading.Thread | None = None
+
+    def inherit_attempts(self, previous: Emitter) -> None:
+        """Continue ``previous``'s attempt numbering (a reconfigured emitter of the same launch)."""
+        if previous.settings.launch_id != self.settings.launch_id:
+            return
+        with previous._lock:
+            ended = OrderedDict(previous._ended)
+        with self._lock:
+            for key, times in ended.items():
+                self._ended[key] = max(times, self._ended.get(key, 0))
+
+    def _new_state(
+        self, step: int, source: str, context: Context | None, count: int | None, sources_expected: int | None
+    ) -> StepState:
+        """A state for (step, source) with its attempt; the caller holds the lock."""
+        if (step, source) in self._ended:
+            self.stats.warn(
+                "step_reopened",
+                "step %d (source %s) was already ended in this process; its new records form a new attempt",
+                step,
+                source,
+            )
+        return StepState(
+            step,
+            source,
+            context or derived_context(self.settings.run_id, step),
+            count=self.settings.count if count is None else count,
+            sources_expected=sources_expected,
+            attempt=f"{self.settings.launch_id}.{self._ended.get((step, source), 0) + 1}",
+        )
 
     # -- steps ---------------------------------------------------------------------------
 
@@ -91,20 +131,9 @@ class Emitter:
         overflow: StepState | None = None
         with self._lock:
             state = self._steps.get((step, source))
+            created = state is None
             if state is None:
-                if (step, source) in self._ended:
-                    self.stats.warn(
-                        "step_reopened",
-                        "step %d (source %s) already ended; its new records will be late",
-                        step,
-                        source,
-                    )
-                state = StepState(
-                    step,
-                    source,
-                    context or derived_context(self.settings.run_id, step),
-                    count=self.settings.count if count is None else count,
-                )
+                state = self._new_state(step, source, context, count, sources_expected)
                 if self.settings.presample:
                     state.kept = BottomK(state.count)
                 self._steps[(step, source)] = state
@@ -114,6 +143,9 @@ class Emitter:
                 state.context = context
             if sources_expected is not None:
                 state.sources_expected = sources_expected
+        if created:
+            self._emit_start(state)
+            self._ensure_progress_thread()
         if overflow is not None:
             self.stats.warn(
                 "too_many_open_steps",
@@ -127,10 +159,19 @@ class Emitter:
 
     def end_step(self, step: int, source: str, sources_expected: int | None) -> bool:
         """Send the step's kept records and its end record, then flush (bounded in time)."""
+        announce = False
         with self._lock:
             state = self._steps.pop((step, source), None)
+            if state is None and (step, source) not in self._ended:  # never opened: an empty part
+                state = self._new_state(step, source, None, None, sources_expected)
+                announce = True
         if state is None:
-            state = StepState(step, source, derived_context(self.settings.run_id, step), count=self.settings.count)
+            # Ended before (twice, or early because too many steps were open): a new, empty
+            # attempt would outrank the real one, so nothing is sent.
+            self.stats.warn("step_already_ended", "step %d (source %s) was already ended", step, source)
+            return self.flush(self.settings.flush_timeout_s)
+        if announce:
+            self._emit_start(state)
         if sources_expected is not None:
             state.sources_expected = sources_expected
         self._finish(state)
@@ -153,6 +194,7 @@ class Emitter:
             contract.RUN_ID: self.settings.run_id,
             contract.STEP: state.step,
             contract.SOURCE: state.source,
+            contract.ATTEMPT: state.attempt,
             contract.SEEN: state.seen,
             contract.EMITTED: state.emitted,
             contract.DROPPED: state.dropped,
@@ -171,9 +213,85 @@ class Emitter:
         )
         self.stats.add(_stats.END_RECORDS_EMITTED)
         with self._lock:
-            self._ended[(state.step, state.source)] = None
+            key = (state.step, state.source)
+            self._ended[key] = self._ended.pop(key, 0) + 1
             while len(self._ended) > _ENDED_MEMORY:
                 self._ended.popitem(last=False)
+
+    def _emit_lifecycle(self, state: StepState, event: str, body: str, attributes: dict[str, AnyValue]) -> None:
+        self.pipeline.logger.emit(
+            timestamp=time.time_ns(),
+            context=state.context,
+            severity_number=SeverityNumber.INFO,
+            severity_text="INFO",
+            body=body,
+            attributes={
+                contract.RUN_ID: self.settings.run_id,
+                contract.STEP: state.step,
+                contract.SOURCE: state.source,
+                contract.ATTEMPT: state.attempt,
+                **attributes,
+            },
+            event_name=event,
+        )
+
+    def _emit_start(self, state: StepState) -> None:
+        attributes: dict[str, AnyValue] = {contract.SAMPLE_COUNT: state.count}
+        if state.sources_expected is not None:
+            attributes[contract.SOURCES_EXPECTED] = state.sources_expected
+        self._emit_lifecycle(
+            state,
+            contract.EVENT_VALIDATION_START,
+            f"validation step {state.step} started for source {state.source}",
+            attributes,
+        )
+        self.stats.add(_stats.START_RECORDS_EMITTED)
+
+    # -- progress ------------------------------------------------------------------------
+
+    def _ensure_progress_thread(self) -> None:
+        """Start the progress thread on the first open state (again after a fork)."""
+        if self.settings.progress_interval_s <= 0 or self._progress_stop.is_set():
+            return
+        thread = self._progress_thread
+        if thread is not None and thread.is_alive():
+            return
+        with self._lock:
+            if self._progress_thread is not thread:
+                return  # another caller started it
+            self._progress_thread = threading.Thread(
+                target=self._progress_loop, name="otel-valgen-progress", daemon=True
+            )
+            self._progress_thread.start()
+
+    def _progress_loop(self) -> None:
+        while not self._progress_stop.wait(self.settings.progress_interval_s):
+            try:
+                self.emit_progress()
+            except Exception:  # the thread must outlive any failure; a missed progress record is harmless
+                self.stats.add(_stats.INTERNAL_ERRORS)
+                _logger.exception("otel_valgen: sending progress records failed")
+
+    def emit_progress(self) -> int:
+        """Send one progress record (generations seen so far) per open state; return how many."""
+        with self._lock:
+            snapshot = [(state, state.seen) for state in self._steps.values()]
+        for state, seen in snapshot:
+            self._emit_lifecycle(
+                state,
+                contract.EVENT_VALIDATION_PROGRESS,
+                f"validation step {state.step} in progress for source {state.source}",
+                {contract.SEEN: seen},
+            )
+        self.stats.add(_stats.PROGRESS_RECORDS_EMITTED, len(snapshot))
+        return len(snapshot)
+
+    def stop_progress(self, timeout_s: float = 1.0) -> None:
+        """Stop the progress thread (for good)."""
+        self._progress_stop.set()
+        thread = self._progress_thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout_s)
 
     # -- generations ---------------------------------------------------------------------
 
@@ -190,7 +308,7 @@ class Emitter:
             with self._lock:
                 state.seen += size
             for index, order in candidates(batch, self._keyer, None):
-                self._emit_generation(state, self._build(state.step, state.source, state.count, batch, index, order))
+                self._emit_generation(state, self._build(state, batch, index, order))
             return size
         with self._lock:
             # The k-th key only falls as items are offered, so an earlier read is a safe filter.
@@ -208,7 +326,7 @@ class Emitter:
             alive = {id(item) for _, item in kept.items()} if slots else set()
         for index, slot in slots.items():
             if id(slot) in alive:
-                slot[0] = self._build(state.step, state.source, state.count, batch, index, orders[index])
+                slot[0] = self._build(state, batch, index, orders[index])
         return size
 
     def _emit_generation(self, state: StepState, pending: PendingRecord) -> None:
@@ -236,5 +354,6 @@ class Emitter:
 
     def shutdown(self, timeout_s: float) -> bool:
         """End open steps, flush and release the pipeline, waiting at most ``timeout_s``."""
+        self.stop_progress()
         self.end_all()
         return self.pipeline.shutdown(timeout_s)

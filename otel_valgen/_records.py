@@ -11,7 +11,7 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from opentelemetry.util.types import AnyValue
 
@@ -28,6 +28,15 @@ class PendingRecord:
     timestamp: int
     body: dict[str, AnyValue]
     attributes: dict[str, AnyValue]
+
+
+class StepIdentity(Protocol):
+    """What a generation record needs to know of its (step, source) state."""
+
+    step: int
+    source: str
+    count: int
+    attempt: str
 
 
 @dataclass(frozen=True)
@@ -104,8 +113,8 @@ class RecordBuilder:
         # OTLP ints are int64: the seed travels as the same 64 bits read as signed.
         self._seed_attribute = seed - (1 << 64) if seed >= 1 << 63 else seed
 
-    def __call__(self, step: int, source: str, count: int, batch: Batch, index: int, order: Order) -> PendingRecord:
-        """The record of generation ``index`` of ``batch``, its texts and score made valid."""
+    def __call__(self, state: StepIdentity, batch: Batch, index: int, order: Order) -> PendingRecord:
+        """The record of generation ``index`` of ``batch`` for ``state``, its texts and score made valid."""
         max_bytes = self.settings.max_field_bytes
         key, sample_id = order[0], order[1].decode()
         input_text = clean_text(batch.inputs[index], max_bytes)
@@ -113,12 +122,13 @@ class RecordBuilder:
         body: dict[str, AnyValue] = {contract.BODY_INPUT: input_text.text, contract.BODY_OUTPUT: output_text.text}
         attributes: dict[str, AnyValue] = {
             contract.RUN_ID: self.settings.run_id,
-            contract.STEP: step,
+            contract.STEP: state.step,
             contract.SAMPLE_ID: sample_id,
             contract.SAMPLE_KEY: key,
             contract.SEED: self._seed_attribute,
-            contract.SOURCE: source,
-            contract.SAMPLE_COUNT: count,
+            contract.SOURCE: state.source,
+            contract.SAMPLE_COUNT: state.count,
+            contract.ATTEMPT: state.attempt,
         }
         texts: list[tuple[str, CleanText]] = [
             (contract.INPUT_LENGTH, input_text),

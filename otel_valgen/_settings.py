@@ -7,6 +7,7 @@ library-side mistake that must not stop training: it is logged and the default i
 from __future__ import annotations
 
 import logging
+import math
 import os
 import socket
 import sys
@@ -36,6 +37,10 @@ OTEL_VALGEN_FLUSH_TIMEOUT: Final = "OTEL_VALGEN_FLUSH_TIMEOUT"
 """Seconds the end of a step may block the caller while flushing. Default 10."""
 OTEL_VALGEN_VERL: Final = "OTEL_VALGEN_VERL"
 """``false`` turns off the automatic verl integration (otel_valgen.integrations.verl). Default true."""
+OTEL_VALGEN_LAUNCH_ID: Final = "OTEL_VALGEN_LAUNCH_ID"
+"""This launch of the training job; part of every record's attempt. Default: a random id per process."""
+OTEL_VALGEN_PROGRESS_INTERVAL: Final = "OTEL_VALGEN_PROGRESS_INTERVAL"
+"""Seconds between progress records of an open block (0 = none). Default 5, at least 0.05."""
 OTEL_EXPORTER_OTLP_ENDPOINT: Final = "OTEL_EXPORTER_OTLP_ENDPOINT"
 OTEL_EXPORTER_OTLP_LOGS_ENDPOINT: Final = "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT"
 OTEL_EXPORTER_OTLP_PROTOCOL: Final = "OTEL_EXPORTER_OTLP_PROTOCOL"
@@ -47,6 +52,8 @@ DEFAULT_DIR: Final = "./valgen-data"
 DEFAULT_SOURCE: Final = "main"
 DEFAULT_MAX_FIELD_BYTES: Final = 64 * 1024
 DEFAULT_FLUSH_TIMEOUT_S: Final = 10.0
+DEFAULT_PROGRESS_INTERVAL_S: Final = 5.0
+MIN_PROGRESS_INTERVAL_S: Final = 0.05
 DEFAULT_PROTOCOL: Final = "http/protobuf"
 PROTOCOLS: Final = ("http/protobuf", "grpc")
 
@@ -66,6 +73,8 @@ class Settings:
     max_field_bytes: int = DEFAULT_MAX_FIELD_BYTES
     flush_timeout_s: float = DEFAULT_FLUSH_TIMEOUT_S
     spool: bool = True
+    launch_id: str = ""
+    progress_interval_s: float = DEFAULT_PROGRESS_INTERVAL_S
     run_id_origin: str = "argument"
     resource_attributes: dict[str, str] = field(default_factory=dict)
 
@@ -149,6 +158,43 @@ def _wandb_resource() -> dict[str, str]:
     return {key: str(value) for key, value in attributes.items() if value}
 
 
+_process_launch_id: str | None = None
+
+
+def process_launch_id() -> str:
+    """Return this process's own launch id, generated once (forked children inherit it)."""
+    global _process_launch_id
+    if _process_launch_id is None:
+        _process_launch_id = uuid.uuid4().hex[:12]
+    return _process_launch_id
+
+
+def _resolve_launch_id(launch_id: str | None) -> str:
+    if launch_id is not None and str(launch_id).strip():
+        return str(launch_id).strip()
+    return os.environ.get(OTEL_VALGEN_LAUNCH_ID, "").strip() or process_launch_id()
+
+
+def _resolve_progress_interval(interval_s: float | None) -> float:
+    if interval_s is None or not interval_s >= 0:  # None, negative or NaN
+        if interval_s is not None:
+            _logger.warning(
+                "otel_valgen: progress_interval_s=%r is not >= 0; using the environment/default", interval_s
+            )
+        interval_s = _env_float(OTEL_VALGEN_PROGRESS_INTERVAL, DEFAULT_PROGRESS_INTERVAL_S)
+    if math.isinf(interval_s):
+        return 0.0  # "never" is off
+    if 0 < interval_s < MIN_PROGRESS_INTERVAL_S:
+        _logger.warning(
+            "otel_valgen: progress interval %ss is below %ss; using %ss",
+            interval_s,
+            MIN_PROGRESS_INTERVAL_S,
+            MIN_PROGRESS_INTERVAL_S,
+        )
+        return MIN_PROGRESS_INTERVAL_S
+    return float(interval_s)
+
+
 def _resolve_endpoint(endpoint: str | None) -> str | None:
     if endpoint is not None:
         return endpoint.strip() or None
@@ -184,6 +230,8 @@ def resolve_settings(
     max_field_bytes: int | None = None,
     flush_timeout_s: float | None = None,
     spool: bool | None = None,
+    launch_id: str | None = None,
+    progress_interval_s: float | None = None,
 ) -> Settings:
     """Resolve every setting: argument > environment > default."""
     resolved_run_id, origin = _resolve_run_id(run_id)
@@ -208,5 +256,7 @@ def resolve_settings(
         if flush_timeout_s is not None and flush_timeout_s >= 0
         else _env_float(OTEL_VALGEN_FLUSH_TIMEOUT, DEFAULT_FLUSH_TIMEOUT_S),
         spool=_env_bool(OTEL_VALGEN_SPOOL, True) if spool is None else bool(spool),
+        launch_id=_resolve_launch_id(launch_id),
+        progress_interval_s=_resolve_progress_interval(progress_interval_s),
         resource_attributes=_wandb_resource(),
     )

@@ -32,6 +32,9 @@ def _generation_json(selection: StepSelection) -> dict[str, object]:
     return {
         "run_id": selection.run_id,
         "step": selection.step,
+        "attempt": selection.attempt,
+        "attempts": selection.attempts,
+        "late": selection.late,
         "seen": selection.seen,
         "kept": selection.kept,
         "generations": [
@@ -53,10 +56,12 @@ def _generation_json(selection: StepSelection) -> dict[str, object]:
 def render_tables(selections: Sequence[StepSelection], console: Console, width: int = 60) -> None:
     """Print one rich table per (run, step)."""
     for selection in selections:
-        table = Table(
-            title=f"run {selection.run_id} · step {selection.step} · kept {selection.kept} of {selection.seen}",
-            show_lines=False,
-        )
+        title = f"run {selection.run_id} · step {selection.step} · kept {selection.kept} of {selection.seen}"
+        if selection.attempts > 1:
+            title += f" · attempt {selection.attempt} (of {selection.attempts})"
+        if selection.late:
+            title += f" · {selection.late} late"
+        table = Table(title=title, show_lines=False)
         table.add_column("#", justify="right", min_width=2, no_wrap=True)
         table.add_column("source", overflow="ellipsis", no_wrap=True, max_width=14)
         for column in ("input", "output"):
@@ -98,7 +103,11 @@ def _write_csv(selections: Sequence[StepSelection]) -> None:
 def show(
     paths: tuple[str, ...], run_id: str | None, step: int | None, count: int | None, seed: int, output_format: str
 ) -> None:
-    """Read OTLP-JSON files or folders, keep the bottom-k per (run, step), and print them."""
+    """Read OTLP-JSON files or folders, keep the bottom-k per (run, step), and print them.
+
+    Of a step validated more than once (resume, retry), the latest complete attempt is shown.
+    Collector output is shown as the sampler chose it (its ranked records; late ones never).
+    """
     errors: list[ReadError] = []
 
     def report(error: ReadError) -> None:

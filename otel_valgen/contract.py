@@ -2,8 +2,11 @@
 
 One validation generation is one OTel LogRecord with event name ``valgen.generation``,
 severity INFO, a map body ``{input, output, ground_truth?}`` and the attributes below.
-Each source ends its part of a step with a ``valgen.validation.end`` record; the sampler
-closes a step with a ``valgen.step.summary`` record after the kept records.
+A source announces its part of a step with ``valgen.validation.start``, sends
+``valgen.validation.progress`` periodically while the part is open, and ends it with
+``valgen.validation.end``; every one of these records carries ``valgen.attempt``. The sampler
+groups by (run, step, attempt) and closes a group with a ``valgen.step.summary`` record after
+the kept records; records arriving after the close are reported in ``valgen.step.late``.
 """
 
 from __future__ import annotations
@@ -12,8 +15,11 @@ from typing import Final
 
 # Event names (LogRecord.event_name).
 EVENT_GENERATION: Final = "valgen.generation"
+EVENT_VALIDATION_START: Final = "valgen.validation.start"
+EVENT_VALIDATION_PROGRESS: Final = "valgen.validation.progress"
 EVENT_VALIDATION_END: Final = "valgen.validation.end"
 EVENT_STEP_SUMMARY: Final = "valgen.step.summary"
+EVENT_STEP_LATE: Final = "valgen.step.late"
 EVENT_PREFIX: Final = "valgen."
 
 # Body keys of a generation record.
@@ -31,6 +37,7 @@ SCORE: Final = "valgen.score"  # double, optional
 DATA_SOURCE: Final = "valgen.data_source"  # str, optional
 SOURCE: Final = "valgen.source"  # str: which part emitted the record
 SAMPLE_COUNT: Final = "valgen.sample_count"  # int: the k the job asked for
+ATTEMPT: Final = "valgen.attempt"  # str: "<launch id>.<n>"; absent or "" on records of old SDKs
 SCORE_INVALID: Final = "valgen.score_invalid"  # str: why a given score was not sent
 INPUT_LENGTH: Final = "valgen.input.original_length"  # int: set when input was truncated
 OUTPUT_LENGTH: Final = "valgen.output.original_length"
@@ -45,10 +52,13 @@ SOURCES_EXPECTED: Final = "valgen.sources_expected"  # int, optional
 KEPT: Final = "valgen.kept"
 SOURCES: Final = "valgen.sources"  # sources that sent anything for the step
 SOURCES_ENDED: Final = "valgen.sources_ended"  # of those, the ones that sent their end record
-LATE: Final = "valgen.late"
+LATE: Final = "valgen.late"  # summary/late record: int count; a forwarded late generation: true
 MISSING: Final = "valgen.missing"
 CLOSED_REASON: Final = "valgen.closed_reason"
 RANK: Final = "valgen.rank"  # int, 1-based, set by the sampler on kept records
+ATTEMPT_START: Final = "valgen.attempt_start"  # int, unix nanos: the smallest record time of the attempt
+SOURCES_ANNOUNCED: Final = "valgen.sources_announced"  # int: sources that sent a start record
+SOURCES_MISSING: Final = "valgen.sources_missing"  # str array: "source@instance" known but not ended
 
 # Resource attributes.
 WANDB_PROJECT: Final = "wandb.project"

@@ -6,8 +6,8 @@ Use ``runtime_env()`` when calling ``ray.init`` (or merge it into a job's runtim
 
 It returns the module-path string of the setup hook (the only form that survives job
 submission, where the runtime env travels as JSON) and the environment variables that
-carry this process's settings, with the run id resolved here so that every worker groups
-its records under the same run.
+carry this process's settings, with the run id and the launch id resolved here so that every
+worker groups its records under the same run and the same attempt.
 """
 
 from __future__ import annotations
@@ -32,6 +32,8 @@ FORWARDED_ENV: Final = (
     env.OTEL_VALGEN_MAX_FIELD_BYTES,
     env.OTEL_VALGEN_FLUSH_TIMEOUT,
     env.OTEL_VALGEN_VERL,
+    env.OTEL_VALGEN_LAUNCH_ID,
+    env.OTEL_VALGEN_PROGRESS_INTERVAL,
     env.OTEL_EXPORTER_OTLP_ENDPOINT,
     env.OTEL_EXPORTER_OTLP_LOGS_ENDPOINT,
     env.OTEL_EXPORTER_OTLP_PROTOCOL,
@@ -55,6 +57,8 @@ def worker_env() -> dict[str, str]:
         values[env.OTEL_VALGEN_SEED] = str(settings.seed)
         values[env.OTEL_VALGEN_PRESAMPLE] = "true" if settings.presample else "false"
         values[env.OTEL_VALGEN_DIR] = os.path.abspath(settings.directory)
+        values[env.OTEL_VALGEN_LAUNCH_ID] = settings.launch_id
+        values[env.OTEL_VALGEN_PROGRESS_INTERVAL] = str(settings.progress_interval_s)
         if settings.endpoint:
             values[env.OTEL_EXPORTER_OTLP_ENDPOINT] = settings.endpoint
             values[env.OTEL_EXPORTER_OTLP_PROTOCOL] = settings.protocol

@@ -17,7 +17,17 @@ from typing import Any
 
 from otel_valgen import contract
 
-__all__ = ["EndRecord", "Generation", "ReadError", "Summary", "read_paths", "records_from_request"]
+__all__ = [
+    "EndRecord",
+    "Generation",
+    "LateReport",
+    "ProgressRecord",
+    "ReadError",
+    "StartRecord",
+    "Summary",
+    "read_paths",
+    "records_from_request",
+]
 
 
 @dataclass(frozen=True)
@@ -40,6 +50,10 @@ class Generation:
     rank: int | None = None
     resource: dict[str, Any] = field(default_factory=dict, compare=False)
     attributes: dict[str, Any] = field(default_factory=dict, compare=False)
+    attempt: str = ""
+    late: bool = False
+    timestamp: int = 0
+    instance: str = ""
 
 
 @dataclass(frozen=True)
@@ -54,6 +68,46 @@ class EndRecord:
     emitted: int
     dropped: int = 0
     sources_expected: int | None = None
+    attempt: str = ""
+    timestamp: int = 0
+
+
+@dataclass(frozen=True)
+class StartRecord:
+    """One source's ``valgen.validation.start`` record: it opened its part of the step."""
+
+    run_id: str
+    step: int
+    source: str
+    instance: str
+    attempt: str = ""
+    timestamp: int = 0
+    sample_count: int | None = None
+    sources_expected: int | None = None
+
+
+@dataclass(frozen=True)
+class ProgressRecord:
+    """One source's ``valgen.validation.progress`` record: its part is still open."""
+
+    run_id: str
+    step: int
+    source: str
+    instance: str
+    attempt: str = ""
+    timestamp: int = 0
+    seen: int = 0
+
+
+@dataclass(frozen=True)
+class LateReport:
+    """The sampler's ``valgen.step.late`` record: records of a closed (run, step, attempt) so far."""
+
+    run_id: str
+    step: int
+    attempt: str
+    late: int
+    timestamp: int = 0
 
 
 @dataclass(frozen=True)
@@ -63,6 +117,23 @@ class Summary:
     run_id: str
     step: int
     attributes: dict[str, Any]
+
+    @property
+    def attempt(self) -> str:
+        """The attempt the summary closes ("" for records without one)."""
+        value = self.attributes.get(contract.ATTEMPT)
+        return value if isinstance(value, str) else ""
+
+    @property
+    def attempt_start(self) -> int:
+        """Unix nanos of the attempt's earliest record (0 when the collector did not say)."""
+        return _opt_int(self.attributes.get(contract.ATTEMPT_START)) or 0
+
+    @property
+    def closed_reason(self) -> str:
+        """Why the sampler closed the group (``complete``, ``wait``, ``max_duration``, ...)."""
+        value = self.attributes.get(contract.CLOSED_REASON)
+        return value if isinstance(value, str) else ""
 
 
 @dataclass(frozen=True)
@@ -74,7 +145,7 @@ class ReadError:
     message: str
 
 
-Record = Generation | EndRecord | Summary
+Record = Generation | EndRecord | Summary | StartRecord | ProgressRecord | LateReport
 
 
 def any_value(value: dict[str, Any]) -> Any:  # noqa: PLR0911 (one return per OTLP value kind)
@@ -112,7 +183,19 @@ def _opt_float(value: Any) -> float | None:
     return None
 
 
-def _record(log: dict[str, Any], resource: dict[str, Any]) -> Record | None:
+def _timestamp(log: dict[str, Any]) -> int:
+    """The record's time (unix nanos): ``timeUnixNano``, else ``observedTimeUnixNano``, else 0."""
+    for name in ("timeUnixNano", "observedTimeUnixNano"):
+        try:
+            value = int(log.get(name) or 0)
+        except (TypeError, ValueError):
+            continue
+        if value > 0:
+            return value
+    return 0
+
+
+def _record(log: dict[str, Any], resource: dict[str, Any]) -> Record | None:  # noqa: PLR0911 (one per event)
     event = log.get("eventName", "")
     if not event.startswith(contract.EVENT_PREFIX):
         return None
@@ -120,18 +203,42 @@ def _record(log: dict[str, Any], resource: dict[str, Any]) -> Record | None:
     run_id, step = attrs.get(contract.RUN_ID), _opt_int(attrs.get(contract.STEP))
     if not isinstance(run_id, str) or step is None:
         raise ValueError(f"{event} record lacks {contract.RUN_ID} or an int {contract.STEP}")
+    attempt = attrs.get(contract.ATTEMPT)
+    attempt = attempt if isinstance(attempt, str) else ""
+    instance = str(resource.get("service.instance.id", ""))
+    source = str(attrs.get(contract.SOURCE, ""))
+    timestamp = _timestamp(log)
     if event == contract.EVENT_STEP_SUMMARY:
         return Summary(run_id, step, attrs)
+    if event == contract.EVENT_STEP_LATE:
+        return LateReport(run_id, step, attempt, _opt_int(attrs.get(contract.LATE)) or 0, timestamp)
+    if event == contract.EVENT_VALIDATION_START:
+        return StartRecord(
+            run_id,
+            step,
+            source,
+            instance,
+            attempt,
+            timestamp,
+            sample_count=_opt_int(attrs.get(contract.SAMPLE_COUNT)),
+            sources_expected=_opt_int(attrs.get(contract.SOURCES_EXPECTED)),
+        )
+    if event == contract.EVENT_VALIDATION_PROGRESS:
+        return ProgressRecord(
+            run_id, step, source, instance, attempt, timestamp, _opt_int(attrs.get(contract.SEEN)) or 0
+        )
     if event == contract.EVENT_VALIDATION_END:
         return EndRecord(
             run_id=run_id,
             step=step,
-            source=str(attrs.get(contract.SOURCE, "")),
-            instance=str(resource.get("service.instance.id", "")),
+            source=source,
+            instance=instance,
             seen=_opt_int(attrs.get(contract.SEEN)) or 0,
             emitted=_opt_int(attrs.get(contract.EMITTED)) or 0,
             dropped=_opt_int(attrs.get(contract.DROPPED)) or 0,
             sources_expected=_opt_int(attrs.get(contract.SOURCES_EXPECTED)),
+            attempt=attempt,
+            timestamp=timestamp,
         )
     if event != contract.EVENT_GENERATION:
         return None
@@ -159,6 +266,10 @@ def _record(log: dict[str, Any], resource: dict[str, Any]) -> Record | None:
         rank=_opt_int(attrs.get(contract.RANK)),
         resource=resource,
         attributes=attrs,
+        attempt=attempt,
+        late=attrs.get(contract.LATE) is True,
+        timestamp=timestamp,
+        instance=instance,
     )
 
 

@@ -1,20 +1,68 @@
-"""Bottom-k per (run, step) over records read from files: the CLI's merge and the tests' oracle."""
+"""Bottom-k per (run, step) over records read from files: the CLI's merge and the tests' oracle.
+
+A step may have several attempts (``valgen.attempt``: a resumed or retried job validates the
+same step again). Records are grouped by (run, step, attempt) and one attempt is shown per
+(run, step), by the rule every consumer applies (``choose_attempt``): the attempt that started
+last among the complete ones; if none is complete, the one that started last; ties go to the
+larger attempt string.
+
+Two kinds of files:
+
+- **collector output** (the step has ``valgen.step.summary`` records): the sampler already
+  chose; an attempt's generations are its ranked records (``valgen.rank``), completeness and
+  start come from its summary.
+- **embedded-sink files** (no summary): bottom-k per attempt over its generations; an attempt
+  is complete when every source that sent a start record also sent its end record (and at
+  least ``valgen.sources_expected`` ended, when a record says so); it starts at its smallest
+  record timestamp.
+
+Generations tagged ``valgen.late`` (forwarded by a sampler after their step closed) are never
+part of a selection.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Protocol, TypeVar
 
 from otel_valgen._settings import DEFAULT_COUNT, DEFAULT_SEED
-from otel_valgen.reader import EndRecord, Generation, Record, Summary
+from otel_valgen.reader import EndRecord, Generation, LateReport, ProgressRecord, Record, StartRecord, Summary
 from otel_valgen.sampling import BottomK, SortKey, sample_key
 
-__all__ = ["StepSelection", "select_steps"]
+__all__ = ["AttemptSelection", "StepSelection", "choose_attempt", "select_attempts", "select_steps"]
+
+COMPLETE = "complete"
+
+
+class _Candidate(Protocol):
+    @property
+    def attempt(self) -> str: ...
+    @property
+    def attempt_start(self) -> int: ...
+    @property
+    def complete(self) -> bool: ...
+
+
+C = TypeVar("C", bound=_Candidate)
+
+
+def choose_attempt(candidates: Iterable[C]) -> C | None:
+    """The attempt to show: latest start among the complete ones, else latest start; ties: larger attempt."""
+    return max(
+        candidates,
+        key=lambda c: (c.complete, c.attempt_start, c.attempt),
+        default=None,
+    )
 
 
 @dataclass
 class StepSelection:
-    """The kept generations of one (run, step), ascending by sort key, and its counts."""
+    """The kept generations of one (run, step, attempt), ascending by sort key, and its counts.
+
+    ``select_steps`` returns one per (run, step): the chosen attempt, with ``attempts`` the
+    number of attempts of the step seen and ``late`` the late records reported for it.
+    """
 
     run_id: str
     step: int
@@ -23,6 +71,11 @@ class StepSelection:
     seen_reported: int | None = None
     summary: dict[str, object] | None = None
     generations: list[Generation] = field(default_factory=list)
+    attempt: str = ""
+    attempt_start: int = 0
+    complete: bool = False
+    attempts: int = 1
+    late: int = 0
 
     @property
     def seen(self) -> int:
@@ -38,15 +91,33 @@ class StepSelection:
         return len(self.generations)
 
 
+AttemptSelection = StepSelection
+"""One attempt's selection (the same shape as a step's)."""
+
+
 @dataclass
-class _Group:
+class _Attempt:
     run_id: str
     step: int
+    attempt: str
     k: int | None = None
     selector: BottomK[Generation] | None = None
+    ranked: dict[str, Generation] = field(default_factory=dict)
+    starts: set[tuple[str, str]] = field(default_factory=set)
     ends: dict[tuple[str, str], EndRecord] = field(default_factory=dict)
+    sources_expected: int | None = None
     summary: Summary | None = None
+    late: int = 0
     read: int = 0
+    first: int | None = None
+
+    def saw(self, timestamp: int) -> None:
+        if timestamp > 0 and (self.first is None or timestamp < self.first):
+            self.first = timestamp
+
+    def expect(self, value: int | None) -> None:
+        if value is not None:
+            self.sources_expected = max(value, self.sources_expected or 0)
 
 
 def sort_key_of(generation: Generation, seed: int) -> SortKey:
@@ -57,6 +128,111 @@ def sort_key_of(generation: Generation, seed: int) -> SortKey:
     return SortKey.of(key, generation.sample_id)
 
 
+def _offer(group: _Attempt, record: Generation, count: int | None, max_count: int | None, seed: int) -> None:
+    k = count if count is not None else (record.sample_count or DEFAULT_COUNT)
+    k = min(k, max_count) if max_count is not None else k
+    if group.selector is None or group.k is None or k < group.k:
+        # Records asking for different k: the smallest wins, as in the collector, so
+        # the result does not depend on the order the records are read in.
+        previous = group.selector.items() if group.selector is not None else []
+        group.k, group.selector = k, BottomK(k)
+        for order, item in previous:
+            group.selector.offer(order, item)
+    group.selector.offer(sort_key_of(record, seed), record)
+
+
+def _add(group: _Attempt, record: Record, count: int | None, max_count: int | None, seed: int) -> None:
+    if isinstance(record, Summary):
+        group.summary = record
+    elif isinstance(record, LateReport):
+        group.late = max(group.late, record.late)  # cumulative counts: the largest is the latest
+    elif isinstance(record, StartRecord):
+        group.saw(record.timestamp)
+        group.starts.add((record.source, record.instance))
+        group.expect(record.sources_expected)
+    elif isinstance(record, ProgressRecord):
+        group.saw(record.timestamp)
+    elif isinstance(record, EndRecord):
+        group.saw(record.timestamp)
+        group.ends[(record.source, record.instance)] = record
+        group.expect(record.sources_expected)
+    elif not record.late:
+        group.saw(record.timestamp)
+        group.read += 1
+        if record.rank is not None:
+            group.ranked.setdefault(record.sample_id, record)
+        _offer(group, record, count, max_count, seed)
+
+
+def _finish(group: _Attempt, collector: bool, count: int | None, seed: int) -> StepSelection:
+    summary = group.summary
+    if collector:
+        ranked = sorted(group.ranked.values(), key=lambda g: (g.rank or 0, sort_key_of(g, seed)))
+        kept = ranked[:count] if count is not None else ranked
+        late = group.late
+        if not late and summary is not None:
+            reported = summary.attributes.get("valgen.late")
+            late = reported if isinstance(reported, int) and not isinstance(reported, bool) else 0
+        return StepSelection(
+            run_id=group.run_id,
+            step=group.step,
+            k=group.k if group.k is not None else (count or DEFAULT_COUNT),
+            read=len(group.ranked),
+            seen_reported=sum(end.seen for end in group.ends.values()) if group.ends else None,
+            summary=summary.attributes if summary is not None else None,
+            generations=kept,
+            attempt=group.attempt,
+            attempt_start=summary.attempt_start if summary is not None else (group.first or 0),
+            complete=summary is not None and summary.closed_reason == COMPLETE,
+            late=late,
+        )
+    ended = set(group.ends)
+    known = group.starts | ended
+    complete = bool(known) and group.starts <= ended and len(ended) >= (group.sources_expected or 0)
+    return StepSelection(
+        run_id=group.run_id,
+        step=group.step,
+        k=group.k if group.k is not None else (count or DEFAULT_COUNT),
+        read=group.read,
+        seen_reported=sum(end.seen for end in group.ends.values()) if group.ends else None,
+        summary=None,
+        generations=[item for _, item in group.selector.items()] if group.selector is not None else [],
+        attempt=group.attempt,
+        attempt_start=group.first or 0,
+        complete=complete,
+        late=group.late,
+    )
+
+
+def select_attempts(
+    records: Iterable[Record],
+    *,
+    count: int | None = None,
+    max_count: int | None = None,
+    seed: int = DEFAULT_SEED,
+) -> dict[tuple[str, int], list[StepSelection]]:
+    """Every attempt of every (run, step), selected on its own (see the module docstring).
+
+    A step is read as collector output when any record of it is a ``valgen.step.summary``;
+    then only attempts with a summary are listed.
+    """
+    groups: dict[tuple[str, int, str], _Attempt] = {}
+    for record in records:
+        key = (record.run_id, record.step, record.attempt)
+        group = groups.get(key)
+        if group is None:
+            group = groups[key] = _Attempt(record.run_id, record.step, record.attempt)
+        _add(group, record, count, max_count, seed)
+    collector_steps = {(g.run_id, g.step) for g in groups.values() if g.summary is not None}
+    steps: dict[tuple[str, int], list[StepSelection]] = {}
+    for (run_id, step, _), group in sorted(groups.items()):
+        collector = (run_id, step) in collector_steps
+        if collector and group.summary is None:
+            continue  # ranked or late records of an attempt whose summary is not in these files
+        steps.setdefault((run_id, step), []).append(_finish(group, collector, count, seed))
+    return steps
+
+
 def select_steps(
     records: Iterable[Record],
     *,
@@ -64,42 +240,15 @@ def select_steps(
     max_count: int | None = None,
     seed: int = DEFAULT_SEED,
 ) -> list[StepSelection]:
-    """Group by (run, step) and keep the bottom-k of each.
+    """One selection per (run, step): the attempt ``choose_attempt`` picks, its bottom-k kept.
 
-    k is ``count`` if given, else the smallest ``valgen.sample_count`` among the step's
+    k is ``count`` if given, else the smallest ``valgen.sample_count`` among the attempt's
     records (capped by ``max_count``), else the default.
     """
-    groups: dict[tuple[str, int], _Group] = {}
-    for record in records:
-        group = groups.setdefault((record.run_id, record.step), _Group(record.run_id, record.step))
-        if isinstance(record, Summary):
-            group.summary = record
-        elif isinstance(record, EndRecord):
-            group.ends[(record.source, record.instance)] = record
-        else:
-            group.read += 1
-            k = count if count is not None else (record.sample_count or DEFAULT_COUNT)
-            k = min(k, max_count) if max_count is not None else k
-            if group.selector is None or group.k is None or k < group.k:
-                # Records asking for different k: the smallest wins, as in the collector, so
-                # the result does not depend on the order the records are read in.
-                previous = group.selector.items() if group.selector is not None else []
-                group.k, group.selector = k, BottomK(k)
-                for order, item in previous:
-                    group.selector.offer(order, item)
-            group.selector.offer(sort_key_of(record, seed), record)
-    selections = []
-    for (run_id, step), group in sorted(groups.items()):
-        kept = [item for _, item in group.selector.items()] if group.selector is not None else []
-        selections.append(
-            StepSelection(
-                run_id=run_id,
-                step=step,
-                k=group.k if group.k is not None else (count or DEFAULT_COUNT),
-                read=group.read,
-                seen_reported=sum(end.seen for end in group.ends.values()) if group.ends else None,
-                summary=group.summary.attributes if group.summary is not None else None,
-                generations=kept,
-            )
-        )
+    selections: list[StepSelection] = []
+    for _, attempts in sorted(select_attempts(records, count=count, max_count=max_count, seed=seed).items()):
+        chosen = choose_attempt(attempts)
+        if chosen is not None:
+            chosen.attempts = len(attempts)
+            selections.append(chosen)
     return selections

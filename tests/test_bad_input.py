@@ -109,7 +109,7 @@ def test_numpy_columns_and_steps_are_accepted() -> None:
         vg.end_step(np.int64(7))  # type: ignore[arg-type]
     steps = {r["attributes"][contract.STEP] for r in records}
     assert steps == {7}
-    assert len(records) == 3
+    assert len(records) == 4  # start, two generations, end
 
 
 @pytest.mark.parametrize(

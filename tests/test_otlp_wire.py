@@ -39,7 +39,11 @@ def test_otlp_http_carries_event_name_body_attributes_and_trace(otlp_http: OtlpH
         for sl in rl["scopeLogs"]
         for log in sl["logRecords"]
     ]
-    assert {log["eventName"] for log in raw_logs} == {contract.EVENT_GENERATION, contract.EVENT_VALIDATION_END}
+    assert {log["eventName"] for log in raw_logs} == {
+        contract.EVENT_VALIDATION_START,
+        contract.EVENT_GENERATION,
+        contract.EVENT_VALIDATION_END,
+    }
     assert all(log["severityNumber"] == "SEVERITY_NUMBER_INFO" for log in raw_logs)
     assert {log["traceId"] for log in raw_logs} == {block.trace_id()}
     records = _records(otlp_http.json_requests())
@@ -110,7 +114,7 @@ def test_collector_errors_are_counted_and_the_records_kept() -> None:
             vg.log_generations(["a", "b"], ["c", "d"], [1, 2])
         assert block.flushed is False
         stats = vg.stats()
-        assert stats["records_spooled"] == 3  # two generations and the end record
+        assert stats["records_spooled"] == 4  # two generations, the start and the end record
         assert stats["records_exported"] == 0
     finally:
         receiver.server.shutdown()
@@ -124,7 +128,7 @@ def test_records_the_collector_did_not_accept_are_spooled_and_resent(tmp_path: P
         vg.log_generations([f"q{i}" for i in range(10)], ["a"] * 10, [1.0] * 10)
     assert block.flushed is False
     stats = vg.stats()
-    assert (stats["records_spooled"], stats["records_export_failed"], stats["records_unconfirmed"]) == (4, 0, 0)
+    assert (stats["records_spooled"], stats["records_export_failed"], stats["records_unconfirmed"]) == (5, 0, 0)
     spooled = list((tmp_path / "spool").glob("*.jsonl"))
     assert len(spooled) == 1
     receiver = OtlpHttpReceiver()
@@ -151,5 +155,5 @@ def test_spool_can_be_turned_off(monkeypatch: pytest.MonkeyPatch, tmp_path: Path
     vg.configure(run_id="nospool", count=3, endpoint="http://127.0.0.1:9", directory=str(tmp_path), flush_timeout_s=30)
     with vg.validation(step=1):
         vg.log_generations(["q"], ["a"], [1.0])
-    assert vg.stats()["records_export_failed"] == 2
+    assert vg.stats()["records_export_failed"] == 3  # start, generation, end
     assert not (tmp_path / "spool").exists()

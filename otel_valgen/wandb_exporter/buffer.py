@@ -1,10 +1,14 @@
-"""Per-(run, step) buffering until the step's summary arrives, bounded in steps and bytes.
+"""Per-(run, step, attempt) buffering until the summary arrives, bounded in steps and bytes.
 
-A step closes when its ``valgen.step.summary`` record has arrived together with the number
-of generations it reports as kept; else ``step_timeout_s`` after its last record (written,
-logged as incomplete). When a new record would exceed ``max_open_steps`` or ``max_bytes``,
-the oldest open steps are closed early (written as incomplete, reason ``overflow``): memory
-stays bounded and nothing acknowledged is dropped silently. Every such event is counted.
+Each attempt of a step (``valgen.attempt``) is buffered on its own, as the sampler groups
+them; which attempt is shown is decided when it is written (``WandbWriter``). Generations the
+sampler forwarded as late (``valgen.late`` = true) are not part of its sample: they are counted
+(``late_dropped``) and dropped. A step closes when its ``valgen.step.summary`` record has
+arrived together with the number of generations it reports as kept; else ``step_timeout_s``
+after its last record (written, logged as incomplete). When a new record would exceed
+``max_open_steps`` or ``max_bytes``, the oldest open steps are closed early (written as
+incomplete, reason ``overflow``): memory stays bounded and nothing acknowledged is dropped
+silently. Every such event is counted.
 """
 
 from __future__ import annotations
@@ -20,7 +24,14 @@ from typing import Any
 from otel_valgen import contract
 from otel_valgen.reader import Generation, Summary
 from otel_valgen.wandb_exporter.ledger import Ledger
-from otel_valgen.wandb_exporter.model import ClosedStep, RunRef, order_generations, record_bytes, run_ref_from_resource
+from otel_valgen.wandb_exporter.model import (
+    ClosedStep,
+    RunRef,
+    attempt_facts,
+    order_generations,
+    record_bytes,
+    run_ref_from_resource,
+)
 
 __all__ = ["BufferLimits", "BufferStats", "StepBuffer"]
 
@@ -58,10 +69,14 @@ class BufferStats:
     closed: dict[str, int] = field(default_factory=dict)
 
 
+Key = tuple[str, int, str]  # (valgen.run_id, step, attempt)
+
+
 @dataclass
 class _Open:
     group: str
     step: int
+    attempt: str = ""
     target: RunRef | None = None
     generations: dict[str, Generation] = field(default_factory=dict)
     summary: dict[str, Any] | None = None
@@ -89,7 +104,7 @@ class StepBuffer:
         self._late_additions = late_additions
         self._project, self._entity = project, entity
         self._clock = clock
-        self._open: dict[tuple[str, int], _Open] = {}  # insertion order = age
+        self._open: dict[Key, _Open] = {}  # insertion order = age
         self._bytes = 0
         self._lock = threading.Lock()
 
@@ -108,6 +123,10 @@ class StepBuffer:
         with self._lock:
             if isinstance(record, Summary):
                 return self._add_summary(record, resource)
+            if record.late:  # forwarded by the sampler after the step closed: not part of its sample
+                self.stats.generations += 1
+                self.stats.late_dropped += 1
+                return []
             return self._add_generation(record, resource)
 
     def _target(self, group: _Open, resource: Mapping[str, Any]) -> None:
@@ -116,7 +135,7 @@ class StepBuffer:
 
     def _add_summary(self, record: Summary, resource: Mapping[str, Any]) -> list[ClosedStep]:
         self.stats.summaries += 1
-        key = (record.run_id, record.step)
+        key = (record.run_id, record.step, record.attempt)
         group = self._open.get(key)
         if group is None:
             if self._ledger.has_step(*key):
@@ -128,7 +147,7 @@ class StepBuffer:
         group.last = self._clock()
         return self._close_if_complete(key, group)
 
-    def _close_if_complete(self, key: tuple[str, int], group: _Open) -> list[ClosedStep]:
+    def _close_if_complete(self, key: Key, group: _Open) -> list[ClosedStep]:
         if group.summary is None:
             return []
         kept = group.summary.get(contract.KEPT)
@@ -138,10 +157,10 @@ class StepBuffer:
 
     def _add_generation(self, record: Generation, resource: Mapping[str, Any]) -> list[ClosedStep]:
         self.stats.generations += 1
-        key = (record.run_id, record.step)
+        key = (record.run_id, record.step, record.attempt)
         group = self._open.get(key)
         if group is None and self._ledger.has_step(*key):
-            if self._ledger.has_sample(*key, record.sample_id):
+            if self._ledger.has_sample(record.run_id, record.step, record.sample_id, record.attempt):
                 self.stats.duplicates += 1
                 return []
             if not self._late_additions:
@@ -150,7 +169,8 @@ class StepBuffer:
         if group is not None and record.sample_id in group.generations:
             self.stats.duplicates += 1
             return []
-        if group is not None and group.late_addition and self._ledger.has_sample(*key, record.sample_id):
+        written = group is not None and group.late_addition
+        if written and self._ledger.has_sample(key[0], key[1], record.sample_id, key[2]):
             self.stats.duplicates += 1
             return []
         nbytes = record_bytes(record)
@@ -166,12 +186,12 @@ class StepBuffer:
         group.last = self._clock()
         return closed + self._close_if_complete(key, group)
 
-    def _open_group(self, key: tuple[str, int], *, late_addition: bool) -> _Open:
-        group = _Open(group=key[0], step=key[1], last=self._clock(), late_addition=late_addition)
+    def _open_group(self, key: Key, *, late_addition: bool) -> _Open:
+        group = _Open(group=key[0], step=key[1], attempt=key[2], last=self._clock(), late_addition=late_addition)
         self._open[key] = group
         return group
 
-    def _make_room(self, key: tuple[str, int], nbytes: int, *, opening: bool) -> list[ClosedStep]:
+    def _make_room(self, key: Key, nbytes: int, *, opening: bool) -> list[ClosedStep]:
         closed: list[ClosedStep] = []
         while self._open and (
             (opening and len(self._open) >= self.limits.max_open_steps) or self._bytes + nbytes > self.limits.max_bytes
@@ -181,7 +201,7 @@ class StepBuffer:
             closed.append(self._close(oldest, "overflow"))
         return closed
 
-    def _close(self, key: tuple[str, int], reason: str) -> ClosedStep:
+    def _close(self, key: Key, reason: str) -> ClosedStep:
         group = self._open.pop(key)
         self._bytes -= group.nbytes
         self.stats.closed[reason] = self.stats.closed.get(reason, 0) + 1
@@ -196,7 +216,8 @@ class StepBuffer:
                 len(group.generations),
                 "arrived" if group.summary else "missing",
             )
-        self._ledger.claim(key[0], key[1], list(group.generations))
+        self._ledger.claim(key[0], key[1], list(group.generations), key[2])
+        attempt_start, attempt_complete = attempt_facts(group.summary, group.generations.values())
         return ClosedStep(
             group_id=key[0],
             step=key[1],
@@ -207,6 +228,9 @@ class StepBuffer:
             reason=reason,
             closed_at=self._clock(),
             late_addition=group.late_addition,
+            attempt=key[2],
+            attempt_start=attempt_start,
+            attempt_complete=attempt_complete,
         )
 
     def expire(self) -> list[ClosedStep]:
@@ -227,6 +251,7 @@ class StepBuffer:
                 {
                     "group": group.group,
                     "step": group.step,
+                    "attempt": group.attempt,
                     "target": dataclasses.asdict(group.target) if group.target else None,
                     "summary": group.summary,
                     "late_addition": group.late_addition,
@@ -240,7 +265,7 @@ class StepBuffer:
         closed: list[ClosedStep] = []
         with self._lock:
             for item in items:
-                key = (str(item["group"]), int(item["step"]))
+                key = (str(item["group"]), int(item["step"]), str(item.get("attempt", "")))
                 group = self._open.get(key) or self._open_group(key, late_addition=bool(item.get("late_addition")))
                 if item.get("target"):
                     group.target = RunRef(**item["target"])

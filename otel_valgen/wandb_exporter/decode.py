@@ -17,7 +17,7 @@ from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 
 from otel_valgen.otlp_json import to_otlp_json
-from otel_valgen.reader import EndRecord, Generation, Summary, attributes_of, records_from_request
+from otel_valgen.reader import Generation, Summary, attributes_of, records_from_request
 
 __all__ = ["Decoded", "MalformedPayload", "decode_body", "decode_request", "split_records"]
 
@@ -93,7 +93,7 @@ def split_records(request: dict[str, Any]) -> Decoded:
                         decoded.rejected += 1
                         decoded.errors.append(str(error))
                         continue
-                    decoded.records.extend((r, resource) for r in records if not isinstance(r, EndRecord))
+                    decoded.records.extend((r, resource) for r in records if isinstance(r, Generation | Summary))
     except (AttributeError, TypeError, KeyError) as error:
         raise MalformedPayload(f"not an OTLP logs request: {error}") from error
     return decoded

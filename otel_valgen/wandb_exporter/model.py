@@ -9,8 +9,17 @@ from typing import Any
 
 from otel_valgen import contract
 from otel_valgen.reader import Generation
+from otel_valgen.wandb_exporter.ledger import ShownAttempt
 
-__all__ = ["ClosedStep", "RunRef", "order_generations", "record_bytes", "run_ref_from_resource", "summary_scalars"]
+__all__ = [
+    "ClosedStep",
+    "RunRef",
+    "attempt_facts",
+    "order_generations",
+    "record_bytes",
+    "run_ref_from_resource",
+    "summary_scalars",
+]
 
 RECORD_OVERHEAD_BYTES = 256
 """Bytes charged per buffered record on top of its texts (ids, attributes, bookkeeping)."""
@@ -44,6 +53,10 @@ class ClosedStep:
         reason: why the step closed (summary, timeout, overflow, shutdown, push).
         closed_at: ``time.monotonic()`` when the step closed.
         late_addition: the step was written before; these are generations that came later.
+        attempt: the records' ``valgen.attempt`` ("" for records without one).
+        attempt_start: unix nanos the attempt started (the summary's ``valgen.attempt_start``,
+            else the earliest generation's time, else 0).
+        attempt_complete: whether the sampler closed the attempt as ``complete``.
 
     """
 
@@ -56,6 +69,22 @@ class ClosedStep:
     reason: str = "summary"
     closed_at: float = 0.0
     late_addition: bool = field(default=False)
+    attempt: str = ""
+    attempt_start: int = 0
+    attempt_complete: bool = True
+
+    def shown_attempt(self) -> ShownAttempt:
+        """The step's attempt as the ledger ranks it."""
+        return ShownAttempt(self.attempt, self.attempt_start, self.attempt_complete)
+
+
+def attempt_facts(summary: Mapping[str, Any] | None, generations: Iterable[Generation]) -> tuple[int, bool]:
+    """(attempt start, complete) of an attempt from its summary, else from its generations."""
+    start = summary.get(contract.ATTEMPT_START) if summary else None
+    if not isinstance(start, int) or isinstance(start, bool) or start <= 0:
+        start = min((g.timestamp for g in generations if g.timestamp > 0), default=0)
+    complete = summary is not None and summary.get(contract.CLOSED_REASON) == "complete"
+    return start, complete
 
 
 def run_ref_from_resource(

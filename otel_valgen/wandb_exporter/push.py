@@ -1,8 +1,9 @@
 """Backfill: write steps read from OTLP-JSON files into wandb, the same way the service does.
 
 Files are read with ``otel_valgen.reader.read_paths`` and each (run, step) is reduced to its
-bottom-k with ``otel_valgen.selection.select_steps``; every step is then written once (the
-ledger in ``state_dir`` makes a repeated push add nothing).
+bottom-k with ``otel_valgen.selection.select_steps`` (the attempt the shared rule picks, as
+``otel-valgen show`` prints it); every step is then written once (the ledger in ``state_dir``
+makes a repeated push add nothing, and a later push of a newer attempt replaces the shown one).
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ def step_from_selection(selection: StepSelection, project: str | None, entity: s
     summary = dict(selection.summary or {})
     summary.setdefault(contract.SEEN, selection.seen)
     summary.setdefault(contract.KEPT, selection.kept)
+    if selection.late:
+        summary[contract.LATE] = selection.late
     return ClosedStep(
         group_id=selection.run_id,
         run=target,
@@ -47,6 +50,9 @@ def step_from_selection(selection: StepSelection, project: str | None, entity: s
         summary=summary,
         complete=True,
         reason="push",
+        attempt=selection.attempt,
+        attempt_start=selection.attempt_start,
+        attempt_complete=selection.complete,
     )
 
 

@@ -202,6 +202,7 @@ class ExporterService:
             **dataclasses.asdict(self.buffer.stats),
             "rejected": self.rejected,
             "written_steps": self.writer.written_steps,
+            "superseded_attempts": self.writer.superseded_attempts,
             "pending": len(self._pending),
             "open_steps": self.buffer.open_steps,
         }
@@ -211,6 +212,7 @@ def _spool_item(step: ClosedStep) -> dict[str, Any]:
     return {
         "group": step.group_id,
         "step": step.step,
+        "attempt": step.attempt,
         "target": dataclasses.asdict(step.run),
         "summary": step.summary,
         "late_addition": step.late_addition,

@@ -3,7 +3,8 @@
 ``verl`` matches verl's ``ValidationGenerationsLogger``: columns ``step, input_1, output_1,
 score_1, ...``, one row per step, the whole table logged again at each step with every
 earlier row (an accumulating table). ``rows`` has one row per generation with the columns
-of ``ROW_COLUMNS`` and is logged as an incremental table where wandb supports it.
+of ``ROW_COLUMNS`` (the last one the step's ``valgen.attempt``) and is logged as an incremental
+table where wandb supports it.
 """
 
 from __future__ import annotations
@@ -26,7 +27,17 @@ __all__ = [
 
 Layout = Literal["verl", "rows"]
 LAYOUTS: Final = ("verl", "rows")
-ROW_COLUMNS: Final = ["step", "sample_id", "data_source", "source", "input", "output", "ground_truth", "score"]
+ROW_COLUMNS: Final = [
+    "step",
+    "sample_id",
+    "data_source",
+    "source",
+    "input",
+    "output",
+    "ground_truth",
+    "score",
+    "attempt",
+]
 
 
 def verl_columns(width: int) -> list[str]:
@@ -64,6 +75,7 @@ def generation_rows(step: ClosedStep, skip: set[str] | frozenset[str] = frozense
             generation.output,
             generation.ground_truth,
             generation.score,
+            step.attempt,
         ]
         for generation in step.generations
         if generation.sample_id not in skip

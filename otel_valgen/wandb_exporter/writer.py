@@ -9,6 +9,13 @@ same id instead. The trainer's ``_step`` belongs to the trainer, so tables are l
 without ``step=`` against a step metric (``valgen/step``) declared with ``define_metric``.
 At most ``max_runs`` attachments stay open; the least recently used one is finished first.
 All calls happen on the caller's thread: the service uses a single writer thread.
+
+Attempts: of the attempts of one step (``valgen.attempt``: resume, retry) the one the shared
+rule picks is shown (``otel_valgen.selection.choose_attempt``: latest complete, else latest).
+An attempt that arrives after another one of its step was written is written only when the
+rule prefers it; it is then logged again at the same ``valgen/step`` with
+``<table_key>/attempt``: in ``verl`` the step's row is replaced by the new attempt's, in
+``rows`` its rows are added with their ``attempt`` column. Otherwise it is skipped (counted).
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ from typing import Any, Literal, cast
 
 import wandb
 
-from otel_valgen.wandb_exporter.ledger import Ledger
+from otel_valgen.wandb_exporter.ledger import Ledger, ShownAttempt
 from otel_valgen.wandb_exporter.model import ClosedStep, RunRef, summary_scalars
 from otel_valgen.wandb_exporter.tables import ROW_COLUMNS, generation_rows, pad_rows, supports_incremental, verl_row
 
@@ -80,6 +87,7 @@ class WandbWriter:
         self._runs: OrderedDict[str, _Attachment] = OrderedDict()
         self._incremental: bool | None = None
         self.written_steps = 0
+        self.superseded_attempts = 0
 
     def _settings(self) -> Any:
         mode = cast(Literal["shared", "offline"], self.config.mode)
@@ -124,12 +132,16 @@ class WandbWriter:
             WriterUnavailable: wandb did not take the step; it may be retried as it is.
 
         """
-        committed = self._ledger.committed_samples(step.group_id, step.step)
+        candidate = step.shown_attempt()
+        if self._superseded(step, candidate):
+            return 0
+        committed = self._ledger.committed_samples(step.group_id, step.step, step.attempt)
         if self.config.layout == "verl":
-            if self._ledger.is_committed(step.group_id, step.step):
+            if self._ledger.is_committed(step.group_id, step.step, step.attempt):
                 return 0
             row = verl_row(step)
-            columns, data = pad_rows([*self._ledger.rows(step.group_id), row])
+            earlier = [r for r in self._ledger.rows(step.group_id) if r[0] != step.step]
+            columns, data = pad_rows(sorted([*earlier, row], key=lambda r: r[0]))
             table, added, new_ids = (
                 wandb.Table(columns=list[str | int](columns), data=data),
                 1,
@@ -152,21 +164,41 @@ class WandbWriter:
             attachment.table = table
             row, added = None, len(rows)
             new_ids = [g.sample_id for g in step.generations if g.sample_id not in committed]
-        payload: dict[str, Any] = {self.config.step_metric: step.step, self.config.table_key: table}
-        if self.config.scalars:
-            for name, value in summary_scalars(step.summary).items():
-                payload[f"{self.config.table_key}/{name}"] = value
         attachment = self._attach(step.run)
         try:
-            attachment.run.log(payload)
+            attachment.run.log(self._payload(step, table))
         except Exception as error:
             self._runs.pop(step.run.key, None)
             self._finish(attachment)
             raise WriterUnavailable(f"cannot log to run {step.run.key}: {type(error).__name__}: {error}") from error
         attachment.steps += 1
-        self._ledger.commit(step.group_id, step.step, new_ids, row=row)
+        self._ledger.commit(step.group_id, step.step, new_ids, row=row, shown=candidate)
         self.written_steps += 1
         return added
+
+    def _payload(self, step: ClosedStep, table: Any) -> dict[str, Any]:
+        payload: dict[str, Any] = {self.config.step_metric: step.step, self.config.table_key: table}
+        if self.config.scalars:
+            for name, value in summary_scalars(step.summary).items():
+                payload[f"{self.config.table_key}/{name}"] = value
+        if step.attempt:
+            payload[f"{self.config.table_key}/attempt"] = step.attempt
+        return payload
+
+    def _superseded(self, step: ClosedStep, candidate: ShownAttempt) -> bool:
+        """Whether another attempt of the step is shown and the shared rule keeps it."""
+        shown = self._ledger.shown(step.group_id, step.step)
+        if shown is None or shown.attempt == candidate.attempt or shown.rank() < candidate.rank():
+            return False
+        self.superseded_attempts += 1
+        _logger.info(
+            "run %s step %d: attempt %r not written, attempt %r is shown",
+            step.group_id,
+            step.step,
+            step.attempt,
+            shown.attempt,
+        )
+        return True
 
     def _finish(self, attachment: _Attachment) -> None:
         try:

@@ -89,6 +89,7 @@ def test_actors_with_the_carrier_share_the_trace_and_merge_exactly(cluster: Path
         (1, 300, expected),
         (2, 300, expected),
     ]
+    assert [s.attempts for s in selections] == [1, 1]  # the driver's launch id reached every actor
     for step in (1, 2):
         step_records = [r for r in records if r.step == step]
         assert len({r.trace_id for r in step_records if isinstance(r, Generation)}) == 1

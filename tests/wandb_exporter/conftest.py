@@ -38,7 +38,15 @@ def _attrs(values: dict[str, Any]) -> list[KeyValue]:
 
 
 def generation(
-    run: str, step: int, i: int, *, text: str = "", rank: int | None = None, score: float = 0.5
+    run: str,
+    step: int,
+    i: int,
+    *,
+    text: str = "",
+    rank: int | None = None,
+    score: float = 0.5,
+    attempt: str | None = None,
+    late: bool | None = None,
 ) -> LogRecord:
     """A ``valgen.generation`` log record for sample ``s{i}``."""
     return LogRecord(
@@ -55,16 +63,28 @@ def generation(
                 contract.SOURCE: "trainer",
                 contract.DATA_SOURCE: "gsm8k",
                 contract.SAMPLE_COUNT: 4,
-                contract.RANK: rank if rank is not None else i + 1,
+                contract.RANK: rank if rank is not None else (None if late else i + 1),
+                contract.ATTEMPT: attempt,
+                contract.LATE: late,
             }
         ),
     )
 
 
-def summary(run: str, step: int, kept: int, *, seen: int = 10) -> LogRecord:
+def summary(
+    run: str,
+    step: int,
+    kept: int,
+    *,
+    seen: int = 10,
+    attempt: str | None = None,
+    attempt_start: int | None = None,
+    closed_reason: str = "complete",
+) -> LogRecord:
     """A ``valgen.step.summary`` log record."""
     values = {contract.RUN_ID: run, contract.STEP: step, contract.SEEN: seen, contract.KEPT: kept}
-    values |= {contract.LATE: 0, contract.MISSING: 0}
+    values |= {contract.LATE: 0, contract.MISSING: 0, contract.CLOSED_REASON: closed_reason}
+    values |= {contract.ATTEMPT: attempt, contract.ATTEMPT_START: attempt_start}
     return LogRecord(event_name=contract.EVENT_STEP_SUMMARY, severity_number=9, attributes=_attrs(values))
 
 
@@ -77,10 +97,20 @@ def request(*logs: LogRecord, resource: dict[str, Any] | None = None) -> ExportL
     return message
 
 
-def step_request(run: str, step: int, k: int, **kwargs: Any) -> ExportLogsServiceRequest:
-    """A step's k generations (ranked) followed by its summary."""
-    logs = [generation(run, step, i, **kwargs) for i in range(k)]
-    return request(*logs, summary(run, step, k), resource={"service.name": "t", contract.WANDB_PROJECT: "proj"})
+def step_request(
+    run: str,
+    step: int,
+    k: int,
+    *,
+    attempt: str | None = None,
+    attempt_start: int | None = None,
+    closed_reason: str = "complete",
+    **kwargs: Any,
+) -> ExportLogsServiceRequest:
+    """A step's k generations (ranked) followed by its summary (of one attempt when given)."""
+    logs = [generation(run, step, i, attempt=attempt, **kwargs) for i in range(k)]
+    closing = summary(run, step, k, attempt=attempt, attempt_start=attempt_start, closed_reason=closed_reason)
+    return request(*logs, closing, resource={"service.name": "t", contract.WANDB_PROJECT: "proj"})
 
 
 def wait_for(predicate: Any, timeout_s: float = 20.0) -> None:

@@ -161,3 +161,44 @@ def test_limits_are_validated() -> None:
     """Non-positive bounds are refused."""
     with pytest.raises(ValueError, match="positive"):
         BufferLimits(max_open_steps=0)
+
+
+def test_attempts_of_one_step_are_buffered_and_closed_apart() -> None:
+    """Two attempts of a step never merge; each closes on its own summary with its start and outcome."""
+    buffer, _, _ = make()
+    first = Generation("r", 1, "s0", 5, "q", "a", rank=1, attempt="L1.1", timestamp=10)
+    second = Generation("r", 1, "s0", 5, "q", "b", rank=1, attempt="L2.1", timestamp=30)
+    assert buffer.add(first, RESOURCE) == []
+    assert buffer.add(second, RESOURCE) == []
+    assert buffer.open_steps == 2
+    attributes = {contract.KEPT: 1, contract.ATTEMPT_START: 25, contract.CLOSED_REASON: "complete"}
+    (closed,) = buffer.add(Summary("r", 1, {**attributes, contract.ATTEMPT: "L2.1"}), {})
+    assert (closed.attempt, closed.attempt_start, closed.attempt_complete) == ("L2.1", 25, True)
+    assert closed.generations[0].output == "b"
+    (closed,) = buffer.add(
+        Summary("r", 1, {contract.KEPT: 1, contract.ATTEMPT: "L1.1", contract.CLOSED_REASON: "wait"}), {}
+    )
+    assert (closed.attempt, closed.attempt_start, closed.attempt_complete) == ("L1.1", 10, False)
+
+
+def test_generations_the_sampler_forwarded_as_late_are_dropped() -> None:
+    """valgen.late = true: not part of the sampler's sample; counted, never buffered."""
+    buffer, _, _ = make(late_additions=True)
+    late = Generation("r", 1, "s9", 1, "q", "a", attempt="L1.1", late=True)
+    assert buffer.add(late, RESOURCE) == []
+    assert (buffer.stats.late_dropped, buffer.open_steps) == (1, 0)
+
+
+def test_ledger_keeps_the_attempt_the_rule_picks(tmp_path: Any) -> None:
+    """The shown attempt of a step changes only to one the rule prefers; it survives a reopen."""
+    from otel_valgen.wandb_exporter.ledger import ShownAttempt
+
+    ledger = Ledger(tmp_path)
+    ledger.commit("r", 1, ["a"], row=[1, "old"], shown=ShownAttempt("L1.1", 10, False))
+    ledger.commit("r", 1, ["b"], row=[1, "new"], shown=ShownAttempt("L2.1", 20, True))
+    ledger.commit("r", 1, ["c"], row=[1, "newer but incomplete"], shown=ShownAttempt("L3.1", 30, False))
+    again = Ledger(tmp_path)
+    assert again.shown("r", 1) == ShownAttempt("L2.1", 20, True)
+    assert again.rows("r") == [[1, "new"]]
+    assert again.is_committed("r", 1, "L1.1")
+    assert not again.is_committed("r", 1)

@@ -68,7 +68,7 @@ def test_rows_layout_k_rows_per_step_in_rank_order(wandb_dir: Path) -> None:
         assert {row[0] for row in table["data"]} == {step}
     assert [row[1] for row in tables[0][1]["data"]] == ["s003", "s002", "s001", "s000"]
     row = tables[1][1]["data"][0]
-    assert row == [6, "s000", "gsm8k", "trainer", "q0", "a0@6", "t0", 0.5]
+    assert row == [6, "s000", "gsm8k", "trainer", "q0", "a0@6", "t0", 0.5, ""]
 
 
 def test_records_name_the_wandb_run(wandb_dir: Path) -> None:
@@ -106,3 +106,54 @@ def test_push_verl_layout(wandb_dir: Path, tmp_path: Path) -> None:
     assert report.steps == 2
     tables = read_run(wandb_dir, "run-pv").tables(KEY)
     assert [[row[0] for row in t["data"]] for _, t in tables] == [[1], [1, 2]]
+
+
+def _attempts(run: str) -> list[object]:
+    """Step 10 of ``run`` in three attempts: cut by silence, resumed and complete, retried and cut."""
+    return [
+        step_request(run, 10, 2, attempt="L1.1", attempt_start=1_000, closed_reason="wait", text="-old"),
+        step_request(run, 10, 2, attempt="L2.1", attempt_start=2_000, text="-new"),
+        step_request(run, 10, 2, attempt="L1.1", attempt_start=1_000, closed_reason="wait", text="-old"),
+        step_request(run, 10, 2, attempt="L3.1", attempt_start=3_000, closed_reason="max_duration", text="-cut"),
+    ]
+
+
+def test_verl_layout_a_later_complete_attempt_replaces_the_steps_row(wandb_dir: Path, tmp_path: Path) -> None:
+    """Verl: the step is logged again with the new attempt's row; worse attempts are never written."""
+    service = run_service("verl", step_request("run-a", 5, 2), *_attempts("run-a"), state_dir=tmp_path / "state")
+    stats = service.stats()
+    assert stats["superseded_attempts"] == 1  # L3.1; the resent L1.1 is a duplicate of a written attempt
+    assert stats["duplicates"] == 3
+    files = read_run(wandb_dir, "run-a")
+    tables = files.tables(KEY)
+    assert [step for step, _ in tables] == [5, 10, 10]
+    last = tables[-1][1]["data"]
+    assert [row[0] for row in last] == [5, 10]
+    assert last[1][1:3] == ["q0-new", "a0@10-new"]
+    assert files.scalars(f"{KEY}/attempt") == [(10, "L1.1"), (10, "L2.1")]
+    # a restart with the same state folder: the same records add nothing
+    again = run_service("verl", *_attempts("run-a"), state_dir=tmp_path / "state")
+    assert again.stats()["written_steps"] == 0
+
+
+def test_rows_layout_a_later_complete_attempt_adds_its_rows_with_the_attempt(wandb_dir: Path) -> None:
+    """Rows: the new attempt's rows are added (attempt column); nothing is added twice."""
+    run_service("rows", *_attempts("run-b"))
+    tables = read_run(wandb_dir, "run-b").tables(KEY)
+    rows = [row for _, table in tables for row in table["data"]]
+    assert len({(row[1], row[-1]) for row in rows}) == len(rows) == 4
+    assert [(row[-1], row[4]) for row in rows] == [
+        ("L1.1", "q0-old"),
+        ("L1.1", "q1-old"),
+        ("L2.1", "q0-new"),
+        ("L2.1", "q1-new"),
+    ]
+
+
+def test_push_writes_the_attempt_show_picks(wandb_dir: Path, tmp_path: Path) -> None:
+    """Push over collector output with two attempts writes the latest complete one."""
+    _write_otlp_json(tmp_path / "a.jsonl", *_attempts("run-c"))
+    report = push_paths([tmp_path / "a.jsonl"], WriterConfig(layout="verl", mode="offline"))
+    assert report.steps == 1
+    ((_, table),) = read_run(wandb_dir, "run-c").tables(KEY)
+    assert table["data"][0][1] == "q0-new"

@@ -1,0 +1,274 @@
+"""A block's lifecycle on the wire: start, progress while open, end, the attempt on every record."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from typing import Any
+
+import pytest
+
+import otel_valgen as vg
+from otel_valgen import _api, contract
+from otel_valgen.reader import EndRecord, Generation, ProgressRecord, StartRecord, records_from_request
+from otel_valgen.testing import capture_records
+from tests.conftest import REPO, OtlpHttpReceiver
+
+LIFECYCLE = (contract.EVENT_VALIDATION_START, contract.EVENT_VALIDATION_PROGRESS, contract.EVENT_VALIDATION_END)
+
+
+def _of(records: list[dict[str, Any]], event: str) -> list[dict[str, Any]]:
+    return [r for r in records if r["event_name"] == event]
+
+
+def test_a_block_sends_start_progress_and_end_with_one_attempt() -> None:
+    """Start first (with k and sources_expected), progress while open, end last; one attempt on all."""
+    with capture_records(run_id="r", count=3, launch_id="L7", progress_interval_s=0.05) as records:
+        with vg.validation(step=4, source="trainer", sources_expected=2):
+            vg.log_generations([f"q{i}" for i in range(10)], ["a"] * 10, None)
+            time.sleep(0.4)
+        vg.flush()
+        after = len(records)
+        time.sleep(0.3)
+        vg.flush()
+        assert len(records) == after, "progress records after the block ended"
+    events = [r["event_name"] for r in records]
+    assert events[0] == contract.EVENT_VALIDATION_START
+    assert events[-1] == contract.EVENT_VALIDATION_END
+    (start,) = _of(records, contract.EVENT_VALIDATION_START)
+    assert start["attributes"][contract.SAMPLE_COUNT] == 3
+    assert start["attributes"][contract.SOURCES_EXPECTED] == 2
+    assert start["severity_text"] == "INFO"
+    progress = _of(records, contract.EVENT_VALIDATION_PROGRESS)
+    assert len(progress) >= 3
+    assert progress[-1]["attributes"][contract.SEEN] == 10
+    assert len(_of(records, contract.EVENT_GENERATION)) == 3
+    for record in records:
+        attributes = record["attributes"]
+        assert attributes[contract.ATTEMPT] == "L7.1"
+        assert (attributes[contract.RUN_ID], attributes[contract.STEP]) == ("r", 4)
+        if record["event_name"] in LIFECYCLE:
+            assert attributes[contract.SOURCE] == "trainer"
+    assert len({r["trace_id"] for r in records}) == 1
+    stats = vg.stats()
+    assert stats["start_records_emitted"] == 1
+    assert stats["progress_records_emitted"] == len(progress)
+
+
+def test_progress_can_be_turned_off() -> None:
+    """OTEL_VALGEN_PROGRESS_INTERVAL=0: no progress records, start and end still sent."""
+    with capture_records(run_id="r", count=3, progress_interval_s=0) as records, vg.validation(step=1):
+        vg.log_generations(["q"], ["a"], None)
+        time.sleep(0.2)
+    assert not _of(records, contract.EVENT_VALIDATION_PROGRESS)
+    assert len(_of(records, contract.EVENT_VALIDATION_START)) == 1
+
+
+def test_validating_a_step_again_in_one_process_is_a_new_attempt() -> None:
+    """The n of <launch>.<n> counts how often this process already ended that (step, source)."""
+    with capture_records(run_id="r", count=2, launch_id="L", progress_interval_s=0) as records:
+        for _ in range(2):
+            with vg.validation(step=9, source="s"):
+                vg.log_generations(["q"], ["a"], None)
+        with vg.validation(step=9, source="other"):
+            vg.log_generations(["q"], ["a"], None)
+        with vg.validation(step=10, source="s"):
+            vg.log_generations(["q"], ["a"], None)
+    attempts = [
+        (r["attributes"][contract.STEP], r["attributes"][contract.SOURCE], r["attributes"][contract.ATTEMPT])
+        for r in _of(records, contract.EVENT_VALIDATION_START)
+    ]
+    assert attempts == [(9, "s", "L.1"), (9, "s", "L.2"), (9, "other", "L.1"), (10, "s", "L.1")]
+    ends = [r["attributes"][contract.ATTEMPT] for r in _of(records, contract.EVENT_VALIDATION_END)]
+    assert ends == ["L.1", "L.2", "L.1", "L.1"]
+
+
+def test_reconfiguring_keeps_counting_attempts() -> None:
+    """A second configure() of the same launch does not reuse an attempt already ended."""
+    with capture_records(run_id="r", count=2, launch_id="L", progress_interval_s=0) as records:
+        with vg.validation(step=3):
+            vg.log_generations(["q"], ["a"], None)
+        emitter = _api._emitter
+        assert emitter is not None
+        exporter = emitter.pipeline.exporter._inner
+        _api._install_for_testing(emitter.settings, exporter)  # type: ignore[arg-type]
+        with vg.validation(step=3):
+            vg.log_generations(["q"], ["a"], None)
+    assert [r["attributes"][contract.ATTEMPT] for r in _of(records, contract.EVENT_VALIDATION_END)] == ["L.1", "L.2"]
+
+
+def test_each_process_is_its_own_launch_unless_told() -> None:
+    """Without OTEL_VALGEN_LAUNCH_ID two processes have different launch ids; with it, the same."""
+    code = "import otel_valgen._settings as s; print(s.resolve_settings(run_id='r').launch_id)"
+    env = {k: v for k, v in os.environ.items() if k != "OTEL_VALGEN_LAUNCH_ID"}
+    env["PYTHONPATH"] = str(REPO)
+    ids = {
+        subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+        for _ in range(2)
+    }
+    assert len(ids) == 2
+    env["OTEL_VALGEN_LAUNCH_ID"] = "job-42"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "job-42"
+
+
+def test_the_launch_id_goes_to_ray_workers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """worker_env() forwards the driver's launch id and progress interval, as it does the run id."""
+    from otel_valgen import ray as vg_ray
+
+    vg.configure(run_id="r", launch_id="driver-launch", progress_interval_s=2)
+    env = vg_ray.worker_env()
+    assert env["OTEL_VALGEN_LAUNCH_ID"] == "driver-launch"
+    assert float(env["OTEL_VALGEN_PROGRESS_INTERVAL"]) == 2.0
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert vg.configure().launch_id == "driver-launch"  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(("raw", "expected"), [("", 5.0), ("0", 0.0), ("0.01", 0.05), ("2.5", 2.5), ("-1", 5.0)])
+def test_progress_interval_from_the_environment(monkeypatch: pytest.MonkeyPatch, raw: str, expected: float) -> None:
+    """Default 5 s, 0 = off, at least 0.05, a bad value is the default."""
+    monkeypatch.setenv("OTEL_VALGEN_PROGRESS_INTERVAL", raw)
+    from otel_valgen._settings import resolve_settings
+
+    assert resolve_settings(run_id="r").progress_interval_s == expected
+
+
+def test_start_and_progress_on_the_otlp_wire(otlp_http: OtlpHttpReceiver) -> None:
+    """Over OTLP/HTTP the start, progress and end records arrive with their attempt."""
+    vg.configure(run_id="wire", count=2, endpoint=otlp_http.endpoint, launch_id="W", progress_interval_s=0.05)
+    with vg.validation(step=2, source="a", sources_expected=1):
+        vg.log_generations(["q1", "q2", "q3"], ["x", "y", "z"], None)
+        time.sleep(0.3)
+    records = [r for request in otlp_http.json_requests() for r in records_from_request(request)]
+    starts = [r for r in records if isinstance(r, StartRecord)]
+    progress = [r for r in records if isinstance(r, ProgressRecord)]
+    ends = [r for r in records if isinstance(r, EndRecord)]
+    generations = [r for r in records if isinstance(r, Generation)]
+    assert [(s.source, s.attempt, s.sample_count, s.sources_expected) for s in starts] == [("a", "W.1", 2, 1)]
+    assert progress
+    assert {p.attempt for p in progress} == {"W.1"}
+    assert progress[-1].seen == 3
+    assert [(e.attempt, e.seen, e.emitted) for e in ends] == [("W.1", 3, 2)]
+    assert {g.attempt for g in generations} == {"W.1"}
+    assert all(r.timestamp > 0 for r in [*starts, *progress, *ends, *generations])
+    assert starts[0].instance == ends[0].instance != ""
+
+
+# -- SIGTERM --------------------------------------------------------------------------------
+
+_CHILD = """
+import os, signal, sys, time
+import otel_valgen as vg
+mode = sys.argv[1]
+if mode == "handler":
+    def previous(signum, frame):
+        open(os.path.join(sys.argv[2], "previous-called"), "w").close()
+        sys.exit(7)
+    signal.signal(signal.SIGTERM, previous)
+elif mode == "ignore":
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+vg.configure(run_id="sig", count=3, directory=sys.argv[2], progress_interval_s=0, launch_id="S")
+with vg.validation(step=5, source="main"):
+    vg.log_generations([f"q{i}" for i in range(20)], ["a"] * 20, None)
+    print("inside", flush=True)
+    for _ in range(40):
+        time.sleep(0.05)
+    print("still running", flush=True)
+print("after block", flush=True)
+"""
+
+
+def _run_child(mode: str, directory: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OTEL_VALGEN_FLUSH_TIMEOUT": "5"}
+    child = subprocess.Popen(
+        [sys.executable, "-c", _CHILD, mode, directory],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert child.stdout is not None
+    assert child.stdout.readline().strip() == "inside"
+    child.send_signal(15)
+    try:
+        out, err = child.communicate(timeout=30 if mode != "ignore" else 40)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        out, err = child.communicate()
+    return subprocess.CompletedProcess(child.args, child.returncode, "inside\n" + out, err)
+
+
+def _delivered(directory: str) -> list[object]:
+    from otel_valgen.reader import read_paths
+
+    return list(read_paths([directory], pytest.fail))
+
+
+@pytest.mark.parametrize("mode", ["default", "handler"])
+def test_sigterm_inside_a_block_delivers_it(tmp_path: Any, mode: str) -> None:
+    """SIGTERM in a block: the block's records reach the sink, then the previous disposition runs."""
+    result = _run_child(mode, str(tmp_path))
+    if mode == "default":
+        assert result.returncode == -15, result.stderr  # still dies by the signal
+    else:
+        assert result.returncode == 7, result.stderr
+        assert (tmp_path / "previous-called").exists()
+    assert "still running" not in result.stdout
+    records = _delivered(str(tmp_path))
+    generations = [r for r in records if isinstance(r, Generation)]
+    ends = [r for r in records if isinstance(r, EndRecord)]
+    assert len(generations) == 3
+    assert [(e.step, e.seen, e.emitted, e.attempt) for e in ends] == [(5, 20, 3, "S.1")]
+
+
+def test_sigterm_with_sig_ign_delivers_and_keeps_running(tmp_path: Any) -> None:
+    """A process that ignored SIGTERM keeps running; its open block was delivered when the signal came."""
+    result = _run_child("ignore", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    assert "after block" in result.stdout
+    ends = [r for r in _delivered(str(tmp_path)) if isinstance(r, EndRecord)]
+    assert [(e.seen, e.emitted) for e in ends] == [(20, 3)]
+
+
+def test_ending_an_ended_step_again_sends_no_new_attempt() -> None:
+    """end_step after the block already ended it: no empty attempt that would outrank the real one."""
+    with capture_records(run_id="r", count=2, launch_id="L", progress_interval_s=0) as records:
+        with vg.validation(step=6):
+            vg.log_generations(["q"], ["a"], None)
+        vg.end_step(6)
+        vg.end_step(8)  # never opened: an empty part, announced and ended
+    starts = [
+        (r["attributes"][contract.STEP], r["attributes"][contract.ATTEMPT])
+        for r in _of(records, contract.EVENT_VALIDATION_START)
+    ]
+    ends = [
+        (r["attributes"][contract.STEP], r["attributes"][contract.ATTEMPT])
+        for r in _of(records, contract.EVENT_VALIDATION_END)
+    ]
+    assert starts == ends == [(6, "L.1"), (8, "L.1")]
+
+
+def test_no_sigterm_handler_is_installed_outside_the_main_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Signal handlers can only be set from the main thread: elsewhere none is installed, nothing raises."""
+    import signal
+    import threading
+
+    monkeypatch.setattr(_api, "_sigterm_installed", False)
+    before = signal.getsignal(signal.SIGTERM)
+    errors: list[BaseException] = []
+
+    def install() -> None:
+        try:
+            _api._install_sigterm_handler()
+        except BaseException as error:  # pragma: no cover - the assertion below reports it
+            errors.append(error)
+
+    worker = threading.Thread(target=install)
+    worker.start()
+    worker.join()
+    assert errors == []
+    assert signal.getsignal(signal.SIGTERM) is before
+    assert _api._sigterm_installed is False

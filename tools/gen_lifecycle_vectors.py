@@ -1,0 +1,343 @@
+#!/usr/bin/env python3
+"""Writes the step-lifecycle vectors (testdata/lifecycle/*.json); see README.md.
+
+Only the event lists are expanded by code. Every expected value below is written by hand from
+the rules (lifecycle spec of issue 15), never computed from an implementation; the comments
+show the reasoning. Run: python tools/gen_lifecycle_vectors.py
+"""
+
+import json
+import pathlib
+
+HERE = pathlib.Path(__file__).resolve().parent.parent / "testdata" / "lifecycle"
+RUN, STEP = "r", 20
+# Sampling keys, given explicitly so that no suite computes them.
+KEYS_A = {"a/0": 50, "a/1": 10, "a/2": 70, "a/3": 30, "a/4": 90}
+KEYS_B = {"b/0": 20, "b/1": 60, "b/2": 5, "b/3": 80, "b/4": 40}
+
+
+def rec(t, event, source, attempt="L1.1", instance=None, **fields):
+    r = {
+        "event": event,
+        "run_id": RUN,
+        "step": STEP,
+        "source": source,
+        "instance": instance or "i-" + source,
+        "timestamp_ms": t,
+    }
+    if attempt is not None:
+        r["attempt"] = attempt
+    r.update(fields)
+    return {"t_ms": t, "record": r}
+
+
+def start(t, source, **kw):
+    return rec(t, "valgen.validation.start", source, **kw)
+
+
+def progress(t, source, seen, **kw):
+    return rec(t, "valgen.validation.progress", source, seen=seen, **kw)
+
+
+def end(t, source, seen, emitted, **kw):
+    return rec(t, "valgen.validation.end", source, seen=seen, emitted=emitted, **kw)
+
+
+def gens(t, keys, source, **kw):
+    return [rec(t, "valgen.generation", source, sample_id=i, sample_key=k, **kw) for i, k in keys.items()]
+
+
+def tick(t):
+    return {"t_ms": t, "tick": True}
+
+
+def group(attempt, reason, closed_at, seen, kept, ended, missing, attempt_start, announced, late=0, **extra):
+    g = {
+        "run_id": RUN,
+        "step": STEP,
+        "attempt": attempt,
+        "closed_reason": reason,
+        "closed_at_ms": closed_at,
+        "seen": seen,
+        "kept_ids": kept,
+        "sources_ended": ended,
+        "sources_missing": missing,
+        "late": late,
+        "attempt_start_ms": attempt_start,
+        "sources_announced": announced,
+    }
+    g.update(extra)
+    return g
+
+
+def config(late="drop", max_ms=10000):
+    return {"count": 4, "decision_wait_ms": 1000, "max_step_duration_ms": max_ms, "late_records": late}
+
+
+def shown(attempt):
+    return [{"run_id": RUN, "step": STEP, "attempt": attempt}]
+
+
+VECTORS = []
+
+# (a) A ends at 200 (t0); B sends progress every 500 ms and ends at 3200 = t0 + 3 * wait.
+# Activity never pauses for 1000 ms (last gaps: 700->1200 ... 2700->3200 are 500 ms), so no
+# tick closes the step; at 3200 both known sources have ended and delivered their emitted 5:
+# complete. Bottom-4 of keys {50,10,70,30,90} u {20,60,5,80,40} = 5 b/2, 10 a/1, 20 b/0, 30 a/3.
+# seen = 12 (A's end) + 15 (B's end) = 27.
+VECTORS.append(
+    {
+        "name": "slow_source_progress",
+        "description": (
+            "A ends at t0=200; B keeps sending progress and ends at t0 + 3*decision_wait: one complete "
+            "group with both sources."
+        ),
+        "config": config(),
+        "events": [
+            start(0, "a"),
+            start(0, "b"),
+            *gens(100, KEYS_A, "a"),
+            end(200, "a", 12, 5),
+            progress(700, "b", 3),
+            tick(1100),
+            progress(1200, "b", 6),
+            progress(1700, "b", 9),
+            tick(2000),
+            progress(2200, "b", 12),
+            progress(2700, "b", 15),
+            tick(3000),
+            *gens(3200, KEYS_B, "b"),
+            end(3200, "b", 15, 5),
+            tick(4500),
+        ],
+        "expected": {
+            "groups": [group("L1.1", "complete", 3200, 27, ["b/2", "a/1", "b/0", "a/3"], 2, [], 0, 2)],
+            "shown": shown("L1.1"),
+        },
+    }
+)
+
+# (b) As (a) without progress and without sources_expected: last activity is A's end at 200,
+# B (known from its start) has not ended, so not complete; silence closes it at 200 + 1000.
+# B's 5 generations and its end at 3200 are late: 6 late records, reported at the tick of 3300.
+# Kept = bottom-4 of A = 10 a/1, 30 a/3, 50 a/0, 70 a/2; seen = 12 (A's end) + 0 (B delivered nothing).
+VECTORS.append(
+    {
+        "name": "slow_source_no_progress",
+        "description": (
+            "As slow_source_progress without progress records: the step closes by wait at 1200 and B's part is late."
+        ),
+        "config": config(),
+        "events": [
+            start(0, "a"),
+            start(0, "b"),
+            *gens(100, KEYS_A, "a"),
+            end(200, "a", 12, 5),
+            tick(1100),
+            tick(1200),
+            *gens(3200, KEYS_B, "b"),
+            end(3200, "b", 15, 5),
+            tick(3300),
+        ],
+        "expected": {
+            "groups": [
+                group(
+                    "L1.1", "wait", 1200, 12, ["a/1", "a/3", "a/0", "a/2"], 1, ["b@i-b"], 0, 2, late=6, late_reports=[6]
+                )
+            ],
+            "shown": shown("L1.1"),
+        },
+    }
+)
+
+# (c) sources_expected = 2: B announces and dies. One of two promised sources ended, so silence
+# does not close the step; max_step_duration (5000 after the first record at 0) does, at 5000.
+VECTORS.append(
+    {
+        "name": "expected_source_dies",
+        "description": (
+            "sources_expected=2, B announces then sends nothing: the step closes at max_step_duration with B missing."
+        ),
+        "config": config(max_ms=5000),
+        "events": [
+            start(0, "a", sources_expected=2),
+            start(0, "b", sources_expected=2),
+            *gens(100, KEYS_A, "a"),
+            end(200, "a", 12, 5, sources_expected=2),
+            tick(1200),
+            tick(3000),
+            tick(4999),
+            tick(5000),
+        ],
+        "expected": {
+            "groups": [group("L1.1", "max_duration", 5000, 12, ["a/1", "a/3", "a/0", "a/2"], 1, ["b@i-b"], 0, 2)],
+            "shown": shown("L1.1"),
+        },
+    }
+)
+
+# (d) One source streams 60 generations in 3 batches (100, 2600, 5000): the pauses between
+# batches (2500, 2400 ms) exceed decision_wait, but progress records every 800 ms keep the step
+# open (largest silence 800 < 1000). It completes at the end record (5100, emitted 60).
+# Keys: a/i -> 1000 + 7*i except five small ones in all batches: a/59=1, a/23=3, a/5=7,
+# a/31=9, a/44=11. The true bottom-4 of all 60: a/59, a/23, a/5, a/31 (a/44=11 is 5th).
+SMALL = {"a/5": 7, "a/23": 3, "a/31": 9, "a/44": 11, "a/59": 1}
+
+
+def batch(t, lo, hi):
+    keys = {f"a/{i}": SMALL.get(f"a/{i}", 1000 + 7 * i) for i in range(lo, hi)}
+    return gens(t, keys, "a")
+
+
+VECTORS.append(
+    {
+        "name": "long_streamed_validation",
+        "description": (
+            "60 generations in 3 batches separated by pauses longer than decision_wait, with progress "
+            "between them: nothing is cut."
+        ),
+        "config": config(max_ms=20000),
+        "events": [
+            start(0, "a"),
+            *batch(100, 0, 20),
+            progress(900, "a", 20),
+            tick(1000),
+            progress(1700, "a", 20),
+            tick(2000),
+            progress(2500, "a", 20),
+            *batch(2600, 20, 40),
+            tick(3000),
+            progress(3400, "a", 40),
+            tick(4000),
+            progress(4200, "a", 40),
+            tick(4900),
+            *batch(5000, 40, 60),
+            end(5100, "a", 60, 60),
+            tick(6000),
+        ],
+        "expected": {
+            "groups": [group("L1.1", "complete", 5100, 60, ["a/59", "a/23", "a/5", "a/31"], 1, [], 0, 1)],
+            "shown": shown("L1.1"),
+        },
+    }
+)
+
+# (e) Attempt L1.1 sends 5 generations at 100 and goes silent (killed): wait closes it at 1100,
+# incomplete (a@i-a never ended; seen = 5 delivered). The resumed launch's attempt L2.1 starts
+# at 3000 (its start record is stamped 2990: attempt_start is the smallest record time), sends
+# a/0..a/5 (a/5 key 1) and ends at 3200: a new group, complete; not late.
+# shown: the latest attempt_start among complete ones = L2.1.
+KEYS_A6 = {**KEYS_A, "a/5": 1}
+VECTORS.append(
+    {
+        "name": "resume_after_silence",
+        "description": (
+            "Attempt L1.1 partially seen then silent (wait, incomplete); the resumed attempt L2.1 "
+            "completes: two groups, L2.1 shown."
+        ),
+        "config": config(),
+        "events": [
+            start(0, "a"),
+            *gens(100, KEYS_A, "a"),
+            tick(1000),
+            tick(1100),
+            {"t_ms": 3000, "record": {**start(2990, "a", attempt="L2.1", instance="i-a2")["record"]}},
+            *gens(3100, KEYS_A6, "a", attempt="L2.1", instance="i-a2"),
+            end(3200, "a", 6, 6, attempt="L2.1", instance="i-a2"),
+            tick(4500),
+        ],
+        "expected": {
+            "groups": [
+                group("L1.1", "wait", 1100, 5, ["a/1", "a/3", "a/0", "a/2"], 0, ["a@i-a"], 0, 1),
+                group("L2.1", "complete", 3200, 6, ["a/5", "a/1", "a/3", "a/0"], 1, [], 2990, 1),
+            ],
+            "shown": shown("L2.1"),
+        },
+    }
+)
+
+# (f) L2.1 starts at 500 while L1.1 is still inside its wait (L1.1's last record at 550).
+# They never merge: L2.1 completes at 700 with its own 5 (its only source ended; merged, L1.1's
+# unended source would block completion and seen would be 9); L1.1 closes by wait at 550 + 1000.
+KEYS_A3 = {k: KEYS_A[k] for k in ("a/0", "a/1", "a/2")}
+VECTORS.append(
+    {
+        "name": "resume_within_wait",
+        "description": "Two attempts of one step overlapping in time stay two groups.",
+        "config": config(),
+        "events": [
+            start(0, "a"),
+            *gens(100, KEYS_A3, "a"),
+            start(500, "a", attempt="L2.1", instance="i-a2"),
+            *gens(550, {"a/3": 30}, "a"),
+            *gens(600, KEYS_A, "a", attempt="L2.1", instance="i-a2"),
+            end(700, "a", 5, 5, attempt="L2.1", instance="i-a2"),
+            tick(1000),
+            tick(1549),
+            tick(1550),
+        ],
+        "expected": {
+            "groups": [
+                group("L2.1", "complete", 700, 5, ["a/1", "a/3", "a/0", "a/2"], 1, [], 500, 1),
+                group("L1.1", "wait", 1550, 4, ["a/1", "a/3", "a/0", "a/2"], 0, ["a@i-a"], 0, 1),
+            ],
+            "shown": shown("L2.1"),
+        },
+    }
+)
+
+# (g) late_records: forward. The step completes at 200 (one known source, ended, 4 of 4).
+# At 1000 two generations and a progress record arrive: 3 late; at the 1500 tick one late
+# report says 3. At 2000 one more generation: the 2500 tick reports 4 (cumulative).
+# The 3 late generations go on tagged valgen.late=true; the progress record does not.
+VECTORS.append(
+    {
+        "name": "late_records_forward",
+        "description": (
+            "Records after the close: counted per group in debounced valgen.step.late records; late "
+            "generations forwarded, tagged."
+        ),
+        "config": config(late="forward"),
+        "events": [
+            start(0, "a"),
+            *gens(100, {k: KEYS_A[k] for k in ("a/0", "a/1", "a/2", "a/3")}, "a"),
+            end(200, "a", 4, 4),
+            tick(500),
+            *gens(1000, {"a/4": 90, "a/5": 5}, "a"),
+            progress(1000, "a", 6),
+            tick(1500),
+            tick(1800),
+            *gens(2000, {"a/6": 1}, "a"),
+            tick(2500),
+        ],
+        "expected": {
+            "groups": [
+                group(
+                    "L1.1", "complete", 200, 4, ["a/1", "a/3", "a/0", "a/2"], 1, [], 0, 1, late=4, late_reports=[3, 4]
+                )
+            ],
+            "forwarded_ids": ["a/4", "a/5", "a/6"],
+            "shown": shown("L1.1"),
+        },
+    }
+)
+
+# (h) Legacy records (old SDK): no attempt, no start, an end with sources_expected=1.
+# Attempt "" ; complete at 100 (one source ended, 3 of 3, E=1 reached).
+VECTORS.append(
+    {
+        "name": "legacy_no_attempt",
+        "description": 'Records without valgen.attempt belong to attempt "" and complete as before.',
+        "config": config(),
+        "events": [
+            *gens(0, {k: KEYS_A[k] for k in ("a/0", "a/1", "a/2")}, "a", attempt=None),
+            end(100, "a", 3, 3, attempt=None, sources_expected=1),
+            tick(2000),
+        ],
+        "expected": {"groups": [group("", "complete", 100, 3, ["a/1", "a/0", "a/2"], 1, [], 0, 0)], "shown": shown("")},
+    }
+)
+
+if __name__ == "__main__":
+    for v in VECTORS:
+        (HERE / f"{v['name']}.json").write_text(json.dumps(v, indent=1, ensure_ascii=False) + "\n")
