@@ -83,14 +83,17 @@ VECTORS = []
 # (a) A ends at 200 (t0); B sends progress every 500 ms and ends at 3200 = t0 + 3 * wait.
 # Activity never pauses for 1000 ms (last gaps: 700->1200 ... 2700->3200 are 500 ms), so no
 # tick closes the step; at 3200 both known sources have ended and delivered their emitted 5:
-# complete. Bottom-4 of keys {50,10,70,30,90} u {20,60,5,80,40} = 5 b/2, 10 a/1, 20 b/0, 30 a/3.
+# complete. No sources_expected, so it does not close at once: a third source could still
+# announce itself. It closes `complete` at the first tick with decision_wait of silence since
+# its last record (3200): not at 4199 (999 ms), at 4200 (1000 ms); the 4500 tick finds nothing.
+# Bottom-4 of keys {50,10,70,30,90} u {20,60,5,80,40} = 5 b/2, 10 a/1, 20 b/0, 30 a/3.
 # seen = 12 (A's end) + 15 (B's end) = 27.
 VECTORS.append(
     {
         "name": "slow_source_progress",
         "description": (
             "A ends at t0=200; B keeps sending progress and ends at t0 + 3*decision_wait: one complete "
-            "group with both sources."
+            "group with both sources, closed decision_wait after B's end (no sources_expected)."
         ),
         "config": config(),
         "events": [
@@ -108,17 +111,20 @@ VECTORS.append(
             tick(3000),
             *gens(3200, KEYS_B, "b"),
             end(3200, "b", 15, 5),
+            tick(4199),
+            tick(4200),
             tick(4500),
         ],
         "expected": {
-            "groups": [group("L1.1", "complete", 3200, 27, ["b/2", "a/1", "b/0", "a/3"], 2, [], 0, 2)],
+            "groups": [group("L1.1", "complete", 4200, 27, ["b/2", "a/1", "b/0", "a/3"], 2, [], 0, 2)],
             "shown": shown("L1.1"),
         },
     }
 )
 
 # (b) As (a) without progress and without sources_expected: last activity is A's end at 200,
-# B (known from its start) has not ended, so not complete; silence closes it at 200 + 1000.
+# B (known from its start) has not ended, so not complete (the new complete-after-silence rule
+# does not apply); silence closes it by wait at 200 + 1000.
 # B's 5 generations and its end at 3200 are late: 6 late records, reported at the tick of 3300.
 # Kept = bottom-4 of A = 10 a/1, 30 a/3, 50 a/0, 70 a/2; seen = 12 (A's end) + 0 (B delivered nothing).
 VECTORS.append(
@@ -178,7 +184,9 @@ VECTORS.append(
 
 # (d) One source streams 60 generations in 3 batches (100, 2600, 5000): the pauses between
 # batches (2500, 2400 ms) exceed decision_wait, but progress records every 800 ms keep the step
-# open (largest silence 800 < 1000). It completes at the end record (5100, emitted 60).
+# open (largest silence 800 < 1000). It is complete at the end record (5100, emitted 60, its
+# only known source ended) but has no sources_expected, so it closes `complete` after
+# decision_wait of silence: not at the 6000 tick (900 ms), at the 6100 tick (1000 ms).
 # Keys: a/i -> 1000 + 7*i except five small ones in all batches: a/59=1, a/23=3, a/5=7,
 # a/31=9, a/44=11. The true bottom-4 of all 60: a/59, a/23, a/5, a/31 (a/44=11 is 5th).
 SMALL = {"a/5": 7, "a/23": 3, "a/31": 9, "a/44": 11, "a/59": 1}
@@ -194,7 +202,7 @@ VECTORS.append(
         "name": "long_streamed_validation",
         "description": (
             "60 generations in 3 batches separated by pauses longer than decision_wait, with progress "
-            "between them: nothing is cut."
+            "between them: nothing is cut; complete decision_wait after the end (no sources_expected)."
         ),
         "config": config(max_ms=20000),
         "events": [
@@ -214,9 +222,10 @@ VECTORS.append(
             *batch(5000, 40, 60),
             end(5100, "a", 60, 60),
             tick(6000),
+            tick(6100),
         ],
         "expected": {
-            "groups": [group("L1.1", "complete", 5100, 60, ["a/59", "a/23", "a/5", "a/31"], 1, [], 0, 1)],
+            "groups": [group("L1.1", "complete", 6100, 60, ["a/59", "a/23", "a/5", "a/31"], 1, [], 0, 1)],
             "shown": shown("L1.1"),
         },
     }
@@ -225,7 +234,9 @@ VECTORS.append(
 # (e) Attempt L1.1 sends 5 generations at 100 and goes silent (killed): wait closes it at 1100,
 # incomplete (a@i-a never ended; seen = 5 delivered). The resumed launch's attempt L2.1 starts
 # at 3000 (its start record is stamped 2990: attempt_start is the smallest record time), sends
-# a/0..a/5 (a/5 key 1) and ends at 3200: a new group, complete; not late.
+# a/0..a/5 (a/5 key 1) and ends at 3200: a new group, complete; not late. Without
+# sources_expected it closes `complete` at the first tick at least decision_wait after its last
+# record (3200 + 1000 = 4200): the tick at 4500.
 # shown: the latest attempt_start among complete ones = L2.1.
 KEYS_A6 = {**KEYS_A, "a/5": 1}
 VECTORS.append(
@@ -249,7 +260,7 @@ VECTORS.append(
         "expected": {
             "groups": [
                 group("L1.1", "wait", 1100, 5, ["a/1", "a/3", "a/0", "a/2"], 0, ["a@i-a"], 0, 1),
-                group("L2.1", "complete", 3200, 6, ["a/5", "a/1", "a/3", "a/0"], 1, [], 2990, 1),
+                group("L2.1", "complete", 4500, 6, ["a/5", "a/1", "a/3", "a/0"], 1, [], 2990, 1),
             ],
             "shown": shown("L2.1"),
         },
@@ -257,8 +268,11 @@ VECTORS.append(
 )
 
 # (f) L2.1 starts at 500 while L1.1 is still inside its wait (L1.1's last record at 550).
-# They never merge: L2.1 completes at 700 with its own 5 (its only source ended; merged, L1.1's
+# They never merge: L2.1 is complete at 700 with its own 5 (its only source ended; merged, L1.1's
 # unended source would block completion and seen would be 9); L1.1 closes by wait at 550 + 1000.
+# No sources_expected, so L2.1 closes `complete` after decision_wait of silence since its end:
+# open at the 1000, 1549, 1550 ticks (300, 849, 850 ms), closed at the 1700 tick (1000 ms).
+# Closing order: L1.1 (wait, 1550), then L2.1 (complete, 1700).
 KEYS_A3 = {k: KEYS_A[k] for k in ("a/0", "a/1", "a/2")}
 VECTORS.append(
     {
@@ -275,18 +289,22 @@ VECTORS.append(
             tick(1000),
             tick(1549),
             tick(1550),
+            tick(1700),
         ],
         "expected": {
             "groups": [
-                group("L2.1", "complete", 700, 5, ["a/1", "a/3", "a/0", "a/2"], 1, [], 500, 1),
                 group("L1.1", "wait", 1550, 4, ["a/1", "a/3", "a/0", "a/2"], 0, ["a@i-a"], 0, 1),
+                group("L2.1", "complete", 1700, 5, ["a/1", "a/3", "a/0", "a/2"], 1, [], 500, 1),
             ],
             "shown": shown("L2.1"),
         },
     }
 )
 
-# (g) late_records: forward. The step completes at 200 (one known source, ended, 4 of 4).
+# (g) late_records: forward. sources_expected = 1 (on start and end) keeps this scenario about
+# records after an immediate close: without it the complete step would stay open until 1200 and
+# the records of 1000 would join it. The step completes at 200 (one known source, ended, 4 of 4,
+# E = 1 reached) and, E being set, closes at once.
 # At 1000 two generations and a progress record arrive: 3 late; at the 1500 tick one late
 # report says 3. At 2000 one more generation: the 2500 tick reports 4 (cumulative).
 # The 3 late generations go on tagged valgen.late=true; the progress record does not.
@@ -294,14 +312,14 @@ VECTORS.append(
     {
         "name": "late_records_forward",
         "description": (
-            "Records after the close: counted per group in debounced valgen.step.late records; late "
-            "generations forwarded, tagged."
+            "Records after the close (sources_expected=1: complete closes at once): counted per group in "
+            "debounced valgen.step.late records; late generations forwarded, tagged."
         ),
         "config": config(late="forward"),
         "events": [
-            start(0, "a"),
+            start(0, "a", sources_expected=1),
             *gens(100, {k: KEYS_A[k] for k in ("a/0", "a/1", "a/2", "a/3")}, "a"),
-            end(200, "a", 4, 4),
+            end(200, "a", 4, 4, sources_expected=1),
             tick(500),
             *gens(1000, {"a/4": 90, "a/5": 5}, "a"),
             progress(1000, "a", 6),
@@ -323,7 +341,8 @@ VECTORS.append(
 )
 
 # (h) Legacy records (old SDK): no attempt, no start, an end with sources_expected=1.
-# Attempt "" ; complete at 100 (one source ended, 3 of 3, E=1 reached).
+# Attempt "" ; complete at 100 (one source ended, 3 of 3, E=1 reached); E being set, it closes
+# at once, at 100, not after decision_wait.
 VECTORS.append(
     {
         "name": "legacy_no_attempt",

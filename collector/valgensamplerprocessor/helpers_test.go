@@ -86,7 +86,7 @@ type rec struct {
 	source   string
 	instance string
 	traceID  byte
-	// end records
+	// end records (expected, valgen.sources_expected, also on start records)
 	seen, emitted, expected int64
 }
 
@@ -120,6 +120,9 @@ func appendRec(lrs plog.LogRecordSlice, r rec) plog.LogRecord {
 			attrs.PutInt(attrSourcesExpected, r.expected)
 		}
 		return lr
+	}
+	if lr.EventName() == eventStart && r.expected > 0 {
+		attrs.PutInt(attrSourcesExpected, r.expected)
 	}
 	attrs.PutStr(attrSampleID, r.id)
 	if r.hasKey {

@@ -101,9 +101,16 @@ func (g *group) expired(now time.Time, cfg *Config) string {
 	return ""
 }
 
+// completeNow reports whether the group closes as complete as soon as it is: only when
+// sources_expected promised how many sources there are. Without that promise another source
+// may still announce itself, so a complete group closes after decision_wait of silence.
+func (g *group) completeNow() bool {
+	return g.sourcesExpected > 0 && g.complete()
+}
+
 // closeReason is the reason the group closes at now (complete first), or "".
 func (g *group) closeReason(now time.Time, cfg *Config) string {
-	if g.complete() {
+	if g.complete() && (g.sourcesExpected > 0 || now.Sub(g.lastSeen) >= cfg.DecisionWait) {
 		return closedComplete
 	}
 	return g.expired(now, cfg)

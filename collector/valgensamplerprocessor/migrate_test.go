@@ -64,7 +64,9 @@ func TestStorageLegacyState(t *testing.T) {
 	require.Len(t, second.p.groups, 1)
 	require.Contains(t, second.p.groups, key, "the legacy group gets attempt \"\"")
 	second.consume(t, logsOf(stepRecords(1, "A", 1, 0)...)) // late: step 1 closed before the upgrade
-	second.consume(t, logsOf(append(stepRecords(2, "B", 2, 0), endRec(2, "A", 3, 3, 0), endRec(2, "B", 2, 2, 0))...))
+	// sources_expected = 2 on the end records: the resumed group closes complete at once (without
+	// it, a complete group waits decision_wait for another source, and Shutdown would store it).
+	second.consume(t, logsOf(append(stepRecords(2, "B", 2, 0), endRec(2, "A", 3, 3, 2), endRec(2, "B", 2, 2, 2))...))
 	require.NoError(t, second.p.Shutdown(context.Background()))
 	got := collect(second.sink)
 	require.Len(t, got.summaries, 1)

@@ -135,6 +135,117 @@ func TestWaitClose(t *testing.T) {
 	}
 }
 
+// TestCompleteAfterSilence pins when a complete group closes: at once when sources_expected is
+// set (on a start or an end record); without it only after decision_wait of silence since its
+// last record, because another source may still announce itself: a start record arriving in
+// that window makes the group incomplete again until the new source ends.
+func TestCompleteAfterSilence(t *testing.T) {
+	const wait = 10 * time.Second
+	const ms = time.Millisecond
+	part := func(source string, expected int64) []rec {
+		return append(stepRecords(1, source, 2, 0), endRec(1, source, 2, 2, expected))
+	}
+	start := func(source string, expected int64) rec {
+		return rec{event: eventStart, step: 1, source: source, expected: expected}
+	}
+	type event struct {
+		at      time.Duration // since the first event
+		records []rec         // consumed at `at`, in one batch
+		tick    bool          // closeExpired at `at`, after the records
+		closed  bool          // the group has closed after this event
+	}
+	tests := []struct {
+		name     string
+		events   []event
+		closedAt time.Duration // summary timestamp, since the first event
+		ended    int64         // valgen.sources_ended
+		late     int64         // last valgen.step.late count (0: none)
+	}{
+		{
+			name:     "sources_expected on the end record: closes at once",
+			events:   []event{{at: 0, records: part("A", 1), closed: true}},
+			closedAt: 0, ended: 1,
+		},
+		{
+			name: "sources_expected on a start record: closes at once when the last promised source ends",
+			events: []event{
+				{at: 0, records: part("A", 0)},
+				{at: wait - ms, records: []rec{start("B", 2)}},
+				{at: 3 * wait, tick: true}, // one of the two promised sources ended: silence does not close it
+				{at: 3 * wait, records: part("B", 0), closed: true},
+			},
+			closedAt: 3 * wait, ended: 2,
+		},
+		{
+			name: "no sources_expected: not before decision_wait of silence",
+			events: []event{
+				{at: 0, records: part("A", 0)},
+				{at: 0, tick: true},
+				{at: wait - ms, tick: true},
+				{at: wait, tick: true, closed: true},
+			},
+			closedAt: wait, ended: 1,
+		},
+		{
+			name: "no sources_expected: a start within the window keeps the group open until the new source ends",
+			events: []event{
+				{at: 0, records: part("A", 0)},                 // complete, but B may still announce itself
+				{at: wait - ms, records: []rec{start("B", 0)}}, // B does: not complete any more
+				{at: wait, tick: true},                         // A's decision_wait is up, B's start is 1 ms old
+				{at: 2*wait - 2*ms, tick: true},                // B has not ended, silent for wait - 1 ms
+				{at: 2*wait - 2*ms, records: part("B", 0)},     // complete again
+				{at: 3*wait - 3*ms, tick: true},                // silent for wait - 1 ms
+				{at: 3*wait - 2*ms, tick: true, closed: true},
+			},
+			closedAt: 3*wait - 2*ms, ended: 2,
+		},
+		{
+			name: "no sources_expected: a record after decision_wait of silence is late",
+			events: []event{
+				{at: 0, records: part("A", 0)},
+				// the group closes (complete) before the record joins it: the record is late
+				{at: wait, records: []rec{{step: 1, id: "A/9", source: "A"}}, closed: true},
+				{at: wait, tick: true, closed: true}, // reports it
+			},
+			closedAt: wait, ended: 1, late: 1,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t, func(c *Config) { c.DecisionWait = wait; c.MaxStepDuration = time.Hour })
+			base := h.clock.Now()
+			for i, ev := range tt.events {
+				h.clock.Advance(base.Add(ev.at).Sub(h.clock.Now()))
+				if len(ev.records) > 0 {
+					h.consume(t, logsOf(ev.records...))
+				}
+				if ev.tick {
+					h.p.closeExpired(context.Background())
+				}
+				closed := 0
+				if ev.closed {
+					closed = 1
+				}
+				require.Len(t, collect(h.sink).summaries, closed, "after event %d (at %v)", i, ev.at)
+				require.Len(t, h.p.groups, 1-closed, "after event %d: a late record never opens a group", i)
+			}
+			got := collect(h.sink)
+			s := got.summaries[0]
+			assert.Equal(t, closedComplete, strOf(t, s, attrClosedReason))
+			assert.Equal(t, base.Add(tt.closedAt), s.Timestamp().AsTime())
+			assert.Equal(t, tt.ended, intOf(t, s, attrSourcesEnded))
+			assert.Equal(t, 2*tt.ended, intOf(t, s, attrKept), "every generation of the ended sources")
+			assert.Empty(t, sliceOf(t, s, attrSourcesMissing))
+			var late int64
+			for _, lr := range got.other {
+				require.Equal(t, eventLate, lr.EventName())
+				late = intOf(t, lr, attrLate)
+			}
+			assert.Equal(t, tt.late, late)
+		})
+	}
+}
+
 // TestWaitCloseByTimer checks that the goroutine Start launches closes expired groups.
 func TestWaitCloseByTimer(t *testing.T) {
 	h := newHarness(t, func(c *Config) { c.DecisionWait = 20 * time.Millisecond })

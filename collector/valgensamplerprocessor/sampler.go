@@ -20,7 +20,7 @@ type batch struct {
 }
 
 // ConsumeLogs takes the generation, start, progress and end records out of ld into their groups, forwards
-// everything else at once, then sends the groups that this batch completed.
+// everything else at once, then sends the groups that this batch completed and that close at once (completeNow).
 func (p *samplerProcessor) ConsumeLogs(ctx context.Context, ld plog.Logs) error {
 	b := &batch{out: plog.NewLogs()}
 	p.mu.Lock()
@@ -39,7 +39,7 @@ func (p *samplerProcessor) ConsumeLogs(ctx context.Context, ld plog.Logs) error 
 		return emptied && rl.ScopeLogs().Len() == 0
 	})
 	for _, g := range b.touched {
-		if p.groups[g.key] == g && g.complete() {
+		if p.groups[g.key] == g && g.completeNow() {
 			p.closeGroup(g, closedComplete, b.now, b.out, &b.st)
 		}
 	}
@@ -88,7 +88,7 @@ func (p *samplerProcessor) take(lr plog.LogRecord, at origin, b *batch) bool {
 	if open {
 		// A group whose time is up closes before it takes more, whether or not a tick has
 		// run yet: the record is then late, as it would be after the tick.
-		if why := g.expired(b.now, p.cfg); why != "" {
+		if why := g.closeReason(b.now, p.cfg); why != "" {
 			p.closeGroup(g, why, b.now, b.out, &b.st)
 			open = false
 		}

@@ -54,6 +54,8 @@ def _value(value: dict[str, Any]) -> Any:
     for kind, convert in (("stringValue", str), ("intValue", int), ("doubleValue", float), ("boolValue", bool)):
         if kind in value:
             return convert(value[kind])
+    if "arrayValue" in value:
+        return [_value(item) for item in value["arrayValue"].get("values", [])]
     return value
 
 

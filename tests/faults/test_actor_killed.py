@@ -1,9 +1,10 @@
 """User story: an emitting Ray actor is killed in the middle of validation, before its end_step.
 
 On a real local Ray cluster three actors validate parts of a step (``sources_expected=3``)
-and send to the built collector; one is ``ray.kill``-ed before its part ends. The step must
-close after ``decision_wait`` with what arrived, and its ``valgen.step.summary`` must say
-``closed_reason = wait`` and that a source is missing.
+and send to the built collector; one is ``ray.kill``-ed before its part ends. The other two
+keep their parts; ``sources_expected`` is a promise, so the step waits for the third until
+``max_step_duration``, then closes with what arrived, and its ``valgen.step.summary`` names
+the dead source as missing (it announced itself with its start record).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ RUN_ID = "faults-actor"
 K = 4
 SEED = 42
 PER_ACTOR = 10
+MAX_STEP = "8s"  # max_step_duration, scaled down: closes a step whose promised source died
 
 
 @ray.remote(num_cpus=0)
@@ -54,8 +56,9 @@ class Validator:
         accepted = vg.log_generations(
             [f"q {i}" for i in ids], [f"a {i}" for i in ids], [0.5] * len(ids), sample_ids=ids
         )
-        if not presample:  # let the SDK's batch processor send what was logged
-            vg.flush(5)
+        # Let the SDK's batch processor send what it holds: the start record and, without
+        # presampling, the generations (a source that worked a while before it died).
+        vg.flush(5)
         return int(accepted)
 
 
@@ -68,6 +71,7 @@ def cluster(collectors: Collectors, wandb_stand_in: StandIn, loki_stand_in: Stan
             "VALGEN_WANDB_EXPORTER_ENDPOINT": wandb_stand_in.endpoint,
             "VALGEN_LOKI_OTLP_ENDPOINT": loki_stand_in.endpoint,
             "VALGEN_DECISION_WAIT": "2s",
+            "VALGEN_MAX_STEP_DURATION": MAX_STEP,
         },
     )
     vg.configure(run_id=RUN_ID, count=K, seed=SEED, endpoint=f"http://{collector.http_endpoint}", source="driver")
@@ -96,10 +100,10 @@ def _summary(collector: RunningCollector, step: int) -> tuple[list[str], dict[st
 
 
 @pytest.mark.timeout(150)
-def test_killed_actor_step_closes_after_the_wait_and_the_summary_counts_the_missing_source(
+def test_killed_actor_step_closes_at_the_upper_bound_and_the_summary_names_the_missing_source(
     cluster: RunningCollector,
 ) -> None:
-    """Killed before end_step: presampled records die with it; streamed ones arrive; summary says 'wait', 2 of 3."""
+    """Killed before end_step: presampled records die with it, streamed ones arrive; closed at max_duration, 2 of 3."""
     collector = cluster
     for step, presample in ((1, True), (2, False)):
         actors = [Validator.remote() for _ in range(3)]
@@ -111,18 +115,19 @@ def test_killed_actor_step_closes_after_the_wait_and_the_summary_counts_the_miss
         survivors = _ids("w0", step) + _ids("w1", step)
         arrived = survivors if presample else survivors + _ids("doomed", step)
         assert kept == _bottom_k(arrived), f"step {step}"
-        assert summary[contract.CLOSED_REASON] == "wait", summary
+        assert summary[contract.CLOSED_REASON] == "max_duration", summary
         assert summary[contract.SOURCES_EXPECTED] == 3, summary
-        ended_sources = 2
-        # A source that delivered records but never ended is counted as a source, not as ended.
-        assert summary[contract.SOURCES] == (ended_sources if presample else ended_sources + 1), summary
-        assert summary[contract.SEEN] == len(arrived), summary
+        # The dead source announced itself (start record): a known source, not an ended one.
+        assert (summary[contract.SOURCES], summary[contract.SOURCES_ENDED]) == (3, 2), summary
+        (missing,) = summary[contract.SOURCES_MISSING]
+        assert missing.startswith("doomed@"), summary
+        assert summary[contract.SEEN] >= len(arrived), summary  # plus what its progress records reported seen
         assert summary[contract.MISSING] == 0, summary  # only ended sources announce what they emitted
         assert summary[contract.KEPT] == K
         for actor in actors[:2]:
             ray.kill(actor)
     values = collector.metrics()
-    assert metric_sum(values, "otelcol_valgen_sampler_groups_closed", reason="wait") == 2
+    assert metric_sum(values, "otelcol_valgen_sampler_groups_closed", reason="max_duration") == 2
 
 
 @pytest.mark.timeout(120)
@@ -153,6 +158,7 @@ def test_summary_counts_a_source_that_sent_records_but_never_ended_as_missing(
             "VALGEN_WANDB_EXPORTER_ENDPOINT": wandb_stand_in.endpoint,
             "VALGEN_LOKI_OTLP_ENDPOINT": loki_stand_in.endpoint,
             "VALGEN_DECISION_WAIT": "2s",
+            "VALGEN_MAX_STEP_DURATION": MAX_STEP,
         },
     )
     vg.configure(run_id=RUN_ID, count=K, seed=SEED, endpoint=f"http://{collector.http_endpoint}", presample=False)
@@ -161,5 +167,5 @@ def test_summary_counts_a_source_that_sent_records_but_never_ended_as_missing(
     with vg.validation(step=3, source="ends", sources_expected=2):
         vg.log_generations(["z1", "z2"], ["w1", "w2"])
     _, summary = _summary(collector, 3)
-    assert summary[contract.CLOSED_REASON] == "wait"
+    assert summary[contract.CLOSED_REASON] == "max_duration"
     assert (summary[contract.SOURCES_EXPECTED], summary[contract.SOURCES], summary[contract.SOURCES_ENDED]) == (2, 2, 1)
