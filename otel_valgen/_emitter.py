@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from opentelemetry._logs import SeverityNumber
 from opentelemetry.context import Context
@@ -52,6 +52,9 @@ class StepState:
     emitted: int = 0
     dropped: int = 0
     kept: BottomK[list[PendingRecord | None]] | None = None
+    # Orders the progress thread against the end of the part: no progress record after the end.
+    lifecycle: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    finished: bool = False
 
 
 def _ray_resource() -> dict[str, str]:
@@ -186,6 +189,11 @@ class Emitter:
             self._finish(state)
 
     def _finish(self, state: StepState) -> None:
+        with state.lifecycle:
+            state.finished = True
+            self._send_end(state)
+
+    def _send_end(self, state: StepState) -> None:
         if state.kept is not None:
             for _, slot in state.kept.items():
                 if slot[0] is not None:  # None only if the step ended while a batch was being built
@@ -276,15 +284,20 @@ class Emitter:
         """Send one progress record (generations seen so far) per open state; return how many."""
         with self._lock:
             snapshot = [(state, state.seen) for state in self._steps.values()]
+        sent = 0
         for state, seen in snapshot:
-            self._emit_lifecycle(
-                state,
-                contract.EVENT_VALIDATION_PROGRESS,
-                f"validation step {state.step} in progress for source {state.source}",
-                {contract.SEEN: seen},
-            )
-        self.stats.add(_stats.PROGRESS_RECORDS_EMITTED, len(snapshot))
-        return len(snapshot)
+            with state.lifecycle:
+                if state.finished:  # ended since the snapshot: its end record is already out
+                    continue
+                self._emit_lifecycle(
+                    state,
+                    contract.EVENT_VALIDATION_PROGRESS,
+                    f"validation step {state.step} in progress for source {state.source}",
+                    {contract.SEEN: seen},
+                )
+            sent += 1
+        self.stats.add(_stats.PROGRESS_RECORDS_EMITTED, sent)
+        return sent
 
     def stop_progress(self, timeout_s: float = 1.0) -> None:
         """Stop the progress thread (for good)."""

@@ -25,6 +25,14 @@ PER_STEP = 40
 K = 8
 
 
+def _handed(stats: dict[str, int]) -> int:
+    """Records handed to the SDK: generations and the start, progress and end records of the blocks."""
+    return sum(
+        stats.get(name, 0)
+        for name in ("generations_emitted", "start_records_emitted", "progress_records_emitted", "end_records_emitted")
+    )
+
+
 def _job() -> tuple[list[float], list[bool | None]]:
     """A training loop of STEPS validation steps; how long each step's end blocked, and what it returned."""
     blocked, confirmed = [], []
@@ -67,12 +75,15 @@ def test_unreachable_collector_never_blocks_past_the_flush_timeout_and_every_rec
     assert time.monotonic() - started <= FLUSH_TIMEOUT_S + SLACK_S
 
     generations = STEPS * (K if presample else PER_STEP)
-    handed = generations + STEPS  # one end record per step
-    undelivered = "records_spooled" if spool else "records_export_failed"
-    wait_for(lambda: vg.stats()[undelivered] == handed, 20, f"{undelivered} == {handed}: {vg.stats()}")
-    stats = vg.stats()
+    stats = vg.stats()  # final: shutdown ended every block and stopped the progress thread
+    assert stats["start_records_emitted"] == STEPS  # one start record per step
+    assert stats["end_records_emitted"] == STEPS  # one end record per step
     assert stats["generations_seen"] == STEPS * PER_STEP
     assert stats["generations_emitted"] == generations
+    handed = _handed(stats)  # plus a progress record per progress interval a block was open
+    undelivered = "records_spooled" if spool else "records_export_failed"
+    wait_for(lambda: vg.stats()[undelivered] == handed, 20, f"{undelivered} == {handed}")
+    stats = vg.stats()
     assert stats["records_exported"] == 0
     assert stats["records_unconfirmed"] == 0
     assert stats["records_spooled"] + stats["records_export_failed"] == handed
@@ -88,8 +99,10 @@ def test_unreachable_collector_never_blocks_past_the_flush_timeout_and_every_rec
     assert len({(r.attributes[contract.STEP], r.attributes[contract.SAMPLE_ID]) for r in generation_records}) == (
         generations
     )
-    ends = [r for r in spooled if r.event == contract.EVENT_VALIDATION_END]
-    assert sorted(r.attributes[contract.STEP] for r in ends) == list(range(1, STEPS + 1))
+    assert len(spooled) == handed
+    for event in (contract.EVENT_VALIDATION_START, contract.EVENT_VALIDATION_END):
+        steps = sorted(r.attributes[contract.STEP] for r in spooled if r.event == event)
+        assert steps == list(range(1, STEPS + 1)), event
 
 
 @pytest.mark.timeout(60)
@@ -106,8 +119,10 @@ def test_unreachable_collector_spools_records_even_when_the_sdk_queue_overflows(
     with vg.validation(step=1, source="trainer"):
         vg.log_generations([f"p{i}" for i in range(300)], ["o"] * 300)
     vg.shutdown()
-    handed = 301
-    wait_for(lambda: vg.stats()["records_unconfirmed"] == 0, 10, f"every record confirmed either way: {vg.stats()}")
+    stats = vg.stats()
+    assert (stats["start_records_emitted"], stats["generations_emitted"], stats["end_records_emitted"]) == (1, 300, 1)
+    handed = _handed(stats)
+    wait_for(lambda: vg.stats()["records_unconfirmed"] == 0, 10, "every record confirmed either way")
     stats = vg.stats()
     assert stats["records_spooled"] == handed, stats
     assert stats.get("dropped.queue_full", 0) == 0, stats

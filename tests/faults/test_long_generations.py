@@ -33,7 +33,17 @@ def test_a_batch_of_long_generations_reaches_the_collector_over_http(
     vg.configure(run_id="faults-long", count=8, endpoint=f"http://{collector.http_endpoint}", presample=False)
     with vg.validation(step=1, source="trainer", sources_expected=1):
         vg.log_generations([f"p{i}" for i in range(GENERATIONS)], ["r" * OUTPUT_BYTES] * GENERATIONS)
-    vg.flush(20)
+    assert vg.flush(20) is True
     stats = vg.stats()
     assert stats["records_spooled"] == 0, stats
-    assert stats["records_exported"] == GENERATIONS + 1, stats
+    assert stats["records_export_failed"] == 0, stats
+    # Every record handed to the SDK was accepted: the start record, the generations, the end
+    # record, and a progress record for each progress interval the block was open.
+    assert (stats["start_records_emitted"], stats["generations_emitted"], stats["end_records_emitted"]) == (
+        1,
+        GENERATIONS,
+        1,
+    )
+    handed = 1 + GENERATIONS + 1 + stats.get("progress_records_emitted", 0)
+    assert stats["records_exported"] == handed, stats
+    assert stats["records_unconfirmed"] == 0, stats
