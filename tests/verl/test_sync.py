@@ -30,16 +30,22 @@ def _show(directory: Path) -> dict[int, dict[str, Any]]:
     return {entry["step"]: entry for entry in map(json.loads, result.stdout.splitlines())}
 
 
-def test_sync_trainer_validations_land_at_global_steps(verl_files: VerlFiles, tmp_path: Path) -> None:
-    """Two real _validate runs at global_steps 0 and 3 give min(k, M) generations at exactly those steps."""
-    assert vg_verl.install()
-    config = harness.sync_config(
+def _config(verl_files: VerlFiles, tmp_path: Path, use_v1: bool) -> Any:
+    """The ppo_trainer config of verl itself, for the tiny model and data; k = log_val_generations = K."""
+    assert vg_verl.install()  # what otel-valgen's Ray setup hook does in the TaskRunner's process
+    return harness.sync_config(
         tmp_path,
         train_path=verl_files.train_path,
         val_path=verl_files.val_path,
         model_path=str(verl_files.tokenizer_dir),
         log_val_generations=K,
+        use_v1=use_v1,
     )
+
+
+def test_sync_trainer_validations_land_at_global_steps(verl_files: VerlFiles, tmp_path: Path) -> None:
+    """Two real _validate runs at global_steps 0 and 3 give min(k, M) generations at exactly those steps."""
+    config = _config(verl_files, tmp_path, use_v1=False)
     trainer = harness.make_sync_trainer(config, verl_files.tokenizer)
     sink = tmp_path / "valgen-data"
     vg.configure(run_id="verl-sync", directory=str(sink))
@@ -63,15 +69,7 @@ def test_sync_trainer_validations_land_at_global_steps(verl_files: VerlFiles, tm
 
 def test_v1_trainer_hook_lands_at_global_steps(verl_files: VerlFiles, tmp_path: Path) -> None:
     """The v1 PPOTrainerSync's real hook, called as its _validate calls it, logs min(k, M) at global_steps."""
-    assert vg_verl.install()
-    config = harness.sync_config(
-        tmp_path,
-        train_path=verl_files.train_path,
-        val_path=verl_files.val_path,
-        model_path=str(verl_files.tokenizer_dir),
-        log_val_generations=K,
-        use_v1=True,
-    )
+    config = _config(verl_files, tmp_path, use_v1=True)
     trainer = harness.make_v1_trainer(config, verl_files.tokenizer)
     trainer.global_steps = 5
     sink = tmp_path / "valgen-data"
