@@ -38,7 +38,10 @@ OTEL_VALGEN_FLUSH_TIMEOUT: Final = "OTEL_VALGEN_FLUSH_TIMEOUT"
 OTEL_VALGEN_VERL: Final = "OTEL_VALGEN_VERL"
 """``false`` turns off the automatic verl integration (otel_valgen.integrations.verl). Default true."""
 OTEL_VALGEN_LAUNCH_ID: Final = "OTEL_VALGEN_LAUNCH_ID"
-"""This launch of the training job; part of every record's attempt. Default: a random id per process."""
+"""This launch of the training job; part of every record's attempt.
+
+Default: ``ray-<job id>`` in a Ray job's processes (when the driver forwarded none), else a
+random id per process."""
 OTEL_VALGEN_PROGRESS_INTERVAL: Final = "OTEL_VALGEN_PROGRESS_INTERVAL"
 """Seconds between progress records of an open block (0 = none). Default 5, at least 0.05."""
 OTEL_EXPORTER_OTLP_ENDPOINT: Final = "OTEL_EXPORTER_OTLP_ENDPOINT"
@@ -169,10 +172,22 @@ def process_launch_id() -> str:
     return _process_launch_id
 
 
+def _ray_job_launch_id() -> str | None:
+    """``ray-<job id>`` in a process of a connected Ray job: shared by its workers, new per driver run."""
+    ray = sys.modules.get("ray")
+    if ray is None or not getattr(ray, "is_initialized", lambda: False)():
+        return None
+    try:
+        job_id = ray.get_runtime_context().get_job_id()
+    except Exception:  # Ray's context API differs across versions; the process id will do
+        return None
+    return f"ray-{job_id}" if job_id else None
+
+
 def _resolve_launch_id(launch_id: str | None) -> str:
     if launch_id is not None and str(launch_id).strip():
         return str(launch_id).strip()
-    return os.environ.get(OTEL_VALGEN_LAUNCH_ID, "").strip() or process_launch_id()
+    return os.environ.get(OTEL_VALGEN_LAUNCH_ID, "").strip() or _ray_job_launch_id() or process_launch_id()
 
 
 def _resolve_progress_interval(interval_s: float | None) -> float:

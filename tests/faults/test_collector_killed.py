@@ -6,20 +6,21 @@ batches already in an exporter's persistent queue (``file_storage/queue``), and 
 collector had acknowledged into a step that was still open: the sampler stores its open steps
 and its closed-steps cache (``file_storage/sampler``) before it acknowledges a batch, so the
 step resumes after the restart and closes once, complete; a step closed before a restart and
-delivered again after it is counted late.
+delivered again after it (the same records, so the same attempt) is counted late and reported
+in a ``valgen.step.late`` record.
 """
 
 from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 import otel_valgen as vg
 from otel_valgen import contract
+from otel_valgen.resend import progress_path
 from otel_valgen.sampling import SortKey, bottom_k, sample_key
 from tests.e2e.harness import Record, StandIn, free_port, wait_for
 from tests.e2e.steps import by_step
@@ -158,9 +159,16 @@ def test_sigkill_keeps_an_open_steps_acknowledged_part_and_the_summary_counts_it
     values = collector.metrics()
     assert metric_sum(values, "otelcol_valgen_sampler_storage_errors") == 0
     assert metric_sum(values, "otelcol_valgen_sampler_groups_closed", reason="complete") == 1
+    assert summary[contract.SOURCES_ANNOUNCED] == 2  # A's start record, stored before the kill, is counted too
+    assert summary[contract.SOURCES_ENDED] == 2
+    assert summary[contract.SOURCES_MISSING] == []
     # Nothing was sent twice by the emitter: the collector had confirmed A's records, and kept them.
+    # Each source sent one start record, its presampled K generations and one end record (and a
+    # progress record for each progress interval its block happened to span).
     stats = vg.stats()
-    assert stats["records_exported"] == stats["generations_emitted"] + stats["end_records_emitted"]
+    assert (stats["generations_emitted"], stats["start_records_emitted"], stats["end_records_emitted"]) == (2 * K, 2, 2)
+    progress = stats.get("progress_records_emitted", 0)
+    assert stats["records_exported"] == 2 * K + 2 + 2 + progress
 
 
 @pytest.mark.timeout(60)
@@ -173,32 +181,79 @@ def test_sigkill_mid_step_still_delivers_the_step_complete(
     _assert_once("file", file_records(collector.file_path), 5, want, "complete", 2)
 
 
+def _resend(files: list[Path], endpoint: str) -> None:
+    """``otel-valgen resend`` of ``files`` (OTLP-JSON lines) to a collector's OTLP/HTTP ``endpoint``."""
+    done = subprocess.run(
+        [sys.executable, "-m", "otel_valgen.cli", "resend", *map(str, files), "--endpoint", f"http://{endpoint}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def _late_reported(records: list[Record], step: int, attempt: str) -> int:
+    """The largest late count of the ``valgen.step.late`` reports for (step, attempt); 0 without one."""
+    return max(
+        (
+            r.attributes[contract.LATE]
+            for r in records
+            if r.event == contract.EVENT_STEP_LATE
+            and r.attributes[contract.STEP] == step
+            and r.attributes[contract.ATTEMPT] == attempt
+        ),
+        default=0,
+    )
+
+
 @pytest.mark.timeout(60)
 def test_a_step_redelivered_after_a_restart_is_late_not_a_second_step(
-    collectors: Collectors, loki_stand_in: StandIn, wandb_stand_in: StandIn
+    collectors: Collectors, loki_stand_in: StandIn, wandb_stand_in: StandIn, tmp_path: Path
 ) -> None:
-    """A step closed before a restart and delivered again after it (SDK retry, spool resend) stays one step."""
+    """A step closed before a restart and delivered again after it stays one step: the redelivered records are late.
+
+    A redelivery is the same records again, attempt included (an SDK retry whose answer was lost, a
+    spool replayed twice); the step's records are kept in the embedded sink's files so that
+    ``otel-valgen resend`` can deliver them twice. (A new process emitting the step again would be a
+    new attempt, a group of its own: see the architecture's step lifecycle.)
+    """
     env = _env(wandb_stand_in.endpoint, loki_stand_in)
     collector = collectors.start("c", env)
-    vg.configure(run_id=RUN_ID, count=K, seed=SEED, endpoint=f"http://{collector.http_endpoint}")
+    sink = tmp_path / "step-7"
+    vg.configure(run_id=RUN_ID, count=K, seed=SEED, endpoint="", directory=str(sink))
     _emit("A", 7)
     _emit("B", 7)
+    assert vg.flush(10)
+    stats = vg.stats()
+    assert (stats["generations_emitted"], stats["start_records_emitted"], stats["end_records_emitted"]) == (2 * K, 2, 2)
+    # Per source: a start record, its presampled K generations, an end record (and a progress record
+    # for each progress interval its block happened to span).
+    sent = 2 * K + 2 + 2 + stats.get("progress_records_emitted", 0)
+    files = sorted(sink.glob("*.jsonl"))
+    records = [r for path in files for r in file_records(path)]
+    assert len(records) == sent
+    attempts = {r.attributes[contract.ATTEMPT] for r in records}
+    assert len(attempts) == 1, attempts  # both sources of one process, one launch: one attempt
+    (attempt,) = attempts
+
+    _resend(files, collector.http_endpoint)
     wait_for(lambda: 7 in by_step(file_records(collector.file_path))[1], 20, "step 7 closed")
     assert collector.stop() == 0
     collector = collectors.start("c", env)
-    vg.configure(run_id=RUN_ID, count=K, seed=SEED, endpoint=f"http://{collector.http_endpoint}")  # a new emitter
-    _emit("A", 7)  # the same records again, as a retry or a resend would deliver them
-    _emit("B", 7)
-    assert vg.flush(10)
+    for path in files:
+        progress_path(path).unlink()  # replay every line again
+    _resend(files, collector.http_endpoint)
 
-    def decided() -> bool:
-        values = collector.metrics()
-        late = metric_sum(values, "otelcol_valgen_sampler_records_late")
-        return late > 0 or metric_sum(values, "otelcol_valgen_sampler_groups_closed") > 0
-
-    wait_for(decided, 20, "the redelivered records counted late or closed as a group")
-    time.sleep(2.0)  # batch timeout (200 ms) + the file exporter's flush interval (1 s)
-    _assert_once("file", file_records(collector.file_path), 7, _bottom_k(_ids("A", 7) + _ids("B", 7)), "complete", 2)
+    # Every redelivered record (start, generation, end) is late, reported by valgen.step.late.
+    wait_for(
+        lambda: _late_reported(file_records(collector.file_path), 7, attempt) == sent,
+        20,
+        f"a valgen.step.late report of {sent} records for step 7",
+    )
+    want = _bottom_k(_ids("A", 7) + _ids("B", 7))
+    _assert_once("file", file_records(collector.file_path), 7, want, "complete", 2)
+    assert by_step(file_records(collector.file_path))[1][7][0].attributes[contract.ATTEMPT] == attempt
     values = collector.metrics()
-    assert metric_sum(values, "otelcol_valgen_sampler_records_late") > 0
+    assert metric_sum(values, "otelcol_valgen_sampler_records_late") == sent
     assert metric_sum(values, "otelcol_valgen_sampler_groups_closed") == 0  # no second group for step 7

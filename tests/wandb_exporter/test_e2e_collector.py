@@ -5,21 +5,24 @@ Needs ``build/otelcol-valgen`` (built from collector/); skipped with a message w
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from otel_valgen import contract
 from otel_valgen.wandb_exporter.buffer import BufferLimits
 from otel_valgen.wandb_exporter.server import ExporterServer
 from otel_valgen.wandb_exporter.service import ExporterService, ServiceConfig
 from otel_valgen.wandb_exporter.writer import WriterConfig
+from tests.e2e.harness import records_of_json
 
 from .conftest import wait_for
 from .wandb_files import read_run
@@ -102,16 +105,42 @@ def collector(tmp_path: Path) -> Iterator[tuple[str, int]]:
         log.close()
 
 
-def emit(endpoint: str, steps: str) -> None:
-    """Two emitting processes (trainer and rollouter) send their parts of ``steps``."""
+def summarized_steps(path: Path) -> set[int]:
+    """The steps with a ``valgen.step.summary`` in the collector's file exporter output so far."""
+    if not path.exists():
+        return set()
+    steps = set()
+    for line in path.read_text(encoding="utf-8").split("\n"):
+        try:
+            data = json.loads(line)
+        except ValueError:
+            continue  # a line still being written
+        steps |= {
+            record.attributes[contract.STEP]
+            for record in records_of_json(data)
+            if record.event == contract.EVENT_STEP_SUMMARY
+        }
+    return steps
+
+
+def emit(endpoint: str, steps: str) -> str:
+    """Two emitting processes (trainer and rollouter) of one launch send their parts of ``steps``.
+
+    Processes not started by Ray share their launch's attempts only through ``OTEL_VALGEN_LAUNCH_ID``
+    (one new value per launch, docs/configuration.md); without it each process is an attempt of its
+    own, and a step with ``sources_expected=2`` never completes. Returns the launch id.
+    """
+    launch = uuid.uuid4().hex[:12]
+    env = os.environ | {"OTEL_VALGEN_LAUNCH_ID": launch}
     procs = [
         subprocess.Popen(
-            [sys.executable, "-m", "tests.wandb_exporter.emit_steps", endpoint, "e2e", source, steps], cwd=ROOT
+            [sys.executable, "-m", "tests.wandb_exporter.emit_steps", endpoint, "e2e", source, steps], cwd=ROOT, env=env
         )
         for source in ("trainer", "rollouter")
     ]
     for proc in procs:
         assert proc.wait(60) == 0
+    return launch
 
 
 @pytest.mark.timeout(150)
@@ -122,14 +151,15 @@ def test_collector_to_offline_run_k_rows_per_step_across_a_restart(
     endpoint, port = collector
     state = tmp_path / "exporter-state"
     exporter = Exporter(port, state)
-    emit(endpoint, "10,20")
+    first = emit(endpoint, "10,20")
     wait_for(lambda: exporter.service.writer.written_steps == 2, 60)
     exporter.stop()  # the collector keeps running and queues for the service
-    emit(endpoint, "30")
-    time.sleep(1.5)
+    second = emit(endpoint, "30")
+    # Step 30 closes at the collector (its file exporter has the summary) while the service is down.
+    wait_for(lambda: 30 in summarized_steps(tmp_path / "collector" / "valgen.jsonl"), 30)
     exporter = Exporter(port, state)
     wait_for(lambda: exporter.service.writer.written_steps == 1, 60)
-    time.sleep(1)
+    wait_for(lambda: exporter.service.stats()["open_steps"] == 0 and exporter.service.stats()["pending"] == 0, 30)
     exporter.stop()
     tables = read_run(wandb_dir, "e2e").tables("val/generations")
     rows = [row for _, table in tables for row in table["data"]]
@@ -138,4 +168,7 @@ def test_collector_to_offline_run_k_rows_per_step_across_a_restart(
     for step, samples in per_step.items():
         assert len(samples) == 3, (step, samples)
         assert len(set(samples)) == 3
+    # Both processes of a launch form one attempt of each step: its first (and only) attempt.
+    attempts = {step: {row[8] for row in rows if row[0] == step} for step in (10, 20, 30)}
+    assert attempts == {10: {f"{first}.1"}, 20: {f"{first}.1"}, 30: {f"{second}.1"}}
     assert {row[3] for row in rows} <= {"trainer", "rollouter"}
