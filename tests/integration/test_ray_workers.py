@@ -150,3 +150,20 @@ def test_records_of_an_ended_step_survive_kill_and_shutdown(tmp_path: Path) -> N
     finally:
         receiver.server.shutdown()
         receiver.server.server_close()
+
+
+@ray.remote(num_cpus=0)
+def _launch_id_in_worker() -> tuple[str, str]:
+    from otel_valgen._settings import resolve_settings
+
+    return resolve_settings().launch_id, ray.get_runtime_context().get_job_id()
+
+
+def test_workers_without_a_forwarded_launch_id_share_the_ray_jobs() -> None:
+    """Workers of a job started without otel-valgen's runtime env still share one launch id: the Ray job's."""
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        results = ray.get([_launch_id_in_worker.remote() for _ in range(3)])
+    finally:
+        ray.shutdown()
+    assert {launch for launch, _ in results} == {f"ray-{results[0][1]}"}
