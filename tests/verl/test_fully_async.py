@@ -138,6 +138,8 @@ def test_each_validation_lands_at_the_trainers_step_with_exactly_k(job: FullyAsy
         assert summary.attributes[contract.SEEN] == 12
         assert summary.attributes[contract.KEPT] == K
 
+    table = CliRunner().invoke(cli_main, ["show", str(job.collector.file_path)])
+    print(table.stdout)  # what a user reads (pytest -s)
     result = CliRunner().invoke(cli_main, ["show", str(job.collector.file_path), "--format", "json"])
     assert result.exit_code == 0, result.output
     shown = {entry["step"]: entry for entry in map(json.loads, result.stdout.splitlines())}
