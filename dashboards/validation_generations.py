@@ -42,6 +42,7 @@ MISSING = loki_name(contract.MISSING)
 SOURCES = loki_name(contract.SOURCES)
 SOURCES_EXPECTED = loki_name(contract.SOURCES_EXPECTED)
 CLOSED_REASON = loki_name(contract.CLOSED_REASON)
+ATTEMPT = loki_name(contract.ATTEMPT)
 TRACE_ID = "trace_id"  # Loki's structured metadata for LogRecord.trace_id (hex)
 SERVICE = loki_name("service.name")  # the one index label the queries select streams by
 
@@ -121,6 +122,7 @@ def panels() -> list[g.JSON]:
     generation_columns = {
         RUN_ID: "run",
         STEP: "step",
+        ATTEMPT: "attempt",
         RANK: "rank",
         SAMPLE_ID: "sample id",
         contract.BODY_INPUT: "input",
@@ -134,6 +136,7 @@ def panels() -> list[g.JSON]:
     summary_columns = {
         RUN_ID: "run",
         STEP: "step",
+        ATTEMPT: "attempt",
         SEEN: "seen",
         KEPT: "kept",
         LATE: "late",
@@ -148,15 +151,17 @@ def panels() -> list[g.JSON]:
         g.table_panel(
             2,
             "Steps: seen, kept, late, missing",
-            "One row per step summary the sampler emitted. closed = complete (every source ended), wait "
-            "(decision_wait passed), max_groups or shutdown; missing > 0 means records a source announced never "
+            "One row per step summary the sampler emitted, one per attempt of a step (a resumed or retried run "
+            "validates a step again as a new attempt; otel-valgen show and the wandb exporter show the latest "
+            "complete one). closed = complete (every source ended), wait (decision_wait of silence), max_duration "
+            "(a source never ended), max_groups or shutdown; missing > 0 means records a source announced never "
             "arrived.",
             g.grid(0, 3, 14, 9),
             [g.loki_target("A", Q_SUMMARIES, max_lines=5000)],
             [
                 g.extract_label_fields(),
                 g.convert_to_number(STEP, SEEN, KEPT, LATE, MISSING, SOURCES, SOURCES_EXPECTED),
-                g.sort_by(RUN_ID, STEP),
+                g.sort_by(RUN_ID, STEP, ATTEMPT),
                 g.organize(summary_columns),
             ],
             [_linked(STEP, "step", "Show the generations of this step", "step")],
@@ -176,13 +181,13 @@ def panels() -> list[g.JSON]:
         g.table_panel(
             4,
             "Sampled generations of step $step",
-            "The generations the sampler kept for the step, in sampling order (rank).",
+            "The generations the sampler kept for the step, in sampling order (rank), for each attempt of it.",
             g.grid(0, 12, 24, 12),
             [g.loki_target("A", Q_STEP_GENERATIONS, max_lines=5000)],
             [
                 g.extract_label_fields(),
                 g.convert_to_number(STEP, RANK, SCORE),
-                g.sort_by(RUN_ID, STEP, RANK),
+                g.sort_by(RUN_ID, STEP, ATTEMPT, RANK),
                 g.organize(generation_columns),
             ],
             [
