@@ -199,10 +199,6 @@ class Emitter:
                 if slot[0] is not None:  # None only if the step ended while a batch was being built
                     self._emit_generation(state, slot[0])
         attributes: dict[str, AnyValue] = {
-            contract.RUN_ID: self.settings.run_id,
-            contract.STEP: state.step,
-            contract.SOURCE: state.source,
-            contract.ATTEMPT: state.attempt,
             contract.SEEN: state.seen,
             contract.EMITTED: state.emitted,
             contract.DROPPED: state.dropped,
@@ -210,14 +206,11 @@ class Emitter:
         }
         if state.sources_expected is not None:
             attributes[contract.SOURCES_EXPECTED] = state.sources_expected
-        self.pipeline.logger.emit(
-            timestamp=time.time_ns(),
-            context=state.context,
-            severity_number=SeverityNumber.INFO,
-            severity_text="INFO",
-            body=f"validation step {state.step} ended for source {state.source}",
-            attributes=attributes,
-            event_name=contract.EVENT_VALIDATION_END,
+        self._emit_lifecycle(
+            state,
+            contract.EVENT_VALIDATION_END,
+            f"validation step {state.step} ended for source {state.source}",
+            attributes,
         )
         self.stats.add(_stats.END_RECORDS_EMITTED)
         with self._lock:
@@ -227,6 +220,7 @@ class Emitter:
                 self._ended.popitem(last=False)
 
     def _emit_lifecycle(self, state: StepState, event: str, body: str, attributes: dict[str, AnyValue]) -> None:
+        """Emit a start, progress or end record of ``state``: its identity, then ``attributes``."""
         self.pipeline.logger.emit(
             timestamp=time.time_ns(),
             context=state.context,

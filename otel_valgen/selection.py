@@ -30,7 +30,7 @@ from otel_valgen._settings import DEFAULT_COUNT, DEFAULT_SEED
 from otel_valgen.reader import EndRecord, Generation, LateReport, ProgressRecord, Record, StartRecord, Summary
 from otel_valgen.sampling import BottomK, SortKey, sample_key
 
-__all__ = ["AttemptSelection", "StepSelection", "choose_attempt", "select_attempts", "select_steps"]
+__all__ = ["AttemptSelection", "StepSelection", "attempt_rank", "choose_attempt", "select_attempts", "select_steps"]
 
 COMPLETE = "complete"
 
@@ -47,13 +47,14 @@ class _Candidate(Protocol):
 C = TypeVar("C", bound=_Candidate)
 
 
+def attempt_rank(candidate: _Candidate) -> tuple[bool, int, str]:
+    """The shared order of attempts: complete first, then the latest start, then the larger attempt."""
+    return (candidate.complete, candidate.attempt_start, candidate.attempt)
+
+
 def choose_attempt(candidates: Iterable[C]) -> C | None:
     """The attempt to show: latest start among the complete ones, else latest start; ties: larger attempt."""
-    return max(
-        candidates,
-        key=lambda c: (c.complete, c.attempt_start, c.attempt),
-        default=None,
-    )
+    return max(candidates, key=attempt_rank, default=None)
 
 
 @dataclass

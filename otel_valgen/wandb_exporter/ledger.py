@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from otel_valgen.selection import attempt_rank
+
 __all__ = ["Ledger", "ShownAttempt"]
 
 _logger = logging.getLogger("otel_valgen.wandb_exporter")
@@ -39,8 +41,8 @@ class ShownAttempt:
     complete: bool = True
 
     def rank(self) -> tuple[bool, int, str]:
-        """The order of the shared rule: complete first, then latest start, then larger attempt."""
-        return (self.complete, self.attempt_start, self.attempt)
+        """Its place in the shared order of attempts (``otel_valgen.selection.attempt_rank``)."""
+        return attempt_rank(self)
 
 
 class Ledger:

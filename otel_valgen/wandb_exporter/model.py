@@ -9,6 +9,7 @@ from typing import Any
 
 from otel_valgen import contract
 from otel_valgen.reader import Generation
+from otel_valgen.selection import COMPLETE
 from otel_valgen.wandb_exporter.ledger import ShownAttempt
 
 __all__ = [
@@ -83,7 +84,7 @@ def attempt_facts(summary: Mapping[str, Any] | None, generations: Iterable[Gener
     start = summary.get(contract.ATTEMPT_START) if summary else None
     if not isinstance(start, int) or isinstance(start, bool) or start <= 0:
         start = min((g.timestamp for g in generations if g.timestamp > 0), default=0)
-    complete = summary is not None and summary.get(contract.CLOSED_REASON) == "complete"
+    complete = summary is not None and summary.get(contract.CLOSED_REASON) == COMPLETE
     return start, complete
 
 
