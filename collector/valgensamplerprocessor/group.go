@@ -137,13 +137,7 @@ func (g *group) addEnd(end endInfo, lr plog.LogRecord, src sourceID, now time.Ti
 // endedSources counts the sources that sent their end record; sources minus this is how
 // many sent generations but never ended (e.g. a worker killed mid-step).
 func (g *group) endedSources() int64 {
-	var ended int64
-	for _, state := range g.sources {
-		if state.ended {
-			ended++
-		}
-	}
-	return ended
+	return g.countSources(func(state *sourceState) bool { return state.ended })
 }
 
 // totals sums the group's counts for the summary record: an ended source counts the seen of

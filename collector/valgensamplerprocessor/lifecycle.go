@@ -27,10 +27,7 @@ func parseStart(attrs pcommon.Map) (endInfo, string) {
 	if reason := checkCommon(attrs); reason != "" {
 		return endInfo{}, reason
 	}
-	expected, reason := intAttr(attrs, attrSourcesExpected, false)
-	if reason == "" && expected < 0 {
-		reason = reasonInvalidAttribute
-	}
+	expected, reason := optionalCount(attrs, attrSourcesExpected)
 	return endInfo{sourcesExpected: expected}, reason
 }
 
@@ -39,11 +36,17 @@ func parseProgress(attrs pcommon.Map) (endInfo, string) {
 	if reason := checkCommon(attrs); reason != "" {
 		return endInfo{}, reason
 	}
-	seen, reason := intAttr(attrs, attrSeen, false)
-	if reason == "" && seen < 0 {
+	seen, reason := optionalCount(attrs, attrSeen)
+	return endInfo{seen: seen}, reason
+}
+
+// optionalCount reads an optional int attribute that must not be negative (0 when absent).
+func optionalCount(attrs pcommon.Map, key string) (int64, string) {
+	n, reason := intAttr(attrs, key, false)
+	if reason == "" && n < 0 {
 		reason = reasonInvalidAttribute
 	}
-	return endInfo{seen: seen}, reason
+	return n, reason
 }
 
 // recordTime is the record's time for valgen.attempt_start: its timestamp, else its observed
@@ -118,9 +121,14 @@ func (g *group) closeReason(now time.Time, cfg *Config) string {
 
 // announcedSources counts the sources that sent a start record.
 func (g *group) announcedSources() int64 {
+	return g.countSources(func(state *sourceState) bool { return state.announced })
+}
+
+// countSources counts the group's sources for which is(state) is true.
+func (g *group) countSources(is func(*sourceState) bool) int64 {
 	var n int64
 	for _, state := range g.sources {
-		if state.announced {
+		if is(state) {
 			n++
 		}
 	}
