@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -66,29 +65,25 @@ def job(verl_files: VerlFiles, tmp_path_factory: pytest.TempPathFactory) -> Iter
             "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://{collector.http_endpoint}",
             "OTEL_VALGEN_RUN_ID": run_id,
         }
-        saved = {name: os.environ.get(name) for name in user_env}
-        os.environ.update(user_env)
         metrics_log = verl_files.root / "fully_async_metrics.jsonl"
-        try:
-            harness.start_ray(metrics_log)
-            config = harness.fully_async_config(
-                verl_files.root / "fully_async",
-                train_path=verl_files.train_path,
-                val_path=verl_files.val_path,
-                model_path=str(verl_files.tokenizer_dir),
-                log_val_generations=K,
-            )
-            components = harness.create_fully_async(config, verl_files.tokenizer)
-            yield FullyAsyncJob(components, collector, metrics_log, run_id)
-        finally:
-            ray.shutdown()
-            _api._reset_for_testing()  # the driver's emitter, configured by the env hook
-            for name, value in saved.items():
-                if value is None:
-                    os.environ.pop(name, None)
-                else:
-                    os.environ[name] = value
-            collector.stop()
+        with pytest.MonkeyPatch.context() as env:
+            for name, value in user_env.items():
+                env.setenv(name, value)
+            try:
+                harness.start_ray(metrics_log)
+                config = harness.fully_async_config(
+                    verl_files.root / "fully_async",
+                    train_path=verl_files.train_path,
+                    val_path=verl_files.val_path,
+                    model_path=str(verl_files.tokenizer_dir),
+                    log_val_generations=K,
+                )
+                components = harness.create_fully_async(config, verl_files.tokenizer)
+                yield FullyAsyncJob(components, collector, metrics_log, run_id)
+            finally:
+                ray.shutdown()
+                _api._reset_for_testing()  # the driver's emitter, configured by the env hook
+                collector.stop()
 
 
 def _expected_bottom_k(dumped: list[dict[str, Any]]) -> list[str]:
