@@ -1,4 +1,3 @@
-# syntax=docker/dockerfile:1
 # The otel-valgen collector distribution (otelcol-valgen), built from the same builder
 # manifest and script as `make collector` (collector/builder-config.yaml, collector/build.sh),
 # so the image and the local binary contain the same components.
@@ -6,20 +5,29 @@
 # Build from the repository root:
 #   docker build -f docker/collector.Dockerfile -t otel-valgen/collector:0.1.0 .
 # Base images are pinned by tag; pin them by digest in production (see docs/deployment.md).
+# Both are build args, so that a machine without a registry can pass images of its own (the
+# tests pass images made by tools/docker/base-images.sh). The runtime image needs `sh` and
+# `wget` (the health check).
+ARG GO_IMAGE=golang:1.26.8-bookworm
+ARG RUNTIME_IMAGE=alpine:3.22.2
 
-FROM golang:1.26.8-bookworm AS build
+FROM ${GO_IMAGE} AS build
 WORKDIR /src
-# A static binary, so that the runtime image needs no C library of a given version.
-ENV CGO_ENABLED=0
+# A static binary, so that the runtime image needs no C library of a given version. The module
+# and build caches are cache mounts at fixed paths, reused by every later build on this engine.
+ENV CGO_ENABLED=0 \
+    GOMODCACHE=/root/go/pkg/mod \
+    GOCACHE=/root/.cache/go-build
 COPY collector/ collector/
 RUN --mount=type=cache,target=/root/go/pkg/mod \
     --mount=type=cache,target=/root/.cache/go-build \
     bash collector/build.sh
 
-FROM alpine:3.22.2
-# busybox wget serves the health check; nothing else is added to the base image.
-RUN addgroup -S -g 10001 valgen \
-    && adduser -S -D -H -u 10001 -G valgen -s /sbin/nologin valgen \
+FROM ${RUNTIME_IMAGE}
+# wget (busybox's on alpine) serves the health check; nothing else is added to the base image.
+# The user is written to /etc/passwd directly, which works on alpine and Debian alike.
+RUN echo 'valgen:x:10001:' >>/etc/group \
+    && echo 'valgen:x:10001:10001:otel-valgen collector:/nonexistent:/sbin/nologin' >>/etc/passwd \
     && mkdir -p /var/lib/otelcol-valgen/state /var/lib/otelcol-valgen/files \
     && chown -R valgen:valgen /var/lib/otelcol-valgen
 COPY --from=build /src/build/otelcol-valgen /usr/local/bin/otelcol-valgen

@@ -1,4 +1,3 @@
-# syntax=docker/dockerfile:1
 # The otel-valgen wandb exporter service (`otel-valgen wandb-exporter`): receives the sampled
 # generations from the collector over OTLP and writes them into their wandb runs.
 #
@@ -7,18 +6,23 @@
 # The wandb API key is read from WANDB_API_KEY at run time; no key is ever baked in. Without
 # a key the service writes offline runs (see wandb-exporter-entrypoint.sh).
 # Base images are pinned by tag; pin them by digest in production (see docs/deployment.md).
+# The base is a build arg, so that a machine without a registry can pass an image of its own
+# (the tests pass one made by tools/docker/base-images.sh): any Debian-like image with
+# `python` 3.11 and its venv module.
+ARG PYTHON_IMAGE=python:3.11.14-slim-bookworm
 
-FROM python:3.11.14-slim-bookworm AS build
-ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
-    PIP_NO_CACHE_DIR=1
+FROM ${PYTHON_IMAGE} AS build
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY otel_valgen/ otel_valgen/
-# Versions come from pyproject.toml (the OTel packages are pinned there).
-RUN python -m venv /opt/venv \
+# Versions come from pyproject.toml (the OTel packages are pinned there). pip's download cache
+# is a cache mount: later builds on this engine reuse it, and it stays out of the image.
+RUN --mount=type=cache,target=/root/.cache/pip \
+    python -m venv /opt/venv \
     && /opt/venv/bin/pip install ".[wandb]"
 
-FROM python:3.11.14-slim-bookworm
+FROM ${PYTHON_IMAGE}
 RUN groupadd --system --gid 10001 valgen \
     && useradd --system --uid 10001 --gid valgen --no-create-home --shell /usr/sbin/nologin valgen \
     && mkdir -p /var/lib/valgen-exporter \
