@@ -4,7 +4,7 @@ GO ?= go
 COLLECTOR_BIN := build/otelcol-valgen
 PROCESSOR_DIR := collector/valgensamplerprocessor
 
-.PHONY: demo install install-dev collector deploy-tools go-test go-lint lint typecheck test-py test deploy-check
+.PHONY: demo install install-dev collector go-test go-lint lint typecheck test-py test deploy-check
 
 demo: install
 	$(PYTHON) -m otel_valgen.cli demo
@@ -35,15 +35,11 @@ typecheck:
 test-py:
 	$(PYTHON) -m pytest
 
-# The LogQL checker and Loki v3.7.8 that tests/deploy run (build/tools; 3-6 min the first time).
-deploy-tools:
-	bash tools/deploy/install-tools.sh --loki
-
-# Installs everything this project needs (Python packages, the collector and tool builds) and
+# Installs everything this project needs (Python packages, the collector build) and
 # runs every check.
-test: install-dev collector deploy-tools lint typecheck go-lint go-test test-py
+test: install-dev collector lint typecheck go-lint go-test test-py
 
-# Deployment checks (tests/deploy): builds the LogQL checker and Loki v3.7.8 into build/tools
-# (a first build takes 3-6 min on 2 cores, then seconds), then runs the tests (~45 s).
-deploy-check: deploy-tools
+# Deployment checks (tests/deploy) only. No Loki or Grafana is built: see docs/deployment.md,
+# "What is verified about Loki and Grafana".
+deploy-check:
 	$(PYTHON) -m pytest tests/deploy

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 
-from dashboards.grafana import JSON
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.models.dashboard import Dashboard
 
 
-def render(dashboard: JSON) -> str:
-    """Dashboard JSON text exactly as committed."""
-    return json.dumps(dashboard, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+def render(dashboard: Dashboard) -> str:
+    """Dashboard JSON text exactly as committed (the SDK's JSON encoding, keys sorted)."""
+    return json.dumps(dashboard, cls=JSONEncoder, indent=2, sort_keys=True, ensure_ascii=False) + "\n"

@@ -1,5 +1,8 @@
 """The "Validation generations" dashboard: what the sampler kept, read from Loki.
 
+Built with grafana-foundation-sdk's builders (dashboard, table, bar chart and text panels,
+Loki queries, variables); dashboards/parts.py has what the SDK leaves free-form.
+
 How Loki stores what the collector sends (docker/loki/loki.yaml): the index labels are only
 ``service_name`` (and namespace/environment when set); every record attribute is structured
 metadata with dots turned into underscores (``valgen.run_id`` -> ``valgen_run_id``); the
@@ -16,7 +19,38 @@ free-text variables (regular expressions, ``.+`` = all), and the tables link to 
 
 from __future__ import annotations
 
-from dashboards import grafana as g
+from grafana_foundation_sdk.builders import barchart, loki, table, text
+from grafana_foundation_sdk.builders import common as common_builders
+from grafana_foundation_sdk.builders import dashboard as dashboard_builders
+from grafana_foundation_sdk.cog.builder import Builder
+from grafana_foundation_sdk.models import dashboard as dashboard_models
+from grafana_foundation_sdk.models.common import (
+    FieldTextAlignment,
+    LegendDisplayMode,
+    LegendPlacement,
+    SortOrder,
+    StackingMode,
+    TableAutoCellOptions,
+    TableCellHeight,
+    TooltipDisplayMode,
+    VisibilityMode,
+    VizOrientation,
+)
+from grafana_foundation_sdk.models.dashboard import (
+    DashboardCursorSync,
+    DataTransformerConfig,
+    DynamicConfigValue,
+    GridPos,
+    VariableHide,
+    VariableOption,
+    VariableRefresh,
+    VariableSort,
+)
+from grafana_foundation_sdk.models.loki import LokiQueryType, QueryEditorMode
+from grafana_foundation_sdk.models.text import TextMode
+
+from dashboards import parts
+from dashboards.parts import LOKI
 from otel_valgen import contract
 
 UID = "valgen-generations"
@@ -71,31 +105,123 @@ def summary_count(field: str) -> str:
     )
 
 
-WRAP = {"id": "custom.cellOptions", "value": {"type": "auto", "wrapText": True}}
-WIDE = {"id": "custom.minWidth", "value": 320}
+VARIABLE_NAMES = [parts.DATASOURCE_VARIABLE, "service", "run", "step", "sample"]
+WIDE_TEXT = [parts.wrap_text(), parts.min_width(320)]
 
 
-def _text_columns(*fields: str) -> list[g.JSON]:
-    return [g.column_override([field, field.replace("_", " ")], [WRAP, WIDE]) for field in fields]
+def grid(x: int, y: int, w: int, h: int) -> GridPos:
+    """A panel's position on the 24-column grid."""
+    return GridPos(h=h, w=w, x=x, y=y)
 
 
-VARIABLE_NAMES = [g.DATASOURCE_VARIABLE, "service", "run", "step", "sample"]
+def logs_query(ref_id: str, expr: str, max_lines: int) -> loki.Dataquery:
+    """A Loki log query over the dashboard's time range, as written in the code editor."""
+    return (
+        loki.Dataquery()
+        .ref_id(ref_id)
+        .datasource(LOKI)
+        .editor_mode(QueryEditorMode.CODE)
+        .query_type(LokiQueryType.RANGE)
+        .expr(expr)
+        .max_lines(max_lines)
+    )
 
 
-def _linked(field: str, header: str, title: str, variable: str) -> g.JSON:
-    link = g.link_to_variable(title, variable, keep=VARIABLE_NAMES)
-    return g.column_override([field, header], [{"id": "links", "value": [link]}])
+def instant_query(ref_id: str, expr: str) -> loki.Dataquery:
+    """A Loki metric query evaluated once, at the end of the time range."""
+    return (
+        loki.Dataquery()
+        .ref_id(ref_id)
+        .datasource(LOKI)
+        .editor_mode(QueryEditorMode.CODE)
+        .query_type(LokiQueryType.INSTANT)
+        .expr(expr)
+    )
 
 
-def _per_step_counts() -> list[g.JSON]:
-    """Instant metric queries -> one table with a row per step and a column per count."""
-    return [
-        {"id": "labelsToFields", "options": {"mode": "columns"}},
-        {"id": "merge", "options": {}},
-        {"id": "organize", "options": {"excludeByName": {"Time": True}, "indexByName": {}, "renameByName": {}}},
-        g.convert_to_number(STEP),
-        g.sort_by(STEP),
-    ]
+def table_panel(
+    panel_id: int,
+    title: str,
+    description: str,
+    position: GridPos,
+    query: loki.Dataquery,
+    transformations: list[DataTransformerConfig],
+) -> table.Panel:
+    """A table of log lines: one row per line, its labels as columns."""
+    return (
+        table.Panel()
+        .id(panel_id)
+        .title(title)
+        .description(description)
+        .grid_pos(position)
+        .datasource(LOKI)
+        .with_target(query)
+        .transformations(transformations)
+        .align(FieldTextAlignment.AUTO)
+        .cell_options(TableAutoCellOptions())
+        .inspect(True)
+        .cell_height(TableCellHeight.MD)
+        .footer(common_builders.TableFooterOptions().show(False))
+        .show_header(True)
+    )
+
+
+def with_columns(panel: table.Panel, *columns: tuple[list[str], list[DynamicConfigValue]]) -> table.Panel:
+    """Per-column settings, each column matched by its Loki name or its header."""
+    for names, properties in columns:
+        panel.override_by_regexp(parts.column_pattern(*names), properties)
+    return panel
+
+
+def text_columns(*fields: str) -> list[tuple[list[str], list[DynamicConfigValue]]]:
+    """Wide, wrapping columns for long text (inputs, outputs)."""
+    return [([field, field.replace("_", " ")], WIDE_TEXT) for field in fields]
+
+
+def linked_column(field: str, header: str, title: str, variable: str) -> tuple[list[str], list[DynamicConfigValue]]:
+    """A column whose values link to this dashboard with `variable` set to the clicked value."""
+    return [field, header], [parts.link_to_variable(title, variable, keep=VARIABLE_NAMES)]
+
+
+def per_step_chart(
+    panel_id: int, title: str, description: str, position: GridPos, queries: list[loki.Dataquery]
+) -> barchart.Panel:
+    """A bar chart with the step as category x axis: instant metric queries -> a row per step."""
+    chart = (
+        barchart.Panel()
+        .id(panel_id)
+        .title(title)
+        .description(description)
+        .grid_pos(position)
+        .datasource(LOKI)
+        .transformations(
+            [
+                parts.labels_to_columns(),
+                parts.merge(),
+                parts.hide_columns("Time"),
+                parts.convert_to_number(STEP),
+                parts.sort_by(STEP),
+            ]
+        )
+        .unit("none")
+        .x_field(STEP)
+        .orientation(VizOrientation.VERTICAL)
+        .bar_width(0.8)
+        .group_width(0.8)
+        .show_value(VisibilityMode.AUTO)
+        .stacking(StackingMode.NONE)
+        .x_tick_label_rotation(0)
+        .legend(
+            common_builders.VizLegendOptions()
+            .display_mode(LegendDisplayMode.LIST)
+            .placement(LegendPlacement.BOTTOM)
+            .show_legend(True)
+        )
+        .tooltip(common_builders.VizTooltipOptions().mode(TooltipDisplayMode.MULTI).sort(SortOrder.NONE))
+    )
+    for query in queries:
+        chart.with_target(query)
+    return chart
 
 
 INTRO = """\
@@ -106,153 +232,196 @@ click a step or a sample id in a table. Each row shows its trace id: every recor
 """
 
 
-def variables() -> list[g.JSON]:
-    """Datasource, service (an index label), run, step and prompt (structured metadata)."""
-    return [
-        g.datasource_variable(g.DATASOURCE_VARIABLE, "Loki", "loki", g.DEFAULT_DATASOURCE_UID),
-        g.label_values_variable("service", "service", SERVICE),
-        g.textbox_variable("run", "run", ".+", f"Regular expression over {RUN_ID}, the training run."),
-        g.textbox_variable("step", "step", ".+", f"Regular expression over {STEP}, the trainer's step."),
-        g.textbox_variable("sample", "prompt", ".+", f"Regular expression over {SAMPLE_ID}, one prompt's response."),
-    ]
-
-
-def panels() -> list[g.JSON]:
-    """Every panel, top to bottom."""
-    generation_columns = {
-        RUN_ID: "run",
-        STEP: "step",
-        ATTEMPT: "attempt",
-        RANK: "rank",
-        SAMPLE_ID: "sample id",
-        contract.BODY_INPUT: "input",
-        contract.BODY_OUTPUT: "output",
-        contract.BODY_GROUND_TRUTH: "ground truth",
-        SCORE: "score",
-        DATA_SOURCE: "data source",
-        SOURCE: "source",
-        TRACE_ID: "trace id",
-    }
-    summary_columns = {
-        RUN_ID: "run",
-        STEP: "step",
-        ATTEMPT: "attempt",
-        SEEN: "seen",
-        KEPT: "kept",
-        LATE: "late",
-        MISSING: "missing",
-        SOURCES: "sources",
-        SOURCES_EXPECTED: "sources expected",
-        CLOSED_REASON: "closed",
-        TRACE_ID: "trace id",
-    }
-    return [
-        g.text_panel(1, "About", g.grid(0, 0, 24, 3), INTRO),
-        g.table_panel(
-            2,
-            "Steps: seen, kept, late, missing",
-            "One row per step summary the sampler emitted, one per attempt of a step (a resumed or retried run "
-            "validates a step again as a new attempt; otel-valgen show and the wandb exporter show the latest "
-            "complete one). closed = complete (every source ended), wait (decision_wait of silence), max_duration "
-            "(a source never ended), max_groups or shutdown; missing > 0 means records a source announced never "
-            "arrived.",
-            g.grid(0, 3, 14, 9),
-            [g.loki_target("A", Q_SUMMARIES, max_lines=5000)],
-            [
-                g.extract_label_fields(),
-                g.convert_to_number(STEP, SEEN, KEPT, LATE, MISSING, SOURCES, SOURCES_EXPECTED),
-                g.sort_by(RUN_ID, STEP, ATTEMPT),
-                g.organize(summary_columns),
-            ],
-            [_linked(STEP, "step", "Show the generations of this step", "step")],
-        ),
-        g.barchart_panel(
-            3,
-            "Seen, kept, late, missing per step",
-            "From the step summaries. Choose one run: counts of several runs are not added up.",
-            g.grid(14, 3, 10, 9),
-            [
-                g.loki_target(ref, summary_count(field), instant=True)
-                for ref, field in zip("ABCD", (SEEN, KEPT, LATE, MISSING), strict=True)
-            ],
-            _per_step_counts(),
-            x_field=STEP,
-        ),
-        g.table_panel(
-            4,
-            "Sampled generations of step $step",
-            "The generations the sampler kept for the step, in sampling order (rank), for each attempt of it.",
-            g.grid(0, 12, 24, 12),
-            [g.loki_target("A", Q_STEP_GENERATIONS, max_lines=5000)],
-            [
-                g.extract_label_fields(),
-                g.convert_to_number(STEP, RANK, SCORE),
-                g.sort_by(RUN_ID, STEP, ATTEMPT, RANK),
-                g.organize(generation_columns),
-            ],
-            [
-                *_text_columns(contract.BODY_INPUT, contract.BODY_OUTPUT),
-                _linked(SAMPLE_ID, "sample id", "Show this prompt across steps", "sample"),
-            ],
-        ),
-        g.table_panel(
-            5,
-            "Outputs for one prompt across steps",
-            "The same prompts are sampled at every step: set the prompt variable (or click a sample id above) to "
-            "read how the model's answer to it changes.",
-            g.grid(0, 24, 14, 10),
-            [g.loki_target("A", Q_PROMPT_ACROSS_STEPS, max_lines=5000)],
-            [
-                g.extract_label_fields(),
-                g.convert_to_number(STEP, SCORE),
-                g.sort_by(SAMPLE_ID, STEP),
-                g.organize(
-                    {
-                        SAMPLE_ID: "sample id",
-                        STEP: "step",
-                        contract.BODY_OUTPUT: "output",
-                        SCORE: "score",
-                        RUN_ID: "run",
-                        TRACE_ID: "trace id",
-                    }
-                ),
-            ],
-            _text_columns(contract.BODY_OUTPUT),
-        ),
-        g.barchart_panel(
-            6,
-            "Mean score of the kept generations per step",
-            "Average valgen.score of the sampled generations of each step (records without a score are left out).",
-            g.grid(14, 24, 10, 10),
-            [g.loki_target("A", Q_MEAN_SCORE, instant=True)],
-            _per_step_counts(),
-            x_field=STEP,
-        ),
-        g.table_panel(
-            7,
-            "Late generations",
-            "Generations that arrived after their step closed; shown only when the collector runs with "
-            "VALGEN_LATE_RECORDS=forward (by default they are dropped and counted in the collector's metrics).",
-            g.grid(0, 34, 24, 7),
-            [g.loki_target("A", Q_LATE, max_lines=1000)],
-            [
-                g.extract_label_fields(),
-                g.convert_to_number(STEP, SCORE),
-                g.sort_by(RUN_ID, STEP),
-                g.organize(
-                    {RUN_ID: "run", STEP: "step", SAMPLE_ID: "sample id", SOURCE: "source", TRACE_ID: "trace id"}
-                ),
-            ],
-        ),
-    ]
-
-
-def dashboard() -> g.JSON:
-    """The whole dashboard."""
-    return g.dashboard_model(
-        UID,
-        TITLE,
-        "Validation generations (prompt, output, score) sampled per step by otel-valgen, from Loki.",
-        variables(),
-        panels(),
+def textbox(name: str, label: str, description: str) -> dashboard_builders.TextBoxVariable:
+    """A free-text variable used as a LogQL regular expression, `.+` (all) by default."""
+    return (
+        dashboard_builders.TextBoxVariable(name)
+        .label(label)
+        .description(description)
+        .hide(VariableHide.DONT_HIDE)
+        .default_value(".+")
+        .current(VariableOption(text=".+", value=".+"))
     )
+
+
+def variables() -> list[Builder[dashboard_models.VariableModel]]:
+    """Datasource, service (an index label), run, step and prompt (structured metadata)."""
+    datasource = (
+        dashboard_builders.DatasourceVariable(parts.DATASOURCE_VARIABLE)
+        .label("Loki")
+        .type("loki")
+        .hide(VariableHide.DONT_HIDE)
+        .current(VariableOption(text="Loki", value=parts.DEFAULT_DATASOURCE_UID))
+    )
+    service = (
+        dashboard_builders.QueryVariable("service")
+        .label("service")
+        .hide(VariableHide.DONT_HIDE)
+        .datasource(LOKI)
+        # Loki's label-values query of the Loki datasource's variable editor (type 1).
+        .query({"label": SERVICE, "refId": "LokiVariableQueryEditor-VariableQuery", "stream": "", "type": 1})
+        .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED)
+        .sort(VariableSort.ALPHABETICAL_ASC)
+        .multi(False)
+        .include_all(True)
+        .all_value(".+")
+        .current(VariableOption(text="All", value="$__all"))
+    )
+    return [
+        datasource,
+        service,
+        textbox("run", "run", f"Regular expression over {RUN_ID}, the training run."),
+        textbox("step", "step", f"Regular expression over {STEP}, the trainer's step."),
+        textbox("sample", "prompt", f"Regular expression over {SAMPLE_ID}, one prompt's response."),
+    ]
+
+
+GENERATION_COLUMNS = {
+    RUN_ID: "run",
+    STEP: "step",
+    ATTEMPT: "attempt",
+    RANK: "rank",
+    SAMPLE_ID: "sample id",
+    contract.BODY_INPUT: "input",
+    contract.BODY_OUTPUT: "output",
+    contract.BODY_GROUND_TRUTH: "ground truth",
+    SCORE: "score",
+    DATA_SOURCE: "data source",
+    SOURCE: "source",
+    TRACE_ID: "trace id",
+}
+SUMMARY_COLUMNS = {
+    RUN_ID: "run",
+    STEP: "step",
+    ATTEMPT: "attempt",
+    SEEN: "seen",
+    KEPT: "kept",
+    LATE: "late",
+    MISSING: "missing",
+    SOURCES: "sources",
+    SOURCES_EXPECTED: "sources expected",
+    CLOSED_REASON: "closed",
+    TRACE_ID: "trace id",
+}
+PROMPT_COLUMNS = {
+    SAMPLE_ID: "sample id",
+    STEP: "step",
+    contract.BODY_OUTPUT: "output",
+    SCORE: "score",
+    RUN_ID: "run",
+    TRACE_ID: "trace id",
+}
+LATE_COLUMNS = {RUN_ID: "run", STEP: "step", SAMPLE_ID: "sample id", SOURCE: "source", TRACE_ID: "trace id"}
+
+
+def panels() -> list[Builder[dashboard_models.Panel]]:
+    """Every panel, top to bottom."""
+    about = text.Panel().id(1).title("About").grid_pos(grid(0, 0, 24, 3)).mode(TextMode.MARKDOWN).content(INTRO)
+    steps = table_panel(
+        2,
+        "Steps: seen, kept, late, missing",
+        "One row per step summary the sampler emitted, one per attempt of a step (a resumed or retried run "
+        "validates a step again as a new attempt; otel-valgen show and the wandb exporter show the latest "
+        "complete one). closed = complete (every source ended), wait (decision_wait of silence), max_duration "
+        "(a source never ended), max_groups or shutdown; missing > 0 means records a source announced never "
+        "arrived.",
+        grid(0, 3, 14, 9),
+        logs_query("A", Q_SUMMARIES, max_lines=5000),
+        [
+            parts.extract_label_fields(),
+            parts.convert_to_number(STEP, SEEN, KEPT, LATE, MISSING, SOURCES, SOURCES_EXPECTED),
+            parts.sort_by(RUN_ID, STEP, ATTEMPT),
+            parts.organize(SUMMARY_COLUMNS),
+        ],
+    )
+    counts = per_step_chart(
+        3,
+        "Seen, kept, late, missing per step",
+        "From the step summaries. Choose one run: counts of several runs are not added up.",
+        grid(14, 3, 10, 9),
+        [
+            instant_query(ref, summary_count(field))
+            for ref, field in zip("ABCD", (SEEN, KEPT, LATE, MISSING), strict=True)
+        ],
+    )
+    generations = table_panel(
+        4,
+        "Sampled generations of step $step",
+        "The generations the sampler kept for the step, in sampling order (rank), for each attempt of it.",
+        grid(0, 12, 24, 12),
+        logs_query("A", Q_STEP_GENERATIONS, max_lines=5000),
+        [
+            parts.extract_label_fields(),
+            parts.convert_to_number(STEP, RANK, SCORE),
+            parts.sort_by(RUN_ID, STEP, ATTEMPT, RANK),
+            parts.organize(GENERATION_COLUMNS),
+        ],
+    )
+    prompt = table_panel(
+        5,
+        "Outputs for one prompt across steps",
+        "The same prompts are sampled at every step: set the prompt variable (or click a sample id above) to "
+        "read how the model's answer to it changes.",
+        grid(0, 24, 14, 10),
+        logs_query("A", Q_PROMPT_ACROSS_STEPS, max_lines=5000),
+        [
+            parts.extract_label_fields(),
+            parts.convert_to_number(STEP, SCORE),
+            parts.sort_by(SAMPLE_ID, STEP),
+            parts.organize(PROMPT_COLUMNS),
+        ],
+    )
+    mean_score = per_step_chart(
+        6,
+        "Mean score of the kept generations per step",
+        "Average valgen.score of the sampled generations of each step (records without a score are left out).",
+        grid(14, 24, 10, 10),
+        [instant_query("A", Q_MEAN_SCORE)],
+    )
+    late = table_panel(
+        7,
+        "Late generations",
+        "Generations that arrived after their step closed; shown only when the collector runs with "
+        "VALGEN_LATE_RECORDS=forward (by default they are dropped and counted in the collector's metrics).",
+        grid(0, 34, 24, 7),
+        logs_query("A", Q_LATE, max_lines=1000),
+        [
+            parts.extract_label_fields(),
+            parts.convert_to_number(STEP, SCORE),
+            parts.sort_by(RUN_ID, STEP),
+            parts.organize(LATE_COLUMNS),
+        ],
+    )
+    return [
+        about,
+        with_columns(steps, linked_column(STEP, "step", "Show the generations of this step", "step")),
+        counts,
+        with_columns(
+            generations,
+            *text_columns(contract.BODY_INPUT, contract.BODY_OUTPUT),
+            linked_column(SAMPLE_ID, "sample id", "Show this prompt across steps", "sample"),
+        ),
+        with_columns(prompt, *text_columns(contract.BODY_OUTPUT)),
+        mean_score,
+        late,
+    ]
+
+
+def dashboard() -> dashboard_models.Dashboard:
+    """The whole dashboard, as grafana-foundation-sdk's model."""
+    builder = (
+        dashboard_builders.Dashboard(TITLE)
+        .uid(UID)
+        .description("Validation generations (prompt, output, score) sampled per step by otel-valgen, from Loki.")
+        .tags(["otel-valgen", "loki"])
+        .readonly()
+        .tooltip(DashboardCursorSync.CROSSHAIR)
+        .refresh("1m")
+        .time("now-24h", "now")
+        .timezone("utc")
+        .version(1)
+        .variables(variables())
+    )
+    for panel in panels():
+        builder.with_panel(panel)
+    return builder.build()

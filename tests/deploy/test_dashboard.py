@@ -1,27 +1,35 @@
-"""The "Validation generations" dashboard: generated JSON committed, well-formed, provisioned, valid LogQL."""
+"""The "Validation generations" dashboard: generated JSON committed, well-formed, provisioned, valid LogQL.
+
+The dashboard is built with grafana-foundation-sdk; Grafana itself does not run here, so its
+rendering is not checked. The queries are parsed by our LogQL-subset parser and checked to
+refer only to names that Loki's documented OTLP mapping produces (tests/deploy/loki_model.py).
+"""
 
 from __future__ import annotations
 
 import json
 import re
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from grafana_foundation_sdk.cog.plugins import register_default_plugins
+from grafana_foundation_sdk.models.dashboard import Dashboard
 
 from dashboards import DASHBOARDS
 from dashboards.__main__ import main as generate
 from dashboards.render import render
-from tests.deploy import compose, harness, loki_model
+from otel_valgen import contract
+from tests.deploy import compose, harness, logql_subset, loki_model
+from tests.deploy.loki_query import substitute
 
 GRAFANA = harness.REPO / "docker" / "grafana"
 DASHBOARD_FILE = GRAFANA / "dashboards" / "validation-generations.json"
-LOGQLCHECK = harness.TOOLS / "logqlcheck"
 VARIABLE = re.compile(r"\$\{?(\w+)")
 BUILTIN_VARIABLES = {"__range", "__dashboard", "__url_time_range", "__value"}
+ABSENT = object()
 
 
 @pytest.fixture(scope="module")
@@ -118,42 +126,101 @@ def test_panels_the_issue_asks_for(dashboard: dict[str, Any]) -> None:
             assert "trace_id" in _columns(panel), f"{panel['title']} shows no trace id"
 
 
-def _logqlcheck() -> Path:
-    if not LOGQLCHECK.is_file():
+# Values a user could give the variables (Grafana substitutes them before Loki sees the query).
+VALUES = {"service": ".+", "run": "run-1", "step": "100", "sample": "abc/0"}
+
+
+def _queries(dashboard: dict[str, Any]) -> list[tuple[str, str]]:
+    """(panel title, query with the variables filled in) of every target."""
+    return [(panel["title"], substitute(target["expr"], **VALUES)) for panel, target in _targets(dashboard)]
+
+
+def _record_attributes() -> set[str]:
+    """Every record attribute key of the wire contract (otel_valgen.contract)."""
+    return {
+        value
+        for name, value in vars(contract).items()
+        if name.isupper() and not name.startswith("EVENT_") and isinstance(value, str) and value.startswith("valgen.")
+    }
+
+
+def test_every_query_parses_with_our_logql_subset_parser(dashboard: dict[str, Any]) -> None:
+    """Each query, with its variables filled in, is LogQL of the subset our evaluator runs."""
+    for title, query in _queries(dashboard):
         try:
-            subprocess.run(
-                ["bash", "tools/deploy/install-tools.sh"],
-                cwd=harness.REPO,
-                capture_output=True,
-                timeout=240,
-                check=True,
-            )
-        except (subprocess.SubprocessError, OSError) as error:
-            pytest.skip(f"logqlcheck could not be built ({error}); run `{harness.INSTALL_TOOLS}`")
-    return LOGQLCHECK
+            logql_subset.parse(query)
+        except logql_subset.LogQLError as error:
+            pytest.fail(f"{title}: {error}")
 
 
-def _parse(queries: list[str]) -> list[dict[str, str]]:
-    result = subprocess.run(
-        [str(_logqlcheck())], input=json.dumps(queries), capture_output=True, text=True, timeout=60, check=True
-    )
-    parsed: list[dict[str, str]] = json.loads(result.stdout)
-    return parsed
+@pytest.mark.parametrize(
+    ("correct", "typo"),
+    [
+        ("| json ", "| jsn "),
+        ("}", ""),
+        ("| unwrap ", "| unwarp "),
+        ("=~", "~="),
+        ("input, output", "input,, output"),
+        ('"', "'"),
+        ("[1h]", "[1h"),
+        ("))", ")))"),
+        ('"abc/0"', '"abc/(0"'),
+    ],
+)
+def test_the_parser_rejects_a_typo_in_a_dashboard_query(dashboard: dict[str, Any], correct: str, typo: str) -> None:
+    """Every query broken by one typo no longer parses, so the check above can fail."""
+    broken = [query.replace(correct, typo, 1) for _, query in _queries(dashboard) if correct in query]
+    assert broken, f"no query contains {correct!r}"
+    for query in broken:
+        with pytest.raises(logql_subset.LogQLError):
+            logql_subset.parse(query)
 
 
-def test_every_query_parses_with_lokis_logql_parser(dashboard: dict[str, Any]) -> None:
-    """Loki's own parser (pkg/logql/syntax v3.7.8) accepts every query with its variables filled in."""
-    values = {"service": ".+", "run": "run-1", "step": "100", "sample": "abc/0", "__range": "1h"}
-    queries = []
-    for _, target in _targets(dashboard):
-        expr = target["expr"]
-        for name in sorted(values, key=len, reverse=True):
-            expr = expr.replace(f"${name}", values[name])
-        queries.append(expr)
-    results = _parse([*queries, '{service_name=~".+"} | json input,'])
-    errors = {r["query"]: r["error"] for r in results[:-1] if r["error"]}
-    assert errors == {}
-    assert results[-1]["error"], "the parser must reject a broken query for this check to mean anything"
+def test_queries_refer_only_to_names_lokis_mapping_produces(dashboard: dict[str, Any]) -> None:
+    """Stream selectors use index labels; filters, unwraps and groupings use stored names or parsed body fields.
+
+    The stored names are what loki_model's documented mapping makes of the contract's record
+    attributes and the log record's fields; the body fields are the generation body's keys.
+    """
+    index_labels = {loki_model.normalize(name) for name in loki_model.index_label_attributes()}
+    stored = {loki_model.normalize(name) for name in _record_attributes()} | index_labels
+    stored |= {*loki_model.RECORD_FIELDS, *loki_model.SCOPE_FIELDS}
+    body = {contract.BODY_INPUT, contract.BODY_OUTPUT, contract.BODY_GROUND_TRUTH}
+    for title, query in _queries(dashboard):
+        names = logql_subset.names(logql_subset.parse(query))
+        assert names.stream_labels <= index_labels, f"{title}: {names.stream_labels - index_labels}"
+        assert names.fields <= stored, f"{title}: {names.fields - stored} are not stored by Loki"
+        assert names.parsed <= body, f"{title}: {names.parsed - body} are not fields of the body"
+    typo = logql_subset.names(logql_subset.parse('{service_name=~".+"} | valgen_stpe="1"'))
+    assert not typo.fields <= stored, "a misspelt name must fail this check"
+
+
+def test_the_sdk_reads_the_committed_json_back_without_losing_a_field(dashboard: dict[str, Any]) -> None:
+    """Every field of the committed JSON is one grafana-foundation-sdk's dashboard schema knows.
+
+    The SDK's reader keeps the fields its (Grafana's) schema has, adding defaults; a field outside
+    it would be dropped. Free-form parts (transformation options, override values) pass through.
+    """
+    register_default_plugins()
+
+    def lost(original: Any, read: Any, path: str = "") -> list[str]:
+        if isinstance(original, dict):
+            if not isinstance(read, dict):
+                return [path]
+            return [p for key, value in original.items() for p in lost(value, read.get(key, ABSENT), f"{path}/{key}")]
+        if isinstance(original, list):
+            if not isinstance(read, list) or len(read) != len(original):
+                return [path]
+            return [p for i, (a, b) in enumerate(zip(original, read, strict=True)) for p in lost(a, b, f"{path}[{i}]")]
+        return [] if original == read else [path]
+
+    def read_back(model: dict[str, Any]) -> Any:
+        return json.loads(render(Dashboard.from_json(model)))
+
+    assert lost(dashboard, read_back(dashboard)) == []
+    misspelt = json.loads(json.dumps(dashboard))
+    misspelt["panels"][1]["options"]["cellHieght"] = "md"
+    assert lost(misspelt, read_back(misspelt)) == ["/panels[1]/options/cellHieght"], "a stray field must be noticed"
 
 
 def test_grafana_provisioning_matches_the_stack(dashboard: dict[str, Any]) -> None:

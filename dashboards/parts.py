@@ -1,0 +1,89 @@
+"""The pieces of a panel that grafana-foundation-sdk types only loosely, as SDK model objects.
+
+The SDK has builders for dashboards, panels, queries and variables, but a transformation's
+options and a field override's property value are free-form (``object``) in Grafana's schema.
+These helpers give them the shape Grafana's transformations and overrides expect.
+"""
+
+from __future__ import annotations
+
+import re
+
+from grafana_foundation_sdk.models.common import DataSourceRef
+from grafana_foundation_sdk.models.dashboard import DataTransformerConfig, DynamicConfigValue
+
+# The Loki datasource is chosen by a dashboard variable, so that the dashboard also works in a
+# Grafana whose Loki datasource has another uid; the compose stack provisions this uid.
+DATASOURCE_VARIABLE = "loki"
+DEFAULT_DATASOURCE_UID = "valgen-loki"
+LOKI = DataSourceRef(type_val="loki", uid=f"${{{DATASOURCE_VARIABLE}}}")
+
+
+def extract_label_fields() -> DataTransformerConfig:
+    """Turn each log line's labels (stream labels, structured metadata, parsed fields) into columns."""
+    options = {"format": "auto", "keepTime": False, "replace": False, "source": "labels"}
+    return DataTransformerConfig(id_val="extractFields", options=options)
+
+
+def convert_to_number(*fields: str) -> DataTransformerConfig:
+    """Convert string columns (Loki gives every label as a string) into numbers."""
+    conversions = [{"destinationType": "number", "targetField": field} for field in fields]
+    return DataTransformerConfig(id_val="convertFieldType", options={"conversions": conversions, "fields": {}})
+
+
+def sort_by(*fields: str) -> DataTransformerConfig:
+    """Sort rows by the given columns, ascending."""
+    return DataTransformerConfig(id_val="sortBy", options={"sort": [{"desc": False, "field": f} for f in fields]})
+
+
+def organize(columns: dict[str, str]) -> DataTransformerConfig:
+    """Keep only `columns` (name -> header), in this order; every other column is hidden."""
+    options = {
+        "excludeByName": {},
+        "includeByName": dict.fromkeys(columns, True),
+        "indexByName": {name: index for index, name in enumerate(columns)},
+        "renameByName": {name: header for name, header in columns.items() if header != name},
+    }
+    return DataTransformerConfig(id_val="organize", options=options)
+
+
+def labels_to_columns() -> DataTransformerConfig:
+    """Metric series labels (the `by` label of an aggregation) as columns."""
+    return DataTransformerConfig(id_val="labelsToFields", options={"mode": "columns"})
+
+
+def merge() -> DataTransformerConfig:
+    """Several queries' frames merged into one table (rows joined on equal columns)."""
+    return DataTransformerConfig(id_val="merge", options={})
+
+
+def hide_columns(*names: str) -> DataTransformerConfig:
+    """Hide the given columns and keep every other one."""
+    options = {"excludeByName": dict.fromkeys(names, True), "indexByName": {}, "renameByName": {}}
+    return DataTransformerConfig(id_val="organize", options=options)
+
+
+def column_pattern(*names: str) -> str:
+    """An anchored regular expression matching a column by any of `names` (its Loki name or its header)."""
+    return "^(" + "|".join(re.escape(name) for name in dict.fromkeys(names)) + ")$"
+
+
+def wrap_text() -> DynamicConfigValue:
+    """Table cells that wrap long text instead of cutting it."""
+    return DynamicConfigValue(id_val="custom.cellOptions", value={"type": "auto", "wrapText": True})
+
+
+def min_width(pixels: int) -> DynamicConfigValue:
+    """A table column at least `pixels` wide."""
+    return DynamicConfigValue(id_val="custom.minWidth", value=pixels)
+
+
+def link_to_variable(title: str, variable: str, keep: list[str]) -> DynamicConfigValue:
+    """A data link (on a column) that reloads this dashboard with `variable` set to the clicked value.
+
+    The time range and the variables in `keep` stay as they are.
+    """
+    kept = "".join(f"&${{{name}:queryparam}}" for name in keep if name != variable)
+    value = "${__value.raw:percentencode}"
+    url = f"/d/${{__dashboard.uid}}?${{__url_time_range}}{kept}&var-{variable}={value}"
+    return DynamicConfigValue(id_val="links", value=[{"title": title, "url": url}])
