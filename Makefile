@@ -4,7 +4,7 @@ GO ?= go
 COLLECTOR_BIN := build/otelcol-valgen
 PROCESSOR_DIR := collector/valgensamplerprocessor
 
-.PHONY: demo install install-dev collector go-test go-lint lint typecheck test-py test deploy-check
+.PHONY: demo install install-dev collector docker go-test go-lint lint typecheck test-py test deploy-check
 
 demo: install
 	$(PYTHON) -m otel_valgen.cli demo
@@ -18,6 +18,14 @@ install-dev:
 collector:
 	bash collector/build.sh
 	bash collector/validate.sh
+
+# A Docker engine (started, and installed from Debian's packages when missing), Compose v2 built
+# from the Go module proxy, and local base images, for the compose stack tests (tests/deploy).
+# Needs root the first time on a machine without Docker; see docs/deployment.md.
+docker:
+	bash tools/docker/engine.sh
+	bash tools/docker/compose.sh
+	bash tools/docker/base-images.sh
 
 go-test:
 	cd $(PROCESSOR_DIR) && $(GO) vet ./... && $(GO) test -count=1 ./...
@@ -35,9 +43,9 @@ typecheck:
 test-py:
 	$(PYTHON) -m pytest
 
-# Installs everything this project needs (Python packages, the collector build) and
-# runs every check.
-test: install-dev collector lint typecheck go-lint go-test test-py
+# Installs everything this project needs (Python packages, the collector build, Docker and
+# its tools) and runs every check, the compose stack among them.
+test: install-dev collector docker lint typecheck go-lint go-test test-py
 
 # Deployment checks (tests/deploy) only. No Loki or Grafana is built: see docs/deployment.md,
 # "What is verified about Loki and Grafana".

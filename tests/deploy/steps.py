@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import pytest
 
 import otel_valgen as vg
 from otel_valgen import _api
+from otel_valgen.sampling import SortKey, bottom_k, sample_key
 
 SERVICE = "deploy-test"
 RUN_ID = "deploy-run"
@@ -67,5 +69,40 @@ def send_late_generation(http_endpoint: str, step: int, sample_id: str) -> None:
             vg.configure(run_id=RUN_ID, count=K, seed=SEED, endpoint=f"http://{http_endpoint}", presample=False)
             vg.log_generations(["a late question"], ["a late answer"], [0.5], step=step, sample_ids=[sample_id])
             assert vg.flush(10.0), "the collector did not confirm the late record"
+        finally:
+            _api._reset_for_testing()
+
+
+def expected_ids(prompts: Iterable[int] = range(PROMPTS), k: int = K) -> list[str]:
+    """The sample ids the sampler keeps of the given prompts: their bottom-k under the job's seed."""
+    ids = [f"prompt-{i:03d}/0" for i in prompts]
+    chosen = bottom_k(((SortKey.of(sample_key(SEED, i), i), i) for i in ids), k)
+    return [sample_id for _, sample_id in chosen]
+
+
+def send_part(http_endpoint: str, step: int, source: str, prompts: Iterable[int], sources_expected: int) -> None:
+    """Send one source's part of `step` (prompts by index, as in `run_job`) and its end record."""
+    chosen = list(prompts)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("OTEL_SERVICE_NAME", SERVICE)
+        patch.delenv("OTEL_RESOURCE_ATTRIBUTES", raising=False)
+        _api._reset_for_testing()
+        try:
+            vg.configure(
+                run_id=RUN_ID,
+                count=K,
+                seed=SEED,
+                endpoint=f"http://{http_endpoint}",
+                presample=True,
+                launch_id="deploy-launch",
+            )
+            with vg.validation(step=step, source=source, sources_expected=sources_expected):
+                vg.log_generations(
+                    [f"What is {i} + {i}? (prompt-{i:03d})" for i in chosen],
+                    [f"At step {step} the answer is {2 * i}" for i in chosen],
+                    [0.5 for _ in chosen],
+                    sample_ids=[f"prompt-{i:03d}" for i in chosen],
+                )
+            assert vg.flush(10.0), "the collector did not confirm the part's records"
         finally:
             _api._reset_for_testing()

@@ -19,10 +19,9 @@ import yaml
 from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
 
 from dashboards import validation_generations as vgd
-from otel_valgen.sampling import SortKey, bottom_k, sample_key
 from tests.deploy import harness, logql_subset, loki_model
 from tests.deploy.loki_query import substitute, variables
-from tests.deploy.steps import PROMPTS, SEED, Job, run_job, send_late_generation
+from tests.deploy.steps import PROMPTS, Job, expected_ids, run_job, send_late_generation
 from tests.support.otlp_http import OtlpHttpStandIn
 
 DASHBOARD = harness.REPO / "docker" / "grafana" / "dashboards" / "validation-generations.json"
@@ -30,13 +29,6 @@ LOKI_PATH = "/otlp/v1/logs"
 # Late generations are forwarded (not the compose default, `drop`) so that the dashboard's
 # "Late generations" panel has something to show.
 COLLECTOR_ENV = {"VALGEN_DECISION_WAIT": "60s", "VALGEN_LATE_RECORDS": "forward"}
-
-
-def expected_ids() -> list[str]:
-    """The sample ids the sampler keeps at every step (bottom-k of the job's prompts)."""
-    ids = [f"prompt-{i:03d}/0" for i in range(PROMPTS)]
-    chosen = bottom_k(((SortKey.of(sample_key(SEED, i), i), i) for i in ids), Job().k)
-    return [sample_id for _, sample_id in chosen]
 
 
 class LokiStandIn:

@@ -1,0 +1,278 @@
+"""User story: `docker compose up` of docker/docker-compose.yml, for real, and a job on the host.
+
+Our images are built from their Dockerfiles on local base images, the stack runs with the
+stand-ins of tests/deploy/compose.standins.yml for Loki and Grafana, and a training process on
+this host sends its steps to the collector's published loopback port. The tests run in file
+order on one stack: the restart and auth checks come last because they recreate the collector.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
+
+from tests.deploy import harness, loki_model
+from tests.deploy.docker_stack import Images, Stack, images
+from tests.deploy.steps import Job, expected_ids, run_job, send_part
+
+COLLECTOR_FILE = "/var/lib/otelcol-valgen/files/valgen.jsonl"
+EXPORTER_DIR = "/var/lib/valgen-exporter"
+# Short enough for a quick test; a step with sources_expected closes as soon as it is complete.
+STACK_ENV = {"GF_SECURITY_ADMIN_PASSWORD": "stack-test", "VALGEN_DECISION_WAIT": "5s"}
+RESTART_STEP = 300
+TOKEN = "stack-test-token-0123456789abcdef"
+
+
+@pytest.fixture(scope="module")
+def built() -> Iterator[Images]:
+    """Our two images and the stand-ins, built for this module and removed after it."""
+    with images() as made:
+        yield made
+
+
+@pytest.fixture(scope="module")
+def stack(built: Images, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """The compose project, up and healthy; torn down (volumes included) even when a test fails."""
+    running = Stack(built, tmp_path_factory.mktemp("stack"), dict(STACK_ENV))
+    try:
+        running.up()
+        yield running
+    except BaseException:
+        print(running.logs(), file=sys.stderr)
+        raise
+    finally:
+        running.down()
+
+
+@pytest.fixture(scope="module")
+def job(stack: Stack) -> Job:
+    """The job's steps, sent from this host to the collector's published OTLP/HTTP port."""
+    return run_job(stack.otlp_http)
+
+
+def _started(container: dict[str, Any]) -> datetime:
+    return datetime.fromisoformat(container["State"]["StartedAt"][:26].rstrip("Z"))
+
+
+def _first_healthy(container: dict[str, Any]) -> datetime:
+    passed = [entry for entry in container["State"]["Health"]["Log"] if entry["ExitCode"] == 0]
+    assert passed, f"{container['Name']} never passed its health check"
+    return datetime.fromisoformat(passed[0]["End"][:26].rstrip("Z"))
+
+
+def _collector_records(stack: Stack, tmp: Path) -> list[dict[str, Any]]:
+    """Every log record in the collector-files volume, with its resource attributes."""
+    path = stack.copy_out("collector", COLLECTOR_FILE, tmp / "valgen.jsonl")
+    records = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        for resource_logs in json.loads(line).get("resourceLogs", []):
+            for scope_logs in resource_logs.get("scopeLogs", []):
+                for record in scope_logs.get("logRecords", []):
+                    attributes = {kv["key"]: next(iter(kv["value"].values())) for kv in record.get("attributes", [])}
+                    records.append({"event": record.get("eventName", ""), "attributes": attributes})
+    return records
+
+
+def _summaries(records: list[dict[str, Any]], step: int) -> list[dict[str, Any]]:
+    return [
+        r["attributes"]
+        for r in records
+        if r["event"] == "valgen.step.summary" and int(r["attributes"].get("valgen.step", -1)) == step
+    ]
+
+
+def _wait_for_summaries(stack: Stack, tmp: Path, steps: tuple[int, ...]) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = []
+
+    def closed() -> bool:
+        nonlocal found
+        try:
+            found = _collector_records(stack, tmp)
+        except AssertionError:
+            return False  # the file does not exist before the first export
+        return all(_summaries(found, step) for step in steps)
+
+    harness.wait_for(closed, 60, f"the summaries of steps {steps} in the collector-files volume")
+    return found
+
+
+def test_every_service_turns_healthy_in_dependency_order(stack: Stack) -> None:
+    """Each health check passes; the collector starts after Loki and the exporter are healthy, Grafana after Loki."""
+    containers = {name: stack.inspect(name) for name in ("collector", "wandb-exporter", "loki", "grafana")}
+    for name, container in containers.items():
+        assert container["State"]["Health"]["Status"] == "healthy", name
+    collector_start = _started(containers["collector"])
+    assert collector_start >= _first_healthy(containers["loki"])
+    assert collector_start >= _first_healthy(containers["wandb-exporter"])
+    assert _started(containers["grafana"]) >= _first_healthy(containers["loki"])
+    assert urllib.request.urlopen(stack.url("VALGEN_GRAFANA_PORT", "/api/health"), timeout=5).status == 200
+
+
+def test_every_published_port_is_on_loopback(stack: Stack) -> None:
+    """Docker publishes the stack's ports on 127.0.0.1 only; the exporter publishes none."""
+    for name in ("collector", "wandb-exporter", "loki", "grafana"):
+        bindings = stack.inspect(name)["NetworkSettings"]["Ports"] or {}
+        hosts = {binding["HostIp"] for published in bindings.values() if published for binding in published}
+        assert hosts <= {"127.0.0.1"}, (name, bindings)
+        if name == "wandb-exporter":
+            assert not hosts
+
+
+def test_file_volume_holds_k_records_per_step_as_show_chooses(stack: Stack, job: Job, tmp_path: Path) -> None:
+    """The collector's file output has exactly k ranked records per step: the bottom-k `show` also picks."""
+    records = _wait_for_summaries(stack, tmp_path, job.steps)
+    for step in job.steps:
+        (summary,) = _summaries(records, step)
+        assert summary["valgen.closed_reason"] == "complete"
+        kept = [
+            r["attributes"]["valgen.sample_id"]
+            for r in records
+            if r["event"] == "valgen.generation" and int(r["attributes"]["valgen.step"]) == step
+        ]
+        assert sorted(kept) == sorted(expected_ids(range(job.generations_per_step), job.k))
+    shown = subprocess.run(
+        [sys.executable, "-m", "otel_valgen.cli", "show", "--format", "json", str(tmp_path / "valgen.jsonl")],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    by_step = {entry["step"]: entry for entry in map(json.loads, shown.splitlines())}
+    for step in job.steps:
+        shown_ids = sorted(g["sample_id"] for g in by_step[step]["generations"])
+        assert shown_ids == sorted(expected_ids(range(job.generations_per_step), job.k))
+
+
+def test_exporter_volume_holds_the_offline_run_with_k_rows_per_step(stack: Stack, job: Job, tmp_path: Path) -> None:
+    """Without WANDB_API_KEY the exporter writes an offline run into its volume: verl's table, k generations a step."""
+    from tests.wandb_exporter.wandb_files import read_run
+
+    _wait_for_summaries(stack, tmp_path, job.steps)
+
+    def tables() -> list[tuple[int, dict[str, Any]]]:
+        try:
+            copied = stack.copy_out("wandb-exporter", f"{EXPORTER_DIR}/wandb", tmp_path / "exporter" / "wandb")
+            return read_run(copied.parent, job.run_id).tables("val/generations")
+        except (OSError, ValueError, AssertionError):
+            return []  # not written yet
+        finally:
+            subprocess.run(["rm", "-rf", str(tmp_path / "exporter")], check=False)
+
+    found: list[tuple[int, dict[str, Any]]] = []
+
+    def complete() -> bool:
+        nonlocal found
+        found = tables()
+        return len(found) == len(job.steps)
+
+    harness.wait_for(complete, 90, "a verl table per step in the exporter's offline run")
+    step, table = found[-1]
+    assert step == job.steps[-1]
+    rows = {row[0]: row[1:] for row in table["data"]}
+    assert sorted(rows) == list(job.steps)
+    for row_step, cells in rows.items():
+        outputs = cells[1::3]
+        assert len(outputs) == job.k
+        assert all(output.startswith(f"At step {row_step} ") for output in outputs)
+
+
+def test_loki_received_the_labels_and_metadata_the_docs_promise(stack: Stack, job: Job, tmp_path: Path) -> None:
+    """What the collector sent to Loki's /otlp/v1/logs maps to docs/deployment.md's labels, metadata and line."""
+    _wait_for_summaries(stack, tmp_path, job.steps)
+    url = stack.url("VALGEN_LOKI_PORT", "/standin/requests")
+
+    def entries() -> list[loki_model.Entry]:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            received = json.loads(response.read())
+        out = []
+        for request in received:
+            assert request["content_type"] == "application/x-protobuf"
+            message = logs_service_pb2.ExportLogsServiceRequest.FromString(base64.b64decode(request["body"]))
+            out += loki_model.entries(message, loki_model.index_label_attributes())
+        return out
+
+    kept: list[loki_model.Entry] = []
+
+    def arrived() -> bool:
+        nonlocal kept
+        kept = [e for e in entries() if "valgen_rank" in e.metadata and e.metadata.get("valgen_run_id") == job.run_id]
+        return len(kept) == job.k * len(job.steps)
+
+    harness.wait_for(arrived, 60, "k ranked records per step at the Loki stand-in")
+    for entry in kept:
+        assert entry.labels == {"service_name": job.service}, "only low-cardinality resource attributes are labels"
+        for name in ("valgen_run_id", "valgen_step", "valgen_sample_id", "valgen_score", "service_instance_id"):
+            assert entry.metadata.get(name), name
+        assert len(entry.metadata["trace_id"]) == 32
+        line = json.loads(entry.line)
+        assert line["input"].startswith("What is ")
+        assert line["output"].startswith("At step ")
+    summaries = [e for e in entries() if "valgen_closed_reason" in e.metadata]
+    assert {int(e.metadata["valgen_step"]) for e in summaries} >= set(job.steps)
+
+
+def test_containers_run_as_their_users_and_write_their_volumes(stack: Stack) -> None:
+    """The collector and the exporter run as uid 10001 and can write every volume they mount."""
+    volumes = {
+        "collector": ["/var/lib/otelcol-valgen/state", "/var/lib/otelcol-valgen/files"],
+        "wandb-exporter": [EXPORTER_DIR],
+    }
+    for service, paths in volumes.items():
+        assert stack.inspect(service)["Config"]["User"] == "10001:10001"
+        status = stack.exec(service, "cat", "/proc/1/status")
+        uids = next(line for line in status.splitlines() if line.startswith("Uid:")).split()[1:]
+        assert set(uids) == {"10001"}, (service, uids)
+        for path in paths:
+            stack.exec(service, "sh", "-c", f"touch {path}/.probe && rm {path}/.probe")
+
+
+def test_a_step_split_by_a_collector_restart_completes_exactly_once(stack: Stack, job: Job, tmp_path: Path) -> None:
+    """One source ends, the collector restarts, the other ends: one complete summary, k records, no duplicates."""
+    send_part(stack.otlp_http, RESTART_STEP, "first", range(10), sources_expected=2)
+    stack.compose("restart", "collector")
+    stack.up("collector")
+    send_part(stack.otlp_http, RESTART_STEP, "second", range(10, 20), sources_expected=2)
+    records = _wait_for_summaries(stack, tmp_path, (RESTART_STEP,))
+    (summary,) = _summaries(records, RESTART_STEP)
+    assert summary["valgen.closed_reason"] == "complete"
+    assert int(summary["valgen.sources_ended"]) == 2
+    kept = [
+        r["attributes"]["valgen.sample_id"]
+        for r in records
+        if r["event"] == "valgen.generation" and int(r["attributes"]["valgen.step"]) == RESTART_STEP
+    ]
+    assert sorted(kept) == sorted(expected_ids(range(20), job.k))
+
+
+def _post_logs(stack: Stack, token: str | None) -> int:
+    request = urllib.request.Request(
+        stack.url("VALGEN_OTLP_HTTP_PORT", "/v1/logs"),
+        data=logs_service_pb2.ExportLogsServiceRequest().SerializeToString(),
+        headers={"Content-Type": "application/x-protobuf", **({"Authorization": f"Bearer {token}"} if token else {})},
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as error:
+        return int(error.code)
+
+
+def test_with_the_auth_overlay_only_jobs_with_the_token_get_in(stack: Stack) -> None:
+    """docker-compose.auth.yml: a request without the bearer token gets 401, with it 200."""
+    assert _post_logs(stack, None) == 200, "the base stack takes jobs without a token"
+    stack.env["VALGEN_AUTH_TOKEN"] = TOKEN
+    stack.compose("up", "--detach", "--no-build", "--wait", "--wait-timeout", "240", "collector", auth=True)
+    assert _post_logs(stack, None) == 401
+    assert _post_logs(stack, "not-the-token") == 401
+    assert _post_logs(stack, TOKEN) == 200
