@@ -1,7 +1,8 @@
 """The ``otel-valgen`` command line: ``demo``, ``show``, and (with wandb) ``wandb-exporter``, ``push``.
 
-Results go to stdout; progress and errors to stderr. Exit codes: 0 success, 1 some input
-could not be read (the rest was still used), 2 usage error, 3 nothing found.
+Results go to stdout; progress and errors to stderr. Exit codes: 0 success; 1 an operational
+error, or some input could not be read (the rest was still used); 2 usage error; 3 nothing
+found. Errors are one line (``--verbose`` adds the traceback), see ``otel_valgen._cli_support``.
 """
 
 from __future__ import annotations
@@ -15,14 +16,15 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from otel_valgen.reader import ReadError, read_paths
+from otel_valgen._cli_support import OperationalError, ValgenGroup, report_read_error
+from otel_valgen.reader import ReadError, Record, read_paths
 from otel_valgen.selection import StepSelection, select_steps
 
 EXIT_READ_ERRORS = 1
 EXIT_NOTHING_FOUND = 3
 
 
-@click.group()
+@click.group(cls=ValgenGroup)
 @click.version_option(package_name="otel-valgen")
 def main() -> None:
     """Validation generations of training jobs as OpenTelemetry log records."""
@@ -75,7 +77,9 @@ def render_tables(selections: Sequence[StepSelection], console: Console, width: 
 
 def _write_csv(selections: Sequence[StepSelection]) -> None:
     writer = csv.writer(sys.stdout)
-    writer.writerow(["run_id", "step", "rank", "sample_id", "source", "data_source", "input", "output", "score"])
+    writer.writerow(
+        ["run_id", "step", "rank", "sample_id", "source", "data_source", "input", "output", "score", "ground_truth"]
+    )
     for selection in selections:
         for rank, g in enumerate(selection.generations, start=1):
             writer.writerow(
@@ -89,12 +93,29 @@ def _write_csv(selections: Sequence[StepSelection]) -> None:
                     g.input,
                     g.output,
                     g.score,
+                    g.ground_truth,
                 ]
             )
 
 
+def _describe_runs(runs: dict[str, set[int]], limit: int = 5) -> str:
+    """``run-a (steps 1-3), run-b (step 7)``: the runs and steps read, the first ``limit`` runs."""
+    parts = []
+    for run_id in sorted(runs)[:limit]:
+        steps = sorted(runs[run_id])
+        if len(steps) == 1:
+            parts.append(f"{run_id} (step {steps[0]})")
+        elif steps[-1] - steps[0] + 1 == len(steps):
+            parts.append(f"{run_id} (steps {steps[0]}-{steps[-1]})")
+        else:
+            parts.append(f"{run_id} ({len(steps)} steps, {steps[0]} to {steps[-1]})")
+    if len(runs) > limit:
+        parts.append(f"{len(runs) - limit} more")
+    return ", ".join(parts)
+
+
 @main.command()
-@click.argument("paths", nargs=-1, required=True, type=click.Path())
+@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True))
 @click.option("--run", "run_id", help="Only this run id.")
 @click.option("--step", type=int, help="Only this step.")
 @click.option("--count", type=click.IntRange(min=0), help="k; default: the records' valgen.sample_count.")
@@ -103,24 +124,24 @@ def _write_csv(selections: Sequence[StepSelection]) -> None:
 def show(
     paths: tuple[str, ...], run_id: str | None, step: int | None, count: int | None, seed: int, output_format: str
 ) -> None:
-    """Read OTLP-JSON files or folders, keep the bottom-k per (run, step), and print them.
+    """Read OTLP files or folders, keep the bottom-k per (run, step), and print them.
 
-    Of a step validated more than once (resume, retry), the latest complete attempt is shown.
-    Collector output is shown as the sampler chose it (its ranked records; late ones never).
+    Reads OTLP/JSON lines, plain or zstd, and the collector file exporter's length-prefixed
+    messages. Of a step validated more than once (resume, retry), the latest complete attempt
+    is shown. Collector output is shown as the sampler chose it (its ranked records; late ones never).
     """
     errors: list[ReadError] = []
+    runs: dict[str, set[int]] = {}
 
     def report(error: ReadError) -> None:
         errors.append(error)
-        where = f"{error.path}:{error.line}" if error.line else error.path
-        click.echo(f"warning: {where}: {error.message}", err=True)
+        report_read_error(error)
 
-    records = (
-        r
-        for r in read_paths(paths, report)
-        if (run_id is None or r.run_id == run_id) and (step is None or r.step == step)
-    )
-    selections = select_steps(records, count=count, seed=seed)
+    def wanted(record: Record) -> bool:
+        runs.setdefault(record.run_id, set()).add(record.step)
+        return (run_id is None or record.run_id == run_id) and (step is None or record.step == step)
+
+    selections = select_steps((r for r in read_paths(paths, report) if wanted(r)), count=count, seed=seed)
     if output_format == "json":
         for selection in selections:
             click.echo(json.dumps(_generation_json(selection), ensure_ascii=False))
@@ -129,10 +150,21 @@ def show(
     else:
         render_tables(selections, Console())
     if not selections:
-        click.echo("no validation generations found in " + ", ".join(paths), err=True)
+        filters = " ".join(
+            f"--{name} {value}" for name, value in (("run", run_id), ("step", step)) if value is not None
+        )
+        if filters and runs:
+            steps = sum(len(s) for s in runs.values())
+            click.echo(
+                f"no validation generations match {filters}; the input holds {len(runs)} run(s) and "
+                f"{steps} step(s): {_describe_runs(runs)}",
+                err=True,
+            )
+        else:
+            click.echo("no validation generations found in " + ", ".join(paths), err=True)
         sys.exit(EXIT_NOTHING_FOUND)
     if errors:
-        click.echo(f"{len(errors)} line(s) could not be read", err=True)
+        click.echo(f"{len(errors)} part(s) of the input could not be read (see the warnings above)", err=True)
         sys.exit(EXIT_READ_ERRORS)
 
 
@@ -147,6 +179,12 @@ def show(
 )
 def demo(steps: int, count: int, prompts: int, responses: int, workers: int, directory: str | None) -> None:
     """Simulate verl's fully-async validation on a local Ray cluster and show what was sampled."""
+    try:
+        import ray  # noqa: F401 (only to say what is missing before the demo starts)
+    except ImportError as error:
+        raise OperationalError(
+            "the demo runs on Ray, which is not installed", "install it: pip install 'otel-valgen[ray]'"
+        ) from error
     from otel_valgen.demo import run_demo
 
     sys.exit(run_demo(steps, count, prompts, responses, workers, directory))
@@ -179,7 +217,11 @@ def resend(paths: tuple[str, ...], endpoint: str) -> None:
         click.echo(f"{path}: {result.records_sent} record(s) in {result.lines_sent} request(s) sent", err=True)
         failed = failed or bool(result.failures)
     if failed:
-        sys.exit(EXIT_READ_ERRORS)
+        raise OperationalError(
+            "some records were not sent (see the errors above)",
+            f"check that the collector at {endpoint} is up and accepts them (a token goes in "
+            "OTEL_EXPORTER_OTLP_HEADERS), then run resend again: it sends only what was not accepted",
+        )
 
 
 def _register_optional_commands() -> None:

@@ -1,13 +1,14 @@
-"""Read OTLP-JSON log files (the embedded sink's and the collector file exporter's).
+"""Read OTLP log files (the embedded sink's and the collector file exporter's).
 
-Each line is one ``ExportLogsServiceRequest`` in OTLP/JSON. ``.zst`` files are read
-through zstandard. A line that cannot be parsed is reported with its file and line
-number, and the rest is still read.
+Each message is one ``ExportLogsServiceRequest``: OTLP/JSON lines, plain or zstd-compressed,
+or the file exporter's length-prefixed OTLP/JSON or OTLP/protobuf messages, plain or one zstd
+frame each (``otel_valgen._framing``). A message that cannot be parsed is reported with its
+file and line (or message) number, and the rest is still read. A file cut short (a truncated
+``.zst``, say) is reported once, after every record before the cut was read.
 """
 
 from __future__ import annotations
 
-import io
 import json
 import math
 from collections.abc import Callable, Iterable, Iterator
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from otel_valgen import contract
+from otel_valgen._framing import Message, TruncatedFile, messages, unframe
 
 __all__ = [
     "EndRecord",
@@ -138,7 +140,10 @@ class Summary:
 
 @dataclass(frozen=True)
 class ReadError:
-    """A line that could not be read."""
+    """A part of a file that could not be read.
+
+    ``line`` is the line (or length-prefixed message) number; 0 means the file itself, or its end.
+    """
 
     path: str
     line: int
@@ -284,15 +289,21 @@ def records_from_request(request: dict[str, Any]) -> Iterator[Record]:
                     yield record
 
 
-def _lines(path: Path) -> Iterator[str]:
-    if path.suffix == ".zst":
-        import zstandard
+def _request(message: Message) -> dict[str, Any]:
+    """The OTLP/JSON form of one message: a JSON line, or a length-prefixed OTLP/JSON or protobuf one."""
+    data = message.data if message.line else unframe(message.data)
+    if message.line or data.lstrip()[:1] == b"{":
+        request: dict[str, Any] = json.loads(data.decode("utf-8", errors="replace"))
+        return request
+    from google.protobuf.message import DecodeError
+    from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 
-        with path.open("rb") as raw, zstandard.ZstdDecompressor().stream_reader(raw) as reader:
-            yield from io.TextIOWrapper(reader, encoding="utf-8", errors="replace")
-    else:
-        with path.open(encoding="utf-8", errors="replace") as handle:
-            yield from handle
+    from otel_valgen.otlp_json import to_otlp_json
+
+    try:
+        return to_otlp_json(ExportLogsServiceRequest.FromString(data))
+    except DecodeError as error:
+        raise ValueError(f"neither OTLP/JSON nor OTLP/protobuf ({error})") from error
 
 
 def _expand(paths: Iterable[str | Path]) -> Iterator[Path]:
@@ -306,20 +317,28 @@ def _expand(paths: Iterable[str | Path]) -> Iterator[Path]:
 
 
 def read_paths(paths: Iterable[str | Path], on_error: Callable[[ReadError], None]) -> Iterator[Record]:
-    """Every valgen record in ``paths`` (files or folders); errors go to ``on_error``."""
+    """Every valgen record in ``paths`` (files or folders); errors go to ``on_error``.
+
+    A file cut short yields the records before the cut, then one error naming where it ends.
+    """
     seen: set[Path] = set()
     for path in _expand(paths):
         if path in seen:
             continue
         seen.add(path)
+        read = 0
         try:
-            for number, line in enumerate(_lines(path), start=1):
-                if not line.strip():
+            for message in messages(path):
+                if not message.data.strip():
                     continue
                 try:
-                    yield from records_from_request(json.loads(line))
-                except (ValueError, KeyError, TypeError, AttributeError) as error:
-                    on_error(ReadError(str(path), number, str(error)))
+                    for record in records_from_request(_request(message)):
+                        read += 1
+                        yield record
+                except (ValueError, KeyError, TypeError, AttributeError, TruncatedFile) as error:
+                    on_error(ReadError(str(path), message.number, str(error)))
+        except TruncatedFile as error:
+            on_error(ReadError(str(path), 0, f"truncated: {error}; the {read} record(s) before it were read"))
         except OSError as error:
             on_error(ReadError(str(path), 0, str(error)))
         except Exception as error:  # e.g. a corrupt zstd frame

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 from pathlib import Path
 
@@ -11,7 +13,7 @@ from click.testing import CliRunner
 import otel_valgen as vg
 from otel_valgen import contract
 from otel_valgen.cli import main
-from otel_valgen.reader import Generation, read_paths
+from otel_valgen.reader import Generation, ReadError, read_paths
 from otel_valgen.sampling import SortKey, bottom_k, sample_key
 
 
@@ -26,6 +28,10 @@ def _emit(directory: Path, run_id: str = "run-a", steps: int = 2, n: int = 40, k
                 sample_ids=[f"uid-{i}" for i in range(n)],
             )
     vg.shutdown()
+
+
+def _unexpected(error: ReadError) -> None:
+    raise AssertionError(error)
 
 
 def test_embedded_sink_writes_collector_file_exporter_json(tmp_path: Path) -> None:
@@ -146,3 +152,49 @@ def test_mixed_counts_in_one_step_keep_the_smallest_k() -> None:
     backward = select_steps(list(reversed(records)))[0]
     assert forward.k == backward.k == 3
     assert [g.sample_id for g in forward.generations] == [g.sample_id for g in backward.generations]
+
+
+def test_a_truncated_zst_file_warns_and_keeps_the_records_before_the_cut(tmp_path: Path) -> None:
+    """A .zst cut short yields the records before the cut; `show` prints them, warns, and exits 1."""
+    _emit(tmp_path / "sink", steps=4, n=600, k=600)
+    source = next((tmp_path / "sink").glob("*.jsonl"))
+    compressed = zstandard.ZstdCompressor().compress(source.read_bytes())
+    cut = tmp_path / "cut.jsonl.zst"
+    cut.write_bytes(compressed[: len(compressed) * 3 // 4])
+    errors: list[ReadError] = []
+    records = list(read_paths([cut], errors.append))
+    whole = list(read_paths([source], _unexpected))
+    assert 0 < len(records) < len(whole)
+    assert records == whole[: len(records)]
+    assert [(e.path, e.line) for e in errors] == [(str(cut), 0)]
+    result = CliRunner().invoke(main, ["show", str(cut), "--format", "json"])
+    assert result.exit_code == 1, result.output
+    assert f"warning: {cut}: truncated: it ends inside the zstd frame that starts at byte 0;" in result.stderr
+    steps = [json.loads(line)["step"] for line in result.stdout.splitlines()]
+    assert steps[:1] == [1]
+
+
+def test_a_filter_that_matches_nothing_names_the_runs_and_steps_read(tmp_path: Path) -> None:
+    """`show --run nope` says the filter matched nothing and which runs and steps the input holds."""
+    _emit(tmp_path / "a", run_id="run-a", steps=3)
+    _emit(tmp_path / "b", run_id="run-b", steps=2)
+    result = CliRunner().invoke(main, ["show", str(tmp_path), "--run", "nope", "--step", "2"])
+    assert result.exit_code == 3
+    assert result.stderr == (
+        "no validation generations match --run nope --step 2; the input holds 2 run(s) and 5 step(s): "
+        "run-a (steps 1-3), run-b (steps 1-2)\n"
+    )
+
+
+def test_csv_has_the_ground_truth_column_the_json_has(tmp_path: Path) -> None:
+    """Each CSV row carries the generation's ground truth, as `--format json` does."""
+    vg.configure(run_id="truth", count=3, directory=str(tmp_path), seed=42)
+    vg.log_generations(["2+2", "3+3", "4+4"], ["4", "7", "8"], [1.0, 0.0, 1.0], ground_truths=["4", "6", "8"], step=1)
+    vg.shutdown()
+    as_json = CliRunner().invoke(main, ["show", str(tmp_path), "--format", "json"])
+    as_csv = CliRunner().invoke(main, ["show", str(tmp_path), "--format", "csv"])
+    assert as_json.exit_code == as_csv.exit_code == 0, as_csv.output
+    rows = list(csv.DictReader(io.StringIO(as_csv.stdout)))
+    (step,) = [json.loads(line) for line in as_json.stdout.splitlines()]
+    assert [row["ground_truth"] for row in rows] == [g["ground_truth"] for g in step["generations"]]
+    assert sorted(row["ground_truth"] for row in rows) == ["4", "6", "8"]

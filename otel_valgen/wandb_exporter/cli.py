@@ -14,6 +14,7 @@ from types import FrameType
 
 import click
 
+from otel_valgen._cli_support import OperationalError, ValgenCommand, report_read_error
 from otel_valgen.wandb_exporter.tables import LAYOUTS
 
 __all__ = ["push_command", "wandb_exporter_command"]
@@ -38,11 +39,38 @@ _mode = click.option(
 _project = click.option("--project", default=None, help="wandb project for records without wandb.project.")
 _entity = click.option("--entity", default=None, help="wandb entity for records without wandb.entity.")
 _scalars = click.option("--scalars/--no-scalars", default=True, show_default=True, help="Log seen/kept/late/missing.")
+_OFFLINE_FIX = "or pass --wandb-mode offline and `wandb sync` the run files later"
 
 
-@click.command("wandb-exporter")
-@click.option("--http", "http_address", default=DEFAULT_HTTP, show_default=True, help="OTLP/HTTP address ('' = off).")
-@click.option("--grpc", "grpc_address", default=DEFAULT_GRPC, show_default=True, help="OTLP/gRPC address ('' = off).")
+def _address(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
+    """Check a ``HOST:PORT`` option ('' is off); grpc is imported only when the service runs."""
+    if value:
+        from otel_valgen.wandb_exporter.server import parse_address
+
+        try:
+            parse_address(value)
+        except ValueError as error:
+            raise click.BadParameter(str(error)) from error
+    return value
+
+
+@click.command("wandb-exporter", cls=ValgenCommand)
+@click.option(
+    "--http",
+    "http_address",
+    default=DEFAULT_HTTP,
+    show_default=True,
+    callback=_address,
+    help="OTLP/HTTP address ('' = off).",
+)
+@click.option(
+    "--grpc",
+    "grpc_address",
+    default=DEFAULT_GRPC,
+    show_default=True,
+    callback=_address,
+    help="OTLP/gRPC address ('' = off).",
+)
 @_layout
 @_table_key
 @_mode
@@ -60,7 +88,13 @@ _scalars = click.option("--scalars/--no-scalars", default=True, show_default=Tru
 @click.option("--max-bytes", type=int, default=256 * 1024 * 1024, show_default=True, help="Buffered bytes at most.")
 @click.option("--max-runs", type=int, default=16, show_default=True, help="wandb attachments kept open at once.")
 @click.option("--retry-after", type=float, default=5.0, show_default=True, help="Retry-After while wandb fails.")
-@click.option("--log-level", default="INFO", show_default=True, help="Python logging level.")
+@click.option(
+    "--log-level",
+    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], case_sensitive=False),
+    default="INFO",
+    show_default=True,
+    help="Python logging level.",
+)
 def wandb_exporter_command(
     http_address: str,
     grpc_address: str,
@@ -80,7 +114,7 @@ def wandb_exporter_command(
 ) -> None:
     """Receive sampled generations over OTLP and write them into their wandb runs."""
     from otel_valgen.wandb_exporter.buffer import BufferLimits
-    from otel_valgen.wandb_exporter.server import ExporterServer
+    from otel_valgen.wandb_exporter.server import ExporterServer, ListenError
     from otel_valgen.wandb_exporter.service import ExporterService, ServiceConfig
     from otel_valgen.wandb_exporter.writer import WriterConfig
 
@@ -107,7 +141,13 @@ def wandb_exporter_command(
     service = ExporterService(config)
     server = ExporterServer(service, http=http_address or None, grpc_address=grpc_address or None)
     service.start()
-    server.start()
+    try:
+        server.start()
+    except ListenError as error:
+        service.stop(teardown=False)
+        raise OperationalError(
+            str(error), f"stop the process that listens there, or pass --{error.protocol} a free HOST:PORT ('' = off)"
+        ) from error
     click.echo(
         f"wandb-exporter: http={http_address or 'off'} grpc={grpc_address or 'off'} "
         f"layout={layout} mode={config.writer.mode}",
@@ -127,7 +167,7 @@ def wandb_exporter_command(
     click.echo(f"wandb-exporter stopped: {service.stats()}", err=True)
 
 
-@click.command("push")
+@click.command("push", cls=ValgenCommand)
 @click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True))
 @_layout
 @_table_key
@@ -135,7 +175,9 @@ def wandb_exporter_command(
 @_project
 @_entity
 @_scalars
-@click.option("--count", type=int, default=None, help="k per step (default: the records' sample count).")
+@click.option(
+    "--count", type=click.IntRange(min=1), default=None, help="k per step (default: the records' sample count)."
+)
 @click.option("--state-dir", default=None, help="Ledger folder, so that pushing again adds nothing.")
 def push_command(
     paths: tuple[str, ...],
@@ -148,20 +190,28 @@ def push_command(
     count: int | None,
     state_dir: str | None,
 ) -> None:
-    """Write generations from OTLP-JSON files to wandb (backfill)."""
+    """Write generations from OTLP files to wandb (backfill).
+
+    Reads every file layout ``otel-valgen show`` reads. Without --wandb-mode offline (or
+    WANDB_MODE=offline) it needs wandb credentials: WANDB_API_KEY or ``wandb login``.
+    """
     from otel_valgen.wandb_exporter.push import push_paths
-    from otel_valgen.wandb_exporter.writer import WriterConfig
+    from otel_valgen.wandb_exporter.writer import WriterConfig, WriterUnavailable
 
     config = WriterConfig(layout=layout, table_key=table_key, mode=wandb_mode or _default_mode(), scalars=scalars)
-    report = push_paths(
-        paths,
-        config,
-        count=count,
-        state_dir=state_dir,
-        project=project,
-        entity=entity,
-        on_error=lambda e: click.echo(f"{e.path}:{e.line}: {e.message}", err=True),
-    )
+    try:
+        report = push_paths(
+            paths,
+            config,
+            count=count,
+            state_dir=state_dir,
+            project=project,
+            entity=entity,
+            on_error=report_read_error,
+        )
+    except WriterUnavailable as error:
+        raise OperationalError(str(error), f"set WANDB_API_KEY (or run `wandb login`), {_OFFLINE_FIX}") from error
     click.echo(f"pushed {report.steps} steps ({report.rows} rows); {report.steps_skipped} already written")
     if report.errors:
+        click.echo(f"{len(report.errors)} part(s) of the input could not be read (see the warnings above)", err=True)
         raise SystemExit(1)

@@ -23,7 +23,7 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsSer
 from otel_valgen.wandb_exporter.decode import MalformedPayload, decode_body, decode_request
 from otel_valgen.wandb_exporter.service import ExporterService, Outcome, Unavailable
 
-__all__ = ["MAX_BODY_BYTES", "ExporterServer", "parse_address"]
+__all__ = ["MAX_BODY_BYTES", "ExporterServer", "ListenError", "parse_address"]
 
 _logger = logging.getLogger("otel_valgen.wandb_exporter")
 
@@ -35,9 +35,17 @@ _GRPC_INVALID_ARGUMENT, _GRPC_UNAVAILABLE = 3, 14
 def parse_address(address: str) -> tuple[str, int]:
     """``HOST:PORT`` (``[v6]:PORT`` for IPv6) as a (host, port) pair."""
     host, sep, port = address.rpartition(":")
-    if not sep or not port.isdigit() or not host:
-        raise ValueError(f"expected HOST:PORT, got {address!r}")
+    if not sep or not port.isdigit() or not host or int(port) > 65535:
+        raise ValueError(f"expected HOST:PORT (port 0 to 65535), got {address!r}")
     return host.strip("[]"), int(port)
+
+
+class ListenError(Exception):
+    """A front end (``protocol``: ``http`` or ``grpc``) cannot listen on its address."""
+
+    def __init__(self, protocol: str, message: str) -> None:
+        super().__init__(message)
+        self.protocol = protocol
 
 
 def _response(outcome: Outcome, *, as_json: bool) -> bytes:
@@ -151,27 +159,46 @@ class ExporterServer:
         self.grpc_port: int | None = None
 
     def start(self) -> None:
-        """Bind and start serving (port 0 picks a free port; see ``http_port``/``grpc_port``)."""
+        """Bind and start serving (port 0 picks a free port; see ``http_port``/``grpc_port``).
+
+        Raises:
+            ListenError: an address cannot be bound; nothing is left listening.
+
+        """
         if self._http_address:
             handler = type("Handler", (_Handler,), {"service": self.service})
             host, port = parse_address(self._http_address)
             server_class = _HTTPServer6 if ":" in host else ThreadingHTTPServer
-            self._http = server_class((host, port), handler)
+            try:
+                self._http = server_class((host, port), handler)
+            except OSError as error:
+                raise ListenError(
+                    "http", f"OTLP/HTTP cannot listen on {self._http_address}: {error.strerror or error}"
+                ) from error
             self._http.daemon_threads = True
             self.http_port = int(self._http.server_address[1])
             threading.Thread(target=self._http.serve_forever, name="valgen-otlp-http", daemon=True).start()
         if self._grpc_address:
             options = [("grpc.max_receive_message_length", MAX_BODY_BYTES)]
-            self._grpc = grpc.server(futures.ThreadPoolExecutor(max_workers=4), options=options)
-            self._grpc.add_generic_rpc_handlers((_grpc_handler(self.service),))
+            server = grpc.server(futures.ThreadPoolExecutor(max_workers=4), options=options)
+            server.add_generic_rpc_handlers((_grpc_handler(self.service),))
             host, port = parse_address(self._grpc_address)
-            self.grpc_port = self._grpc.add_insecure_port(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
+            try:
+                self.grpc_port = server.add_insecure_port(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
+            except RuntimeError as error:  # grpc says only "Failed to bind"
+                self.stop()
+                raise ListenError(
+                    "grpc", f"OTLP/gRPC cannot listen on {self._grpc_address} (in use, or not an address of this host)"
+                ) from error
+            self._grpc = server
             self._grpc.start()
 
     def stop(self, grace_s: float = 5.0) -> None:
-        """Stop accepting requests (in-flight ones finish within ``grace_s``)."""
+        """Stop accepting requests (in-flight ones finish within ``grace_s``); safe to call again."""
         if self._grpc is not None:
             self._grpc.stop(grace_s).wait(grace_s)
+            self._grpc = None
         if self._http is not None:
             self._http.shutdown()
             self._http.server_close()
+            self._http = None

@@ -164,10 +164,13 @@ class Collector:
         return int(self.process.returncode)
 
 
-def start_collector(state: Path, name: str, configs: list[str], env: dict[str, str]) -> Collector:
+def start_collector(
+    state: Path, name: str, configs: list[str], env: dict[str, str], feature_gates: tuple[str, ...] = ()
+) -> Collector:
     """Start otelcol-valgen with shipped configs on free loopback ports; wait until healthy.
 
     Its queue and file live in ``state/name``, so a restart under the same name keeps them.
+    A config given as an absolute path is used as it is (a test's own config).
     """
     home = state / name
     home.mkdir(parents=True, exist_ok=True)
@@ -191,7 +194,9 @@ def start_collector(state: Path, name: str, configs: list[str], env: dict[str, s
     for config in configs:
         args += ["--config", str(CONFIG_DIR / config)]
     if "auth.yaml" in configs:  # the overlay appends to the base's extension list (see auth.yaml)
-        args.append(f"--feature-gates={AUTH_FEATURE_GATE}")
+        feature_gates = (*feature_gates, AUTH_FEATURE_GATE)
+    if feature_gates:
+        args.append(f"--feature-gates={','.join(feature_gates)}")
     log_path = home / "collector.log"
     with log_path.open("ab") as log:
         process = subprocess.Popen(args, env=full_env, stdout=log, stderr=subprocess.STDOUT, cwd=home)
