@@ -29,13 +29,16 @@ RUN groupadd --system --gid 10001 valgen \
     && chown valgen:valgen /var/lib/valgen-exporter
 COPY --from=build /opt/venv /opt/venv
 COPY --chmod=0755 docker/wandb-exporter-entrypoint.sh /usr/local/bin/wandb-exporter-entrypoint
+# Everything wandb writes goes to the volume: the user has no home (wandb's staging files
+# default to ~/.local/share/wandb, which the first run in a container found unwritable).
 # Listen on every interface of the container's own network namespace; compose does not
 # publish these ports, only the collector reaches them.
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     WANDB_DIR=/var/lib/valgen-exporter \
     WANDB_CACHE_DIR=/var/lib/valgen-exporter/.cache \
-    WANDB_CONFIG_DIR=/var/lib/valgen-exporter/.config
+    WANDB_CONFIG_DIR=/var/lib/valgen-exporter/.config \
+    WANDB_DATA_DIR=/var/lib/valgen-exporter/.data
 USER 10001:10001
 WORKDIR /var/lib/valgen-exporter
 VOLUME ["/var/lib/valgen-exporter"]
