@@ -193,7 +193,7 @@ def configure(
         directory: embedded sink folder (``OTEL_VALGEN_DIR``, ``./valgen-data``).
         source: default name of the emitting part (``OTEL_VALGEN_SOURCE``, ``main``).
         max_field_bytes: longest text field sent (``OTEL_VALGEN_MAX_FIELD_BYTES``, 65536).
-        flush_timeout_s: longest a step end or flush blocks (``OTEL_VALGEN_FLUSH_TIMEOUT``, 10).
+        flush_timeout_s: longest a step end, block-less call or flush blocks (``OTEL_VALGEN_FLUSH_TIMEOUT``, 10).
         spool: keep records the collector did not accept in ``<directory>/spool``
             (``OTEL_VALGEN_SPOOL``, on); replay them with ``otel-valgen resend``.
         launch_id: this launch of the job, part of every record's attempt
@@ -262,6 +262,12 @@ def log_generations(
 ) -> int:
     """Record validation generations of one step; call any number of times, any batch size.
 
+    Inside a ``validation`` block of the same step the generations join the block's part, sent
+    when the block ends. Without one (``step=`` alone, e.g. in a Ray task) the call is a
+    complete part by itself: its kept records and an end record with the step's cumulative
+    counts are sent and flushed (at most the flush timeout) before it returns, so nothing
+    waits for the process to exit. Consecutive such calls of a step form one attempt.
+
     Args:
         inputs, outputs: the prompts and the model's responses, one per generation.
         scores: reward scores (None, NaN or inf are sent without a score, and counted).
@@ -315,9 +321,7 @@ def log_generations(
     # The enclosing block supplies the source, trace context and k only for its own step.
     same_step = block if block is not None and block.step == resolved_step else None
     name = source or (same_step.source if same_step is not None else None) or emitter.settings.source
-    context = same_step.context if same_step is not None else None
     step_count = count if count is not None else (same_step.count if same_step is not None else None)
-    state = emitter.open_step(resolved_step, name, context, count=step_count)
     batch = Batch(
         inputs=columns["inputs"] or [],
         outputs=columns["outputs"] or [],
@@ -326,6 +330,9 @@ def log_generations(
         sample_ids=columns["sample_ids"],
         data_sources=columns["data_sources"],
     )
+    if same_step is None:  # block-less: a complete part by itself, delivered before returning
+        return emitter.log_part(resolved_step, name, batch, step_count)
+    state = emitter.open_step(resolved_step, name, same_step.context, count=step_count)
     return emitter.log(state, batch)
 
 
@@ -333,7 +340,9 @@ def log_generations(
 def end_step(step: int, *, source: str | None = None, sources_expected: int | None = None) -> bool:
     """End this process's part of ``step``: send its kept records and end record, then flush.
 
-    Blocks at most the flush timeout. Returns True when everything was confirmed sent.
+    After block-less ``log_generations`` calls of the step (already delivered) it only ends
+    the step here, sending one more end record when ``sources_expected`` is new. Blocks at
+    most the flush timeout. Returns True when everything was confirmed sent.
     """
     emitter = _active_emitter()
     resolved_step = clean_step(step)

@@ -9,6 +9,13 @@ is created, a daemon thread sends a ``valgen.validation.progress`` record for ev
 each progress interval (so the collector does not close a step whose source is still working),
 and ``valgen.validation.end`` closes it. Each state has an attempt ``<launch id>.<n>``, where n
 is 1 + how many times this process already ended that (step, source).
+
+A block-less call (``log_part``: no open block of its step and source here) is a part by itself:
+it sends its start record (first part only), the generations that entered the (step, source)'s
+bottom-k and an end record, then flushes, all before it returns, so nothing waits for the
+process to exit. Consecutive parts of one (step, source) share one state, hence one attempt,
+and every end record carries the cumulative counts; consumers keep the largest counts of a
+source's repeated end records, so the step is complete and exact whichever end arrives last.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ import sys
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from opentelemetry._logs import SeverityNumber
@@ -53,8 +61,10 @@ class StepState:
     dropped: int = 0
     kept: BottomK[list[PendingRecord | None]] | None = None
     # Orders the progress thread against the end of the part: no progress record after the end.
+    # It also serialises the block-less parts of one (step, source).
     lifecycle: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
     finished: bool = False
+    announced: bool = False
 
 
 def _ray_resource() -> dict[str, str]:
@@ -85,6 +95,8 @@ class Emitter:
         self._build = RecordBuilder(settings, stats)
         self._lock = threading.Lock()
         self._steps: OrderedDict[tuple[int, str], StepState] = OrderedDict()
+        # States of block-less parts: every call ended a part; later calls of the step add parts.
+        self._parts: OrderedDict[tuple[int, str], StepState] = OrderedDict()
         # How many times each (step, source) was ended here: the next attempt's n is one more.
         self._ended: OrderedDict[tuple[int, str], int] = OrderedDict()
         self._progress_stop = threading.Event()
@@ -111,7 +123,7 @@ class Emitter:
                 step,
                 source,
             )
-        return StepState(
+        state = StepState(
             step,
             source,
             context or derived_context(self.settings.run_id, step),
@@ -119,6 +131,9 @@ class Emitter:
             sources_expected=sources_expected,
             attempt=f"{self.settings.launch_id}.{self._ended.get((step, source), 0) + 1}",
         )
+        if self.settings.presample:
+            state.kept = BottomK(state.count)
+        return state
 
     # -- steps ---------------------------------------------------------------------------
 
@@ -130,24 +145,28 @@ class Emitter:
         sources_expected: int | None = None,
         count: int | None = None,
     ) -> StepState:
-        """Return the state of (step, source), creating it (and ending the oldest if full)."""
+        """Return the open state of (step, source), creating it (and ending the oldest if full).
+
+        A block opened after block-less parts of its step continues their state: same attempt,
+        cumulative counts, no second start record.
+        """
         overflow: StepState | None = None
         with self._lock:
-            state = self._steps.get((step, source))
-            created = state is None
+            key = (step, source)
+            state = self._steps.get(key)
+            opened = state is None
             if state is None:
-                state = self._new_state(step, source, context, count, sources_expected)
-                if self.settings.presample:
-                    state.kept = BottomK(state.count)
-                self._steps[(step, source)] = state
+                state = self._parts.pop(key, None) or self._new_state(step, source, context, count, sources_expected)
+                self._steps[key] = state
                 if len(self._steps) > MAX_OPEN_STEPS:
                     _, overflow = self._steps.popitem(last=False)
-            elif context is not None:
+            if context is not None:
                 state.context = context
             if sources_expected is not None:
                 state.sources_expected = sources_expected
-        if created:
-            self._emit_start(state)
+        if opened:
+            if not state.announced:
+                self._emit_start(state)
             self._ensure_progress_thread()
         if overflow is not None:
             self.stats.warn(
@@ -160,14 +179,68 @@ class Emitter:
             self._finish(overflow)
         return state
 
+    def log_part(self, step: int, source: str, batch: Batch, count: int | None = None) -> int:
+        """A block-less call: log ``batch`` as one complete part of (step, source), then flush.
+
+        Joins the open block of (step, source) instead when there is one (a block opened in
+        another thread). Otherwise the part's new bottom-k records and an end record with the
+        cumulative counts of the (step, source) are sent, and the flush (bounded by the flush
+        timeout) is over, before this returns. Returns how many generations were accepted.
+        """
+        while True:
+            with self._lock:
+                block = self._steps.get((step, source))
+                if block is None:
+                    state, evicted = self._part_state(step, source, count)
+            if block is not None:
+                return self.log(block, batch)
+            if evicted is not None:
+                with evicted.lifecycle:
+                    evicted.finished = True
+            with state.lifecycle:
+                if state.finished:  # end_step ended it meanwhile: the next part is a new attempt
+                    continue
+                if not state.announced:
+                    self._emit_start(state)
+                accepted = self.log(state, batch)
+                self._send_end(state, final=False)
+            self.flush(self.settings.flush_timeout_s)
+            return accepted
+
+    def _part_state(self, step: int, source: str, count: int | None) -> tuple[StepState, StepState | None]:
+        """The block-less state of (step, source), created if new, and the one it evicted. Lock held."""
+        key = (step, source)
+        state = self._parts.get(key)
+        if state is not None:
+            self._parts.move_to_end(key)
+            return state, None
+        state = self._parts[key] = self._new_state(step, source, None, count, None)
+        if len(self._parts) <= MAX_OPEN_STEPS:
+            return state, None
+        _, evicted = self._parts.popitem(last=False)  # the least recently logged: it ends here
+        self._mark_ended(evicted.step, evicted.source)
+        return state, evicted
+
     def end_step(self, step: int, source: str, sources_expected: int | None) -> bool:
         """Send the step's kept records and its end record, then flush (bounded in time)."""
         announce = False
         with self._lock:
             state = self._steps.pop((step, source), None)
-            if state is None and (step, source) not in self._ended:  # never opened: an empty part
+            part = self._parts.pop((step, source), None) if state is None else None
+            if part is not None:
+                self._mark_ended(step, source)
+            elif state is None and (step, source) not in self._ended:  # never opened: an empty part
                 state = self._new_state(step, source, None, None, sources_expected)
                 announce = True
+        if part is not None:
+            # Block-less parts already sent everything with cumulative counts; an end record
+            # again only when it brings news (sources_expected), for the same attempt.
+            with part.lifecycle:
+                part.finished = True
+                if sources_expected is not None and sources_expected != part.sources_expected:
+                    part.sources_expected = sources_expected
+                    self._send_end(part, final=False)
+            return self.flush(self.settings.flush_timeout_s)
         if state is None:
             # Ended before (twice, or early because too many steps were open): a new, empty
             # attempt would outrank the real one, so nothing is sent.
@@ -193,11 +266,14 @@ class Emitter:
             state.finished = True
             self._send_end(state)
 
-    def _send_end(self, state: StepState) -> None:
+    def _send_end(self, state: StepState, final: bool = True) -> None:
+        """Send the kept records not sent yet and an end record; ``final`` ends the (step, source) here."""
         if state.kept is not None:
             for _, slot in state.kept.items():
-                if slot[0] is not None:  # None only if the step ended while a batch was being built
-                    self._emit_generation(state, slot[0])
+                # None: sent by an earlier part, or still being built when the step ended.
+                pending, slot[0] = slot[0], None
+                if pending is not None:
+                    self._emit_generation(state, pending)
         attributes: dict[str, AnyValue] = {
             contract.SEEN: state.seen,
             contract.EMITTED: state.emitted,
@@ -213,11 +289,16 @@ class Emitter:
             attributes,
         )
         self.stats.add(_stats.END_RECORDS_EMITTED)
-        with self._lock:
-            key = (state.step, state.source)
-            self._ended[key] = self._ended.pop(key, 0) + 1
-            while len(self._ended) > _ENDED_MEMORY:
-                self._ended.popitem(last=False)
+        if final:
+            with self._lock:
+                self._mark_ended(state.step, state.source)
+
+    def _mark_ended(self, step: int, source: str) -> None:
+        """Count one more end of (step, source): its next records form a new attempt. Lock held."""
+        key = (step, source)
+        self._ended[key] = self._ended.pop(key, 0) + 1
+        while len(self._ended) > _ENDED_MEMORY:
+            self._ended.popitem(last=False)
 
     def _emit_lifecycle(self, state: StepState, event: str, body: str, attributes: dict[str, AnyValue]) -> None:
         """Emit a start, progress or end record of ``state``: its identity, then ``attributes``."""
@@ -247,6 +328,7 @@ class Emitter:
             f"validation step {state.step} started for source {state.source}",
             attributes,
         )
+        state.announced = True
         self.stats.add(_stats.START_RECORDS_EMITTED)
 
     # -- progress ------------------------------------------------------------------------
@@ -352,15 +434,22 @@ class Emitter:
 
     # -- lifecycle -----------------------------------------------------------------------
 
-    def flush(self, timeout_s: float) -> bool:
-        """Export what is queued, waiting at most ``timeout_s``; True if all was confirmed."""
+    def _delivered(self, call: Callable[[float], bool], timeout_s: float) -> bool:
+        """Run a flush or shutdown of the pipeline: True if it completed and nothing failed meanwhile."""
         undelivered = (_stats.RECORDS_EXPORT_FAILED, _stats.RECORDS_SPOOLED)
         before = [self.stats.get(name) for name in undelivered]
-        completed = self.pipeline.flush(timeout_s)
+        completed = call(timeout_s)
         return completed and [self.stats.get(name) for name in undelivered] == before
 
+    def flush(self, timeout_s: float) -> bool:
+        """Export what is queued, waiting at most ``timeout_s``; True if all was confirmed."""
+        return self._delivered(self.pipeline.flush, timeout_s)
+
     def shutdown(self, timeout_s: float) -> bool:
-        """End open steps, flush and release the pipeline, waiting at most ``timeout_s``."""
+        """End open steps, flush and release the pipeline, waiting at most ``timeout_s``.
+
+        True when everything was confirmed delivered (nothing failed, spooled or timed out).
+        """
         self.stop_progress()
         self.end_all()
-        return self.pipeline.shutdown(timeout_s)
+        return self._delivered(self.pipeline.shutdown, timeout_s)

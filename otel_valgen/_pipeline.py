@@ -179,5 +179,14 @@ class Pipeline:
         return self._bounded("flush", timeout_s, lambda: self.provider.force_flush(int(timeout_s * 1000)))
 
     def shutdown(self, timeout_s: float) -> bool:
-        """Flush and release the exporter; wait at most ``timeout_s``."""
-        return self._bounded("shutdown", timeout_s, self.provider.shutdown)
+        """Flush, then release the exporter; wait at most ``timeout_s``. True when the flush completed.
+
+        ``LoggerProvider.shutdown()`` returns None, so the answer comes from the flush before it.
+        """
+
+        def flush_then_shut_down() -> bool:
+            flushed = self.provider.force_flush(int(timeout_s * 1000))
+            self.provider.shutdown()
+            return bool(flushed)
+
+        return self._bounded("shutdown", timeout_s, flush_then_shut_down)

@@ -14,7 +14,8 @@ Two kinds of files:
 - **embedded-sink files** (no summary): bottom-k per attempt over its generations; an attempt
   is complete when every source that sent a start record also sent its end record (and at
   least ``valgen.sources_expected`` ended, when a record says so); it starts at its smallest
-  record timestamp.
+  record timestamp. A source that sent several end records (block-less parts, each with its
+  cumulative counts) counts with the largest of them, as in the collector.
 
 Generations tagged ``valgen.late`` (forwarded by a sampler after their step closed) are never
 part of a selection.
@@ -23,7 +24,7 @@ part of a selection.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol, TypeVar
 
 from otel_valgen._settings import DEFAULT_COUNT, DEFAULT_SEED
@@ -142,6 +143,24 @@ def _offer(group: _Attempt, record: Generation, count: int | None, max_count: in
     group.selector.offer(sort_key_of(record, seed), record)
 
 
+def _larger_end(known: EndRecord | None, end: EndRecord) -> EndRecord:
+    """Repeated end records of one source (block-less parts, redeliveries): the largest counts.
+
+    Each end record of a source counts everything it did so far in that attempt, so the
+    largest is the latest whatever order the records are read in (the collector does the same).
+    """
+    if known is None:
+        return end
+    return replace(
+        end,
+        seen=max(known.seen, end.seen),
+        emitted=max(known.emitted, end.emitted),
+        dropped=max(known.dropped, end.dropped),
+        sources_expected=max(known.sources_expected or 0, end.sources_expected or 0) or None,
+        timestamp=min(known.timestamp, end.timestamp),
+    )
+
+
 def _add(group: _Attempt, record: Record, count: int | None, max_count: int | None, seed: int) -> None:
     if isinstance(record, Summary):
         group.summary = record
@@ -155,7 +174,8 @@ def _add(group: _Attempt, record: Record, count: int | None, max_count: int | No
         group.saw(record.timestamp)
     elif isinstance(record, EndRecord):
         group.saw(record.timestamp)
-        group.ends[(record.source, record.instance)] = record
+        source = (record.source, record.instance)
+        group.ends[source] = _larger_end(group.ends.get(source), record)
         group.expect(record.sources_expected)
     elif not record.late:
         group.saw(record.timestamp)

@@ -63,8 +63,9 @@ def capture_records(**settings: Any) -> Iterator[list[dict[str, Any]]]:
     """Route otel_valgen's records into a list for the duration of the block.
 
     Keyword arguments are those of ``otel_valgen.configure``. The list fills as records are
-    exported: at each step end and at ``flush()``, and when the block exits. Counters start
-    from zero and stay readable with ``otel_valgen.stats()`` after the block.
+    exported: at each step end, after each block-less ``log_generations`` call, at ``flush()``
+    and when the block exits. Counters start from zero and stay readable with
+    ``otel_valgen.stats()`` after the block.
     """
     exporter = CapturingExporter()
     _api._reset_for_testing()

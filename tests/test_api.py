@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 import otel_valgen as vg
 from otel_valgen import contract
+from otel_valgen.reader import EndRecord, read_paths
 from otel_valgen.sampling import SortKey, bottom_k, sample_key
 from otel_valgen.testing import capture_records
+from tests.conftest import OtlpHttpReceiver
+from tests.e2e.harness import free_port
 
 
 def _generations(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -207,3 +212,56 @@ def test_public_api_is_stable() -> None:
         "stats",
         "validation",
     ]
+
+
+# -- shutdown() says whether everything was delivered ----------------------------------------
+
+
+@pytest.mark.parametrize("sink", ["embedded", "otlp_http"])
+def test_shutdown_returns_true_after_a_clean_export(sink: str, otlp_http: OtlpHttpReceiver, tmp_path: Path) -> None:
+    """A step delivered, then shutdown(): True, with every record exported and none failed (issue 10, item 2)."""
+    endpoint = otlp_http.endpoint if sink == "otlp_http" else None
+    vg.configure(run_id="clean", count=1, endpoint=endpoint, directory=str(tmp_path), progress_interval_s=0)
+    with vg.validation(step=1) as block:
+        vg.log_generations(["a", "b"], ["x", "y"], [1.0, 0.0])
+    assert block.flushed is True
+    assert vg.shutdown() is True
+    stats = vg.stats()
+    assert (stats["records_exported"], stats["records_export_failed"], stats["records_spooled"]) == (3, 0, 0)
+
+
+def test_shutdown_inside_an_open_block_delivers_it_and_returns_true(tmp_path: Path) -> None:
+    """shutdown() ends an open block itself; its records reach the embedded sink and it returns True."""
+    vg.configure(run_id="open", count=2, directory=str(tmp_path), progress_interval_s=0)
+    block = vg.validation(step=3).__enter__()
+    try:
+        vg.log_generations(["a", "b", "c"], ["x", "y", "z"], None)
+        assert vg.shutdown() is True
+    finally:
+        block.__exit__(None, None, None)
+    ends = [r for r in read_paths([tmp_path], pytest.fail) if isinstance(r, EndRecord)]
+    assert [(e.step, e.seen, e.emitted) for e in ends] == [(3, 3, 2)]
+
+
+@pytest.mark.parametrize(
+    ("timeout_s", "sdk_timeout", "counter"),
+    [(0.3, "5", "flush_timeouts"), (8.0, "1", "records_export_failed")],
+    ids=["shutdown-timed-out", "export-failed"],
+)
+def test_shutdown_returns_false_when_the_collector_is_unreachable(
+    timeout_s: float, sdk_timeout: str, counter: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Nothing listens at the endpoint: shutdown() is False, whether it gave up waiting or the export failed."""
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", sdk_timeout)  # the SDK's deadline for one export, retries included
+    endpoint = f"http://127.0.0.1:{free_port()}"  # nothing listens here
+    vg.configure(run_id="down", count=2, endpoint=endpoint, spool=False, directory=str(tmp_path), progress_interval_s=0)
+    block = vg.validation(step=1).__enter__()
+    try:
+        vg.log_generations(["a", "b", "c"], ["x", "y", "z"], None)
+        started = time.monotonic()
+        assert vg.shutdown(timeout_s) is False
+        assert time.monotonic() - started < timeout_s + 2.0
+    finally:
+        block.__exit__(None, None, None)
+    assert vg.stats()[counter] > 0
+    assert vg.stats()["records_exported"] == 0

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import random
 import subprocess
 import sys
+import threading
 import time
 from typing import Any
 
@@ -13,9 +15,12 @@ import pytest
 import otel_valgen as vg
 from otel_valgen import _api, contract
 from otel_valgen.reader import EndRecord, Generation, ProgressRecord, StartRecord, records_from_request
+from otel_valgen.sampling import SortKey, bottom_k, sample_key
+from otel_valgen.selection import select_steps
 from otel_valgen.testing import capture_records
 from tests.conftest import REPO, OtlpHttpReceiver
 
+END = contract.EVENT_VALIDATION_END
 LIFECYCLE = (contract.EVENT_VALIDATION_START, contract.EVENT_VALIDATION_PROGRESS, contract.EVENT_VALIDATION_END)
 
 
@@ -272,3 +277,163 @@ def test_no_sigterm_handler_is_installed_outside_the_main_thread(monkeypatch: py
     assert errors == []
     assert signal.getsignal(signal.SIGTERM) is before
     assert _api._sigterm_installed is False
+
+
+# -- block-less calls: each is a complete part ------------------------------------------------
+
+
+def _bottom_k_ids(seed: int, sample_ids: list[str], k: int) -> list[str]:
+    """The sampling rule's choice (otel_valgen.sampling) over generations ``<id>/0``."""
+    full = [f"{i}/0" for i in sample_ids]
+    return [i for _, i in bottom_k(((SortKey.of(sample_key(seed, i), i), i) for i in full), k)]
+
+
+def test_a_blockless_call_is_delivered_before_it_returns() -> None:
+    """log_generations(step=N) with no block: start, its bottom-k and its end record are exported on return."""
+    ids = [f"p{i}" for i in range(20)]
+    with capture_records(run_id="r", count=3, seed=5, launch_id="B", progress_interval_s=0) as records:
+        assert vg.log_generations(ids, ["a"] * 20, None, sample_ids=ids, step=2) == 20
+        delivered = list(records)  # no flush, no end_step, no exit
+    events = [r["event_name"] for r in delivered]
+    assert events[0] == contract.EVENT_VALIDATION_START
+    assert events[-1] == contract.EVENT_VALIDATION_END
+    assert sorted(r["attributes"][contract.SAMPLE_ID] for r in _of(delivered, contract.EVENT_GENERATION)) == sorted(
+        _bottom_k_ids(5, ids, 3)
+    )
+    (end,) = _of(delivered, contract.EVENT_VALIDATION_END)
+    assert (end["attributes"][contract.SEEN], end["attributes"][contract.EMITTED]) == (20, 3)
+    assert {r["attributes"][contract.ATTEMPT] for r in delivered} == {"B.1"}
+    assert len(records) == len(delivered), "records exported after the call (at exit or shutdown)"
+
+
+@pytest.mark.parametrize("presample", [True, False])
+def test_blockless_calls_of_one_step_merge_into_the_exact_bottom_k(tmp_path: Any, presample: bool) -> None:
+    """Block-less calls: parts of one attempt, cumulative end counts; the files always hold the exact bottom-k."""
+    rng = random.Random(3)
+    ids = [f"q{i}" for i in range(300)]
+    vg.configure(run_id="parts", count=8, seed=9, directory=str(tmp_path), launch_id="P", presample=presample)
+    logged: list[str] = []
+    cut = 0
+    while cut < len(ids):
+        batch = ids[cut : cut + rng.randint(1, 40)]
+        cut += len(batch)
+        assert vg.log_generations(batch, ["o"] * len(batch), [0.5] * len(batch), sample_ids=batch, step=4) == len(batch)
+        logged += batch
+        # What is on disk right after the call, as `otel-valgen show` reads it:
+        (selection,) = select_steps(_delivered(str(tmp_path)))
+        assert [g.sample_id for g in selection.generations] == _bottom_k_ids(9, logged, 8)
+        assert (selection.attempt, selection.seen, selection.attempts) == ("P.1", len(logged), 1)
+        assert selection.complete
+    records = _delivered(str(tmp_path))
+    starts = [r for r in records if isinstance(r, StartRecord)]
+    ends = [r for r in records if isinstance(r, EndRecord)]
+    generations = [r for r in records if isinstance(r, Generation)]
+    assert len(starts) == 1
+    assert [e.seen for e in ends] == sorted({e.seen for e in ends})  # one end per call, cumulative
+    assert ends[-1].seen == 300
+    assert [e.emitted for e in ends][-1] == len(generations)
+    assert len({g.sample_id for g in generations}) == len(generations)  # no generation sent twice
+    if presample:
+        assert len(generations) < 300
+    assert {r.attempt for r in records} == {"P.1"}
+
+
+def test_end_step_after_blockless_calls_ends_the_same_attempt(caplog: pytest.LogCaptureFixture) -> None:
+    """end_step after block-less calls: no 'already ended' warning, no new attempt; sources_expected goes out."""
+    with capture_records(run_id="r", count=2, launch_id="E", progress_interval_s=0) as records:
+        vg.log_generations(["a", "b", "c"], ["x"] * 3, None, step=5)
+        vg.log_generations(["d"], ["x"], None, step=5)
+        assert vg.end_step(5, sources_expected=3) is True
+        assert vg.end_step(5) is True  # ended now: warned, nothing sent
+        vg.log_generations(["e"], ["x"], None, step=5)  # after the end: a new attempt, as after a block
+    assert "step_already_ended #1]" in caplog.text
+    assert "step_already_ended #2]" not in caplog.text
+    ends = [
+        (
+            r["attributes"][contract.ATTEMPT],
+            r["attributes"][contract.SEEN],
+            r["attributes"].get(contract.SOURCES_EXPECTED),
+        )
+        for r in _of(records, contract.EVENT_VALIDATION_END)
+    ]
+    assert ends == [("E.1", 3, None), ("E.1", 4, None), ("E.1", 4, 3), ("E.2", 1, None)]
+    starts = [r["attributes"][contract.ATTEMPT] for r in _of(records, contract.EVENT_VALIDATION_START)]
+    assert starts == ["E.1", "E.2"]
+
+
+def test_end_step_after_blockless_calls_sends_nothing_new_without_news() -> None:
+    """end_step without sources_expected after block-less calls: everything is out already, no extra record."""
+    with capture_records(run_id="r", count=2, launch_id="N", progress_interval_s=0) as records:
+        vg.log_generations(["a", "b"], ["x", "y"], None, step=6)
+        before = len(records)
+        assert vg.end_step(6) is True
+        assert len(records) == before
+    assert vg.stats().get("end_records_emitted") == 1
+
+
+def test_a_block_after_blockless_calls_continues_their_part() -> None:
+    """A block of a step that already had block-less calls keeps their attempt and counts; its end ends the step."""
+    with capture_records(run_id="r", count=2, launch_id="C", progress_interval_s=0) as records:
+        vg.log_generations(["a", "b", "c"], ["x"] * 3, None, step=7)
+        with vg.validation(step=7):
+            vg.log_generations(["d", "e"], ["x"] * 2, None)
+    assert [r["attributes"][contract.ATTEMPT] for r in _of(records, contract.EVENT_VALIDATION_START)] == ["C.1"]
+    ends = [(e["attributes"][contract.SEEN], e["attributes"][contract.EMITTED]) for e in _of(records, END)]
+    assert ends[-1][0] == 5
+    assert ends[-1][1] == len(_of(records, contract.EVENT_GENERATION)) <= 4
+    assert {r["attributes"][contract.ATTEMPT] for r in records} == {"C.1"}
+
+
+def test_a_call_for_another_step_inside_a_block_is_a_blockless_part() -> None:
+    """Inside a block of step 1, log_generations(step=2) is delivered as a part of step 2 at once."""
+    with capture_records(run_id="r", count=2, launch_id="O", progress_interval_s=0) as records, vg.validation(step=1):
+        vg.log_generations(["a"], ["x"], None)
+        vg.log_generations(["b", "c"], ["y", "z"], None, step=2)
+        step_2 = [r["attributes"][contract.STEP] for r in records]
+    assert step_2 == [1, 2, 2, 2, 2]  # the block's start, then step 2's start, 2 generations, end
+    assert [r["attributes"][contract.STEP] for r in _of(records, contract.EVENT_VALIDATION_END)] == [2, 1]
+
+
+def test_a_blockless_call_in_another_thread_joins_the_open_block_of_its_step() -> None:
+    """A thread without the block's context logs at the block's step: the records join the block's part."""
+    with capture_records(run_id="r", count=4, launch_id="T", progress_interval_s=0) as records, vg.validation(step=3):
+        worker = threading.Thread(target=vg.log_generations, args=(["a", "b"], ["x", "y"]), kwargs={"step": 3})
+        worker.start()
+        worker.join()
+        assert not _of(records, contract.EVENT_VALIDATION_END)
+    (end,) = _of(records, contract.EVENT_VALIDATION_END)
+    assert end["attributes"][contract.SEEN] == 2
+
+
+_ABRUPT = """
+import os, sys
+import otel_valgen as vg
+vg.configure(run_id="abrupt", count=4, seed=1, directory=sys.argv[1], progress_interval_s=0, launch_id="X")
+ids = [f"g{i}" for i in range(50)]
+vg.log_generations(ids, ["a"] * 50, [0.5] * 50, sample_ids=ids, step=1)
+os._exit(0)  # no atexit, no shutdown: what a framework ending its worker does
+"""
+
+
+def test_a_process_ended_without_exit_handlers_keeps_its_blockless_part(tmp_path: Any) -> None:
+    """A plain process calls log_generations(step=1) and ends with os._exit: the step is complete on disk."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    subprocess.run([sys.executable, "-c", _ABRUPT, str(tmp_path)], env=env, check=True, timeout=60)
+    (selection,) = select_steps(_delivered(str(tmp_path)))
+    assert [g.sample_id for g in selection.generations] == _bottom_k_ids(1, [f"g{i}" for i in range(50)], 4)
+    assert (selection.seen, selection.complete) == (50, True)
+
+
+def test_a_blockless_step_forgotten_after_many_others_starts_a_new_attempt(caplog: pytest.LogCaptureFixture) -> None:
+    """Block-less state is bounded: after MAX_OPEN_STEPS other steps, step 0's next call is a new attempt, warned."""
+    from otel_valgen._emitter import MAX_OPEN_STEPS
+
+    with capture_records(run_id="r", count=1, launch_id="M", progress_interval_s=0) as records:
+        for step in range(MAX_OPEN_STEPS + 1):
+            vg.log_generations(["a"], ["x"], None, step=step)
+        vg.log_generations(["b"], ["x"], None, step=MAX_OPEN_STEPS)  # still remembered: same attempt
+        vg.log_generations(["b"], ["x"], None, step=0)
+    ends = [(r["attributes"][contract.STEP], r["attributes"][contract.ATTEMPT]) for r in _of(records, END)]
+    assert ends[-2:] == [(MAX_OPEN_STEPS, "M.1"), (0, "M.2")]
+    assert "step_reopened #1]" in caplog.text
+    assert "step_reopened #2]" not in caplog.text

@@ -114,7 +114,7 @@ def _collector_output(vector: dict[str, Any]) -> list[dict[str, Any]]:
 
 def test_the_shared_vectors_are_here() -> None:
     """The lifecycle vectors both suites read are in testdata/lifecycle."""
-    assert len(VECTORS) >= 8
+    assert len(VECTORS) >= 9
 
 
 @pytest.mark.parametrize("path", VECTORS, ids=lambda p: p.stem)
@@ -141,6 +141,23 @@ def test_vector_shown_attempt_from_the_raw_records(path: Path) -> None:
     selections = select_steps(_records([_vector_request(r) for _, r in _arrivals(vector)]))
     shown = [{"run_id": s.run_id, "step": s.step, "attempt": s.attempt} for s in selections]
     assert shown == vector["expected"]["shown"]
+
+
+@pytest.mark.parametrize("path", VECTORS, ids=lambda p: p.stem)
+def test_vector_complete_groups_count_each_sources_largest_end_record(path: Path) -> None:
+    """Embedded-sink rule: a group that closed complete with nothing late is complete, with the collector's seen.
+
+    A source may send several end records (block-less parts); each counts cumulatively, so the
+    largest counts, whatever order they arrive in (``blockless_parts``).
+    """
+    vector = _load(path)
+    for group in vector["expected"]["groups"]:
+        if group["closed_reason"] != "complete" or group["late"]:
+            continue
+        arrived = [_vector_request(r) for _, r in _arrivals(vector) if r.get("attempt", "") == group["attempt"]]
+        attempts = select_attempts(_records(arrived))[(group["run_id"], group["step"])]
+        (selection,) = [a for a in attempts if a.attempt == group["attempt"]]
+        assert (selection.complete, selection.seen) == (True, group["seen"])
 
 
 @pytest.mark.parametrize("path", VECTORS, ids=lambda p: p.stem)

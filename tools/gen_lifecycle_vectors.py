@@ -357,6 +357,47 @@ VECTORS.append(
     }
 )
 
+# (i) Block-less parts (issue 10): source A is a process calling log_generations(step=20)
+# twice without a block; each call is a part that ends itself, with the cumulative counts of
+# (step, source, attempt) in its end record, and the second call sends only the generations
+# that entered A's cumulative bottom-4. B validates in a block. A's first end record (seen 3,
+# emitted 3, stamped 150) is delivered late, at 900 (a retried or resent batch), after its
+# second one (seen 6, emitted 5): a source's end records keep their largest counts, whatever
+# the order. Part 1 sends a/0=50, a/1=10, a/2=70 (its 3 are its bottom-4); part 2 logs a/3=30,
+# a/4=90, a/5=5: the bottom-4 of A's six is {5, 10, 30, 50}, so part 2 sends a/3 and a/5 only.
+# At 650 both sources have ended and delivered what they announced (A: 5 of 5, B: 2 of 2):
+# complete, no sources_expected, so it closes after decision_wait of silence since the last
+# record (900): not at the 1899 tick, at 1900. Kept = bottom-4 of {50, 10, 70, 30, 5} and
+# {b/0=20, b/1=60} = 5 a/5, 10 a/1, 20 b/0, 30 a/3; seen = 6 (A's largest end) + 2 (B's).
+# A sent one start record: later parts of the same attempt do not announce again.
+VECTORS.append(
+    {
+        "name": "blockless_parts",
+        "description": (
+            "A source's block-less calls are parts of one attempt, each ended with cumulative counts; "
+            "its first end record arrives last: the largest counts count, the step is complete and exact."
+        ),
+        "config": config(),
+        "events": [
+            start(0, "a"),
+            start(0, "b"),
+            *gens(100, {k: KEYS_A[k] for k in ("a/0", "a/1", "a/2")}, "a"),
+            *gens(300, {k: KEYS_B[k] for k in ("b/0", "b/1")}, "b"),
+            end(400, "b", 2, 2),
+            *gens(600, {"a/3": 30, "a/5": 5}, "a"),
+            end(650, "a", 6, 5),
+            {"t_ms": 900, "record": end(150, "a", 3, 3)["record"]},
+            tick(1100),
+            tick(1899),
+            tick(1900),
+        ],
+        "expected": {
+            "groups": [group("L1.1", "complete", 1900, 8, ["a/5", "a/1", "b/0", "a/3"], 2, [], 0, 2)],
+            "shown": shown("L1.1"),
+        },
+    }
+)
+
 if __name__ == "__main__":
     for v in VECTORS:
         (HERE / f"{v['name']}.json").write_text(json.dumps(v, indent=1, ensure_ascii=False) + "\n")

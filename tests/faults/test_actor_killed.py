@@ -161,11 +161,23 @@ def test_summary_counts_a_source_that_sent_records_but_never_ended_as_missing(
             "VALGEN_MAX_STEP_DURATION": MAX_STEP,
         },
     )
-    vg.configure(run_id=RUN_ID, count=K, seed=SEED, endpoint=f"http://{collector.http_endpoint}", presample=False)
-    vg.log_generations(["x1", "x2"], ["y1", "y2"], step=3, source="never-ends")
-    assert vg.flush(10)
-    with vg.validation(step=3, source="ends", sources_expected=2):
-        vg.log_generations(["z1", "z2"], ["w1", "w2"])
-    _, summary = _summary(collector, 3)
+    vg.configure(
+        run_id=RUN_ID,
+        count=K,
+        seed=SEED,
+        endpoint=f"http://{collector.http_endpoint}",
+        presample=False,
+        progress_interval_s=0,  # a source that stopped sending anything
+    )
+    # A block that stays open (a block-less call would be a complete part by itself).
+    never_ends = vg.validation(step=3, source="never-ends").__enter__()
+    try:
+        vg.log_generations(["x1", "x2"], ["y1", "y2"])
+        assert vg.flush(10)
+        with vg.validation(step=3, source="ends", sources_expected=2):
+            vg.log_generations(["z1", "z2"], ["w1", "w2"])
+        _, summary = _summary(collector, 3)
+    finally:
+        never_ends.__exit__(None, None, None)
     assert summary[contract.CLOSED_REASON] == "max_duration"
     assert (summary[contract.SOURCES_EXPECTED], summary[contract.SOURCES], summary[contract.SOURCES_ENDED]) == (2, 2, 1)

@@ -153,6 +153,29 @@ def test_records_of_an_ended_step_survive_kill_and_shutdown(tmp_path: Path) -> N
 
 
 @ray.remote(num_cpus=0)
+def _validate_in_a_task(step: int, ids: list[str]) -> int:
+    """A Ray task (not an actor) logging its generations without a validation block."""
+    return vg.log_generations(ids, [f"out {x}" for x in ids], [0.5] * len(ids), sample_ids=ids, step=step)
+
+
+def test_a_ray_task_without_a_block_delivers_its_step(cluster: Path) -> None:
+    """A task calls log_generations(step=1), then Ray shuts down: the sink holds exactly the step's k records."""
+    ids = [f"task-{i}" for i in range(40)]
+    assert ray.get(_validate_in_a_task.remote(1, ids)) == 40
+    ray.shutdown()  # ends the worker processes without running their exit handlers
+    records = [r for r in read_paths([cluster], pytest.fail) if r.step == 1]
+    generations = [r for r in records if isinstance(r, Generation)]
+    expected = [
+        sid for _, sid in bottom_k(((SortKey.of(sample_key(11, f"{i}/0"), f"{i}/0"), f"{i}/0") for i in ids), 6)
+    ]
+    assert sorted(g.sample_id for g in generations) == sorted(expected)
+    (end,) = [r for r in records if isinstance(r, EndRecord)]
+    assert (end.seen, end.emitted) == (40, 6)
+    (selection,) = select_steps(records)
+    assert ([g.sample_id for g in selection.generations], selection.complete) == (expected, True)
+
+
+@ray.remote(num_cpus=0)
 def _launch_id_in_worker() -> tuple[str, str]:
     from otel_valgen._settings import resolve_settings
 
