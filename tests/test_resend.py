@@ -205,3 +205,28 @@ def test_the_logs_certificate_verifies_a_self_signed_collector(
     trusted = resend_paths([spool], resolve_target(None), lambda message: None)
     assert trusted.failures == []
     assert len(server.accepted) == trusted.lines_sent > 0
+
+
+@pytest.mark.parametrize(
+    ("variables", "message"),
+    [
+        ({}, "no endpoint: pass --endpoint"),
+        (
+            {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4317", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"},
+            "resend sends OTLP/HTTP, but OTEL_EXPORTER_OTLP_PROTOCOL is grpc",
+        ),
+    ],
+)
+def test_without_an_otlp_http_endpoint_resend_is_a_usage_error(
+    spool: Path, monkeypatch: pytest.MonkeyPatch, variables: dict[str, str], message: str
+) -> None:
+    """No endpoint anywhere, or only a gRPC one: exit 2 with a message naming the fix."""
+    from click.testing import CliRunner
+
+    from otel_valgen.cli import main
+
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    result = CliRunner().invoke(main, ["resend", str(spool)])
+    assert result.exit_code == 2
+    assert message in result.output
