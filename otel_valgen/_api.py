@@ -25,7 +25,7 @@ from otel_valgen import _stats
 from otel_valgen._emitter import Emitter
 from otel_valgen._records import Batch
 from otel_valgen._sanitize import clean_step
-from otel_valgen._settings import Settings, resolve_settings
+from otel_valgen._settings import Settings, follow_wandb_run, resolve_settings
 
 if TYPE_CHECKING:
     from otel_valgen._validation import Validation
@@ -155,7 +155,8 @@ def _install(settings: Settings, exporter: LogRecordExporter | None = None) -> E
         _logger.exception("otel_valgen: installing the SIGTERM handler failed")
     if settings.run_id_origin == "generated":
         print(
-            f"otel_valgen: no run id configured (OTEL_VALGEN_RUN_ID or a wandb run); using {settings.run_id}",
+            f"otel_valgen: no run id configured (OTEL_VALGEN_RUN_ID, WANDB_RUN_ID or a wandb run); using "
+            f"{settings.run_id} until this process starts a wandb run",
             file=sys.stderr,
         )
     _logger.info(
@@ -184,12 +185,14 @@ def configure(
     """Configure this process's emitter; optional, every setting also comes from the environment.
 
     Args:
-        run_id: the training run (default: ``OTEL_VALGEN_RUN_ID``, the wandb run, a generated id).
+        run_id: the training run (default: ``OTEL_VALGEN_RUN_ID``; else this process's wandb run,
+            followed when it starts later; else ``WANDB_RUN_ID``, the Ray driver's, a generated id).
         count: k, generations kept per step (``OTEL_VALGEN_COUNT``, 64).
         seed: sampling seed (``OTEL_VALGEN_SEED``, 42).
         presample: keep only the local bottom-k per step (``OTEL_VALGEN_PRESAMPLE``, on).
-        endpoint: OTLP endpoint (``OTEL_EXPORTER_OTLP_ENDPOINT``); none means the embedded sink.
-        protocol: ``http/protobuf`` or ``grpc`` (``OTEL_EXPORTER_OTLP_PROTOCOL``).
+        endpoint: OTLP base URL, like ``OTEL_EXPORTER_OTLP_ENDPOINT`` (HTTP appends ``/v1/logs``;
+            ``OTEL_EXPORTER_OTLP_LOGS_ENDPOINT`` is used as it is); none means the embedded sink.
+        protocol: ``http/protobuf``, ``http/json`` or ``grpc`` (``OTEL_EXPORTER_OTLP_PROTOCOL``).
         directory: embedded sink folder (``OTEL_VALGEN_DIR``, ``./valgen-data``).
         source: default name of the emitting part (``OTEL_VALGEN_SOURCE``, ``main``).
         max_field_bytes: longest text field sent (``OTEL_VALGEN_MAX_FIELD_BYTES``, 65536).
@@ -223,10 +226,32 @@ def configure(
     return _install(settings).settings
 
 
+def _follow_wandb(emitter: Emitter) -> Emitter:
+    """Move to this process's wandb run when the run id was not set explicitly and none is open.
+
+    A run started after the emitter (verl's trainer calls ``wandb.init`` in its actor) then
+    names the records of every step opened from then on.
+    """
+    try:
+        followed = follow_wandb_run(emitter.settings)
+        if followed is None or emitter.has_open_steps():
+            return emitter
+        with _lock:
+            if _emitter is not emitter:  # another thread moved it already, or shut it down
+                return _emitter or emitter
+        _logger.info("otel_valgen: run id %s follows the wandb run (was %s)", followed.run_id, emitter.settings.run_id)
+        return _install(followed)
+    except Exception:
+        _stats_registry.add(_stats.INTERNAL_ERRORS)
+        _logger.exception("otel_valgen: following the wandb run failed; keeping run id %s", emitter.settings.run_id)
+        return emitter
+
+
 def _active_emitter() -> Emitter | None:
     """The emitter, configured from the environment on first use; None after shutdown."""
-    if _emitter is not None:
-        return _emitter
+    emitter = _emitter
+    if emitter is not None:
+        return _follow_wandb(emitter)
     with _lock:
         if _shut_down:
             return None
@@ -386,9 +411,9 @@ def stats() -> dict[str, int]:
 
 
 def current_settings() -> Settings | None:
-    """The settings in force, or None before configuration."""
+    """The settings in force (the run id following a wandb run started since), or None before configuration."""
     emitter = _emitter
-    return emitter.settings if emitter is not None else None
+    return _follow_wandb(emitter).settings if emitter is not None else None
 
 
 def _install_for_testing(settings: Settings, exporter: LogRecordExporter) -> Emitter:

@@ -102,6 +102,11 @@ class Emitter:
         self._progress_stop = threading.Event()
         self._progress_thread: threading.Thread | None = None
 
+    def has_open_steps(self) -> bool:
+        """Whether a part of a step is open here (started and not yet ended)."""
+        with self._lock:
+            return bool(self._steps)
+
     def inherit_attempts(self, previous: Emitter) -> None:
         """Continue ``previous``'s attempt numbering (a reconfigured emitter of the same launch)."""
         if previous.settings.launch_id != self.settings.launch_id:

@@ -72,15 +72,40 @@ class _UnavailableExporter(LogRecordExporter):
 
 
 def _otlp_exporter(settings: Settings) -> tuple[LogRecordExporter, str]:
+    """The SDK's exporter for the protocol, given every resolved setting (``_settings``)."""
     endpoint = settings.endpoint or ""
-    if settings.protocol == "grpc":
+    if settings.protocol == "grpc":  # the SDK reads the gRPC exporter's TLS and header variables itself
         from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter as GrpcExporter
 
         return GrpcExporter(endpoint=endpoint), f"OTLP/gRPC {endpoint}"
+    transport = settings.transport
+    if settings.protocol == "http/json":
+        from opentelemetry.exporter.otlp.common.http import Compression as JsonCompression
+        from opentelemetry.exporter.otlp.json.http._log_exporter import OTLPLogExporter as JsonExporter
+
+        json_exporter = JsonExporter(
+            endpoint=endpoint,
+            certificate_file=transport.certificate_file,
+            client_key_file=transport.client_key_file,
+            client_certificate_file=transport.client_certificate_file,
+            headers=transport.headers,
+            timeout=transport.timeout_s,
+            compression=JsonCompression.from_str(transport.compression),
+        )
+        return json_exporter, f"OTLP/HTTP JSON {endpoint}"
+    from opentelemetry.exporter.otlp.proto.http import Compression
     from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter as HttpExporter
 
-    url = endpoint if endpoint.rstrip("/").endswith("/v1/logs") else endpoint.rstrip("/") + "/v1/logs"
-    return HttpExporter(endpoint=url), f"OTLP/HTTP {url}"
+    exporter = HttpExporter(
+        endpoint=endpoint,
+        certificate_file=transport.certificate_file,
+        client_key_file=transport.client_key_file,
+        client_certificate_file=transport.client_certificate_file,
+        headers=transport.headers,
+        timeout=transport.timeout_s,
+        compression=Compression(transport.compression),
+    )
+    return exporter, f"OTLP/HTTP {endpoint}"
 
 
 def sink_path(directory: str, instance_id: str) -> Path:

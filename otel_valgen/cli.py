@@ -194,24 +194,30 @@ def demo(steps: int, count: int, prompts: int, responses: int, workers: int, dir
 @click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True))
 @click.option(
     "--endpoint",
-    envvar="OTEL_EXPORTER_OTLP_ENDPOINT",
-    required=True,
-    help="OTLP/HTTP base URL of the collector (default: OTEL_EXPORTER_OTLP_ENDPOINT).",
+    help="OTLP/HTTP base URL of the collector (/v1/logs is appended). Default: "
+    "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT as it is, else OTEL_EXPORTER_OTLP_ENDPOINT.",
 )
-def resend(paths: tuple[str, ...], endpoint: str) -> None:
+def resend(paths: tuple[str, ...], endpoint: str | None) -> None:
     """Replay OTLP-JSON files (the spool of records a collector did not accept) to a collector.
 
-    Headers come from OTEL_EXPORTER_OTLP_HEADERS. Progress is kept in <file>.resent, so
-    running it again sends only what was spooled since; nothing is sent twice.
+    Headers, TLS certificate files, compression, timeout and protocol (http/protobuf or
+    http/json) come from the OTEL_EXPORTER_OTLP_* variables, as in the library. Progress is
+    kept in <file>.resent, so running it again sends only what was spooled since; nothing is
+    sent twice.
     """
     from pathlib import Path
 
-    from otel_valgen.resend import resend_paths
+    from otel_valgen.resend import resend_paths, resolve_target
 
+    try:
+        target = resolve_target(endpoint)
+    except ValueError as error:
+        raise click.UsageError(str(error)) from None
+    click.echo(f"replaying to {target.url} ({target.protocol})", err=True)
     files = [p for raw in paths for p in ([Path(raw)] if Path(raw).is_file() else sorted(Path(raw).rglob("*.jsonl")))]
     failed = False
     for path in files:
-        result = resend_paths([path], endpoint, lambda message: None)
+        result = resend_paths([path], target, lambda message: None)
         for failure in result.failures:
             click.echo(f"error: {failure}", err=True)
         click.echo(f"{path}: {result.records_sent} record(s) in {result.lines_sent} request(s) sent", err=True)

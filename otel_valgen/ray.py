@@ -25,6 +25,10 @@ SETUP_HOOK: Final = "otel_valgen.ray.setup_worker"
 
 FORWARDED_ENV: Final = (
     env.OTEL_VALGEN_RUN_ID,
+    env.OTEL_VALGEN_DEFAULT_RUN_ID,
+    env.WANDB_RUN_ID,
+    env.WANDB_PROJECT,
+    env.WANDB_ENTITY,
     env.OTEL_VALGEN_COUNT,
     env.OTEL_VALGEN_SEED,
     env.OTEL_VALGEN_PRESAMPLE,
@@ -38,21 +42,38 @@ FORWARDED_ENV: Final = (
     env.OTEL_EXPORTER_OTLP_LOGS_ENDPOINT,
     env.OTEL_EXPORTER_OTLP_PROTOCOL,
     env.OTEL_EXPORTER_OTLP_LOGS_PROTOCOL,
-    "OTEL_EXPORTER_OTLP_HEADERS",
-    "OTEL_EXPORTER_OTLP_LOGS_HEADERS",
-    "OTEL_EXPORTER_OTLP_CERTIFICATE",
+    env.OTEL_EXPORTER_OTLP_HEADERS,
+    env.OTEL_EXPORTER_OTLP_LOGS_HEADERS,
+    env.OTEL_EXPORTER_OTLP_CERTIFICATE,
+    env.OTEL_EXPORTER_OTLP_LOGS_CERTIFICATE,
+    env.OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE,
+    env.OTEL_EXPORTER_OTLP_LOGS_CLIENT_CERTIFICATE,
+    env.OTEL_EXPORTER_OTLP_CLIENT_KEY,
+    env.OTEL_EXPORTER_OTLP_LOGS_CLIENT_KEY,
+    env.OTEL_EXPORTER_OTLP_COMPRESSION,
+    env.OTEL_EXPORTER_OTLP_LOGS_COMPRESSION,
+    env.OTEL_EXPORTER_OTLP_TIMEOUT,
+    env.OTEL_EXPORTER_OTLP_LOGS_TIMEOUT,
     "OTEL_EXPORTER_OTLP_INSECURE",
+    "OTEL_EXPORTER_OTLP_LOGS_INSECURE",
     "OTEL_RESOURCE_ATTRIBUTES",
     "OTEL_SERVICE_NAME",
 )
 
 
 def worker_env() -> dict[str, str]:
-    """The settings of this process as environment variables for Ray workers."""
+    """The settings of this process as environment variables for Ray workers.
+
+    A run id set explicitly (argument, ``OTEL_VALGEN_RUN_ID``) goes as ``OTEL_VALGEN_RUN_ID``;
+    any other (this process's wandb run, ``WANDB_RUN_ID``, generated) as
+    ``OTEL_VALGEN_DEFAULT_RUN_ID``, which a worker's own wandb run overrides. The endpoint goes
+    as the resolved ``OTEL_EXPORTER_OTLP_LOGS_ENDPOINT``, which workers use as it is.
+    """
     settings = _api.current_settings() or _api.configure()
     values = {name: os.environ[name] for name in FORWARDED_ENV if os.environ.get(name)}
     if settings is not None:
-        values[env.OTEL_VALGEN_RUN_ID] = settings.run_id
+        explicit = settings.run_id_origin in env.RUN_ID_EXPLICIT
+        values[env.OTEL_VALGEN_RUN_ID if explicit else env.OTEL_VALGEN_DEFAULT_RUN_ID] = settings.run_id
         values[env.OTEL_VALGEN_COUNT] = str(settings.count)
         values[env.OTEL_VALGEN_SEED] = str(settings.seed)
         values[env.OTEL_VALGEN_PRESAMPLE] = "true" if settings.presample else "false"
@@ -60,8 +81,8 @@ def worker_env() -> dict[str, str]:
         values[env.OTEL_VALGEN_LAUNCH_ID] = settings.launch_id
         values[env.OTEL_VALGEN_PROGRESS_INTERVAL] = str(settings.progress_interval_s)
         if settings.endpoint:
-            values[env.OTEL_EXPORTER_OTLP_ENDPOINT] = settings.endpoint
-            values[env.OTEL_EXPORTER_OTLP_PROTOCOL] = settings.protocol
+            values[env.OTEL_EXPORTER_OTLP_LOGS_ENDPOINT] = settings.endpoint
+            values[env.OTEL_EXPORTER_OTLP_LOGS_PROTOCOL] = settings.protocol
     return values
 
 

@@ -1,8 +1,13 @@
 """Replay OTLP-JSON log files (a spool, the embedded sink) to an OTLP/HTTP endpoint.
 
-Each line is converted to an ``ExportLogsServiceRequest`` protobuf (OTLP/JSON differs from
-the protobuf JSON mapping only in hex-encoded trace and span ids) and POSTed to
-``<endpoint>/v1/logs``, with retries on the status codes OTLP calls retryable.
+Each line is converted to an ``ExportLogsServiceRequest`` (OTLP/JSON differs from the
+protobuf JSON mapping only in hex-encoded trace and span ids) and POSTed as protobuf, or as
+OTLP/JSON with ``http/json``. Where and how come from the library's own resolution
+(``otel_valgen._settings``): ``OTEL_EXPORTER_OTLP_LOGS_ENDPOINT`` as it is, else
+``OTEL_EXPORTER_OTLP_ENDPOINT`` + ``/v1/logs``; headers, certificate files, compression and
+timeout from the ``OTEL_EXPORTER_OTLP_[LOGS_]*`` variables. The status codes OTLP calls
+retryable are retried with exponential backoff and jitter, or after the server's
+``Retry-After``.
 
 Progress is kept beside each file in ``<file>.resent`` (the byte offset up to which every
 line was accepted), so a file that a running process still appends to can be replayed
@@ -11,22 +16,40 @@ again later: only the lines added since are sent, none twice.
 
 from __future__ import annotations
 
+import email.utils
+import gzip
 import json
 import os
+import random
 import time
-import urllib.parse
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
 import requests
 
-from otel_valgen.otlp_json import from_otlp_json
+from otel_valgen._settings import (
+    DEFAULT_PROTOCOL,
+    OTEL_EXPORTER_OTLP_ENDPOINT,
+    OTEL_EXPORTER_OTLP_LOGS_ENDPOINT,
+    OTEL_EXPORTER_OTLP_PROTOCOL,
+    OtlpTransport,
+    resolve_endpoint,
+    resolve_protocol,
+    resolve_transport,
+)
+from otel_valgen.otlp_json import from_otlp_json, to_otlp_json
 
-__all__ = ["ResendResult", "resend_paths"]
+__all__ = ["ResendResult", "Target", "resend_paths", "resolve_target"]
 
 _RETRYABLE = {429, 502, 503, 504}
 _ATTEMPTS = 5
+_FIRST_BACKOFF_S = 0.5
+MAX_RETRY_AFTER_S = 60.0
+"""A longer ``Retry-After`` stops the replay (progress is kept) instead of blocking the command."""
+_CONTENT_TYPES = {"http/protobuf": "application/x-protobuf", "http/json": "application/json"}
 
 
 @dataclass
@@ -38,31 +61,97 @@ class ResendResult:
     failures: list[str] = field(default_factory=list)
 
 
-def _headers_from_env() -> dict[str, str]:
-    raw = os.environ.get("OTEL_EXPORTER_OTLP_LOGS_HEADERS") or os.environ.get("OTEL_EXPORTER_OTLP_HEADERS", "")
-    headers = {}
-    for item in raw.split(","):
-        name, _, value = item.partition("=")
-        if name.strip() and value:
-            headers[urllib.parse.unquote(name.strip())] = urllib.parse.unquote(value.strip())
-    return headers
+@dataclass(frozen=True)
+class Target:
+    """Where and how a replay sends: the logs URL, ``http/protobuf`` or ``http/json``, the transport."""
+
+    url: str
+    protocol: str
+    transport: OtlpTransport
 
 
-def _post(session: requests.Session, url: str, body: bytes, headers: dict[str, str]) -> str | None:
-    delay = 0.5
-    for _ in range(_ATTEMPTS):
+def resolve_target(endpoint: str | None = None) -> Target:
+    """The replay's target, resolved as the library resolves its own (``endpoint`` is a base URL).
+
+    Raises:
+        ValueError: no OTLP/HTTP endpoint is given or set; the message names the fix.
+
+    """
+    protocol = resolve_protocol(None)
+    if protocol == "grpc":
+        if endpoint is None:
+            raise ValueError(
+                f"resend sends OTLP/HTTP, but {OTEL_EXPORTER_OTLP_PROTOCOL} is grpc: pass --endpoint with the "
+                "collector's OTLP/HTTP base URL (port 4318)"
+            )
+        protocol = DEFAULT_PROTOCOL
+    url = resolve_endpoint(endpoint, protocol)
+    if url is None:
+        raise ValueError(
+            f"no endpoint: pass --endpoint or set {OTEL_EXPORTER_OTLP_ENDPOINT} (or {OTEL_EXPORTER_OTLP_LOGS_ENDPOINT})"
+        )
+    return Target(url, protocol, resolve_transport())
+
+
+def retry_after_s(value: str | None) -> float | None:
+    """Seconds to wait from a ``Retry-After`` value (delay seconds or an HTTP date); None if absent or bad."""
+    raw = (value or "").strip()
+    if raw.isdigit():
+        return float(raw)
+    try:
+        when = email.utils.parsedate_to_datetime(raw)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - datetime.now(UTC)).total_seconds())
+
+
+def _body(request_bytes: bytes, transport: OtlpTransport) -> tuple[bytes, dict[str, str]]:
+    if transport.compression == "gzip":
+        return gzip.compress(request_bytes), {"Content-Encoding": "gzip"}
+    if transport.compression == "deflate":
+        return zlib.compress(request_bytes), {"Content-Encoding": "deflate"}
+    return request_bytes, {}
+
+
+def _post(session: requests.Session, target: Target, payload: bytes) -> str | None:
+    """POST with retries; None when accepted, else why not."""
+    transport = target.transport
+    body, encoding = _body(payload, transport)
+    headers = {"Content-Type": _CONTENT_TYPES[target.protocol], **encoding, **transport.headers}
+    client_cert = transport.client_certificate_file
+    cert = (client_cert, transport.client_key_file) if client_cert and transport.client_key_file else client_cert
+    backoff = _FIRST_BACKOFF_S
+    outcome = ""
+    for attempt in range(1, _ATTEMPTS + 1):
+        wait = backoff * (0.5 + random.random() / 2)  # exponential backoff with jitter
         try:
-            response = session.post(url, data=body, headers=headers, timeout=10)
+            response = session.post(
+                target.url,
+                data=body,
+                headers=headers,
+                timeout=transport.timeout_s or None,  # 0: no limit
+                verify=transport.certificate_file or True,
+                cert=cert,
+            )
+        except requests.exceptions.SSLError as error:  # a certificate does not become trusted by waiting
+            return f"SSLError: {error}"
         except requests.RequestException as error:
             outcome = f"{type(error).__name__}"
         else:
             if response.status_code == 200:
                 return None
-            if response.status_code not in _RETRYABLE:
-                return f"HTTP {response.status_code}"
             outcome = f"HTTP {response.status_code}"
-        time.sleep(delay)
-        delay *= 2
+            if response.status_code not in _RETRYABLE:
+                return outcome
+            asked = retry_after_s(response.headers.get("Retry-After"))
+            if asked is not None and asked > MAX_RETRY_AFTER_S:
+                return f"{outcome}, Retry-After {asked:.0f}s: run resend again later"
+            wait = asked if asked is not None else wait
+        if attempt < _ATTEMPTS:
+            time.sleep(wait)
+            backoff *= 2
     return f"{outcome} after {_ATTEMPTS} attempts"
 
 
@@ -84,14 +173,12 @@ def _write_offset(path: Path, offset: int) -> None:
     os.replace(temporary, progress_path(path))
 
 
-def resend_paths(paths: list[Path], endpoint: str, on_progress: Callable[[str], None]) -> ResendResult:
-    """POST the not yet replayed lines of ``paths`` to ``endpoint`` (``/v1/logs`` is appended).
+def resend_paths(paths: list[Path], target: Target, on_progress: Callable[[str], None]) -> ResendResult:
+    """POST the not yet replayed lines of ``paths`` to ``target`` (see ``resolve_target``).
 
     Stops at a file's first line that is not accepted, so that its progress stays exact;
     a line still being written (no newline yet) waits for the next replay.
     """
-    url = endpoint if endpoint.rstrip("/").endswith("/v1/logs") else endpoint.rstrip("/") + "/v1/logs"
-    headers = {"Content-Type": "application/x-protobuf", **_headers_from_env()}
     result = ResendResult()
     with requests.Session() as session:
         for path in paths:
@@ -108,7 +195,12 @@ def resend_paths(paths: list[Path], endpoint: str, on_progress: Callable[[str], 
                         except (ValueError, TypeError) as error:
                             result.failures.append(f"{where}: {error}")
                             break
-                        failure = _post(session, url, request.SerializeToString(), headers)
+                        payload = (
+                            json.dumps(to_otlp_json(request)).encode()
+                            if target.protocol == "http/json"
+                            else request.SerializeToString()
+                        )
+                        failure = _post(session, target, payload)
                         if failure:
                             result.failures.append(f"{where}: {failure}")
                             break

@@ -31,6 +31,17 @@ _ENV = (
     "OTEL_EXPORTER_OTLP_LOGS_PROTOCOL",
     "OTEL_SERVICE_NAME",
     "OTEL_RESOURCE_ATTRIBUTES",
+    "OTEL_VALGEN_DEFAULT_RUN_ID",
+    "OTEL_VALGEN_SPOOL",
+    "OTEL_VALGEN_VERL",
+    "WANDB_RUN_ID",
+    "WANDB_PROJECT",
+    "WANDB_ENTITY",
+    *(
+        f"OTEL_EXPORTER_OTLP_{signal}{name}"
+        for signal in ("", "LOGS_")
+        for name in ("HEADERS", "CERTIFICATE", "CLIENT_CERTIFICATE", "CLIENT_KEY", "COMPRESSION", "TIMEOUT")
+    ),
 )
 
 

@@ -39,3 +39,27 @@ def test_a_failing_hook_returns_the_jobs_env_unchanged(monkeypatch: pytest.Monke
 
     monkeypatch.setattr(vg_ray, "runtime_env", broken)
     assert vg_ray.runtime_env_hook({"env_vars": {"A": "1"}}) == {"env_vars": {"A": "1"}}
+
+
+@pytest.mark.parametrize(
+    "variables",
+    [
+        {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318/base/"},
+        {"OTEL_EXPORTER_OTLP_LOGS_ENDPOINT": "http://c:4318/custom", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://x:1"},
+        {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4317", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"},
+    ],
+)
+def test_a_worker_resolves_the_drivers_endpoint(monkeypatch: pytest.MonkeyPatch, variables: dict[str, str]) -> None:
+    """What the driver forwards makes a worker send where the driver sends, with its protocol."""
+    from otel_valgen._settings import resolve_settings
+
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    driver = resolve_settings()
+    forwarded = vg_ray.worker_env()
+    for name in variables:
+        monkeypatch.delenv(name)
+    for name, value in forwarded.items():
+        monkeypatch.setenv(name, value)
+    worker = resolve_settings()
+    assert (worker.endpoint, worker.protocol) == (driver.endpoint, driver.protocol)

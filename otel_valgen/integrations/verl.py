@@ -25,13 +25,12 @@ import contextvars
 import dataclasses
 import functools
 import logging
-import os
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, Final
 
 import otel_valgen as vg
 from otel_valgen import _api
-from otel_valgen._settings import OTEL_VALGEN_VERL
+from otel_valgen._settings import OTEL_VALGEN_VERL, env_bool
 from otel_valgen.integrations import _trainer_step
 
 __all__ = ["ValGenerationsMixin", "ValidationGenerationsLogger", "install", "log_val_generations"]
@@ -249,7 +248,7 @@ def install() -> bool:
     it off.
     """
     global _installed
-    if os.environ.get(OTEL_VALGEN_VERL, "true").strip().lower() == "false":
+    if not env_bool(OTEL_VALGEN_VERL, True):
         return False
     if _installed:
         return True

@@ -1,0 +1,87 @@
+"""User story: otel-valgen starts before the tracker (verl's order); Grafana, ``show`` and wandb name one run.
+
+wandb runs offline here and the run id is read back from the run's own files.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import otel_valgen as vg
+from otel_valgen import contract
+from otel_valgen import ray as vg_ray
+from otel_valgen.cli import main
+from otel_valgen.reader import Generation, read_paths
+
+wandb = pytest.importorskip("wandb")
+
+
+@pytest.fixture
+def wandb_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """An offline WANDB_DIR; no network, no API key."""
+    folder = tmp_path / "wandb-dir"
+    folder.mkdir()
+    for name, value in {"WANDB_MODE": "offline", "WANDB_DIR": str(folder), "WANDB_SILENT": "true"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("WANDB_DISABLE_GIT", "true")
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    yield folder
+    wandb.teardown()
+
+
+def offline_run_ids(wandb_dir: Path) -> set[str]:
+    """The ids of the offline runs under ``wandb_dir``, from their folders and ``run-<id>.wandb`` files."""
+    ids = set()
+    for folder in (wandb_dir / "wandb").glob("offline-run-*"):
+        run_id = folder.name.rsplit("-", 1)[1]
+        assert (folder / f"run-{run_id}.wandb").is_file()
+        ids.add(run_id)
+    return ids
+
+
+def shown_run_ids(sink: Path) -> set[str]:
+    """The run ids ``otel-valgen show --format json`` prints for ``sink``."""
+    result = CliRunner().invoke(main, ["show", str(sink), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    return {json.loads(line)["run_id"] for line in result.stdout.splitlines() if line.strip()}
+
+
+def test_a_wandb_run_started_after_runtime_env_names_the_records(wandb_dir: Path, tmp_path: Path) -> None:
+    """configure() and runtime_env() before wandb.init(): the next step carries wandb's run id, in show and resource."""
+    sink = tmp_path / "sink"
+    settings = vg.configure(count=4, directory=str(sink))
+    assert settings is not None
+    assert settings.run_id_origin == "generated"
+    forwarded = vg_ray.worker_env()
+    assert "OTEL_VALGEN_RUN_ID" not in forwarded  # a generated id must not override a worker's own wandb run
+    assert forwarded["OTEL_VALGEN_DEFAULT_RUN_ID"] == settings.run_id
+
+    run = wandb.init(project="valgen-identity")
+    with vg.validation(step=1, source="trainer", sources_expected=1):
+        vg.log_generations([f"q{i}" for i in range(6)], ["a"] * 6, [0.1 * i for i in range(6)])
+    run.finish()
+    vg.shutdown()
+
+    (on_disk,) = offline_run_ids(wandb_dir)
+    assert shown_run_ids(sink) == {on_disk}
+    generations = [r for r in read_paths([str(sink)], lambda error: None) if isinstance(r, Generation)]
+    assert len(generations) == 4
+    assert {g.resource.get(contract.WANDB_RUN_ID) for g in generations} == {on_disk}
+    assert {g.resource.get(contract.WANDB_PROJECT) for g in generations} == {"valgen-identity"}
+
+
+def test_an_explicit_run_id_is_never_replaced_by_the_wandb_run(wandb_dir: Path, tmp_path: Path) -> None:
+    """configure(run_id=...) stays the run id of every step, also after wandb.init()."""
+    sink = tmp_path / "sink"
+    vg.configure(run_id="mine", count=4, directory=str(sink))
+    run = wandb.init(project="valgen-identity")
+    vg.log_generations(["q"], ["a"], [1.0], step=1)
+    vg.end_step(1)
+    run.finish()
+    vg.shutdown()
+    assert shown_run_ids(sink) == {"mine"}
