@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypedDict
 
 from opentelemetry.sdk._logs import LoggerProvider, ReadableLogRecord
 from opentelemetry.sdk._logs.export import (
@@ -71,6 +72,17 @@ class _UnavailableExporter(LogRecordExporter):
         return True
 
 
+class _HttpExporterArgs(TypedDict):
+    """What the OTLP/HTTP protobuf and JSON log exporters both take."""
+
+    endpoint: str
+    certificate_file: str | None
+    client_key_file: str | None
+    client_certificate_file: str | None
+    headers: dict[str, str]
+    timeout: float
+
+
 def _otlp_exporter(settings: Settings) -> tuple[LogRecordExporter, str]:
     """The SDK's exporter for the protocol, given every resolved setting (``_settings``)."""
     endpoint = settings.endpoint or ""
@@ -79,32 +91,25 @@ def _otlp_exporter(settings: Settings) -> tuple[LogRecordExporter, str]:
 
         return GrpcExporter(endpoint=endpoint), f"OTLP/gRPC {endpoint}"
     transport = settings.transport
-    if settings.protocol == "http/json":
-        from opentelemetry.exporter.otlp.common.http import Compression as JsonCompression
-        from opentelemetry.exporter.otlp.json.http._log_exporter import OTLPLogExporter as JsonExporter
-
-        json_exporter = JsonExporter(
-            endpoint=endpoint,
-            certificate_file=transport.certificate_file,
-            client_key_file=transport.client_key_file,
-            client_certificate_file=transport.client_certificate_file,
-            headers=transport.headers,
-            timeout=transport.timeout_s,
-            compression=JsonCompression.from_str(transport.compression),
-        )
-        return json_exporter, f"OTLP/HTTP JSON {endpoint}"
-    from opentelemetry.exporter.otlp.proto.http import Compression
-    from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter as HttpExporter
-
-    exporter = HttpExporter(
+    # Both HTTP exporters take the same arguments, resolved once by the settings.
+    common = _HttpExporterArgs(
         endpoint=endpoint,
         certificate_file=transport.certificate_file,
         client_key_file=transport.client_key_file,
         client_certificate_file=transport.client_certificate_file,
         headers=transport.headers,
         timeout=transport.timeout_s,
-        compression=Compression(transport.compression),
     )
+    if settings.protocol == "http/json":
+        from opentelemetry.exporter.otlp.common.http import Compression as JsonCompression
+        from opentelemetry.exporter.otlp.json.http._log_exporter import OTLPLogExporter as JsonExporter
+
+        json_exporter = JsonExporter(**common, compression=JsonCompression.from_str(transport.compression))
+        return json_exporter, f"OTLP/HTTP JSON {endpoint}"
+    from opentelemetry.exporter.otlp.proto.http import Compression
+    from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter as HttpExporter
+
+    exporter = HttpExporter(**common, compression=Compression(transport.compression))
     return exporter, f"OTLP/HTTP {endpoint}"
 
 

@@ -19,6 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
+from opentelemetry.proto.common.v1 import common_pb2
+from opentelemetry.proto.logs.v1 import logs_pb2
 
 from tests.support.otlp_http import OtlpHttpStandIn, otlp_http_stand_in
 
@@ -163,3 +166,26 @@ def otlp_http_sink() -> Iterator[OtlpHttpStandIn]:
     """An OTLP/HTTP sink on a free loopback port keeping requests at any path (Loki's /otlp/v1/logs)."""
     with otlp_http_stand_in(path=None) as sink:
         yield sink
+
+
+def probe_request() -> logs_service_pb2.ExportLogsServiceRequest:
+    """One log record that is not a valgen event (the sampler passes it through)."""
+    record = logs_pb2.LogRecord(body=common_pb2.AnyValue(string_value="auth probe"))
+    return logs_service_pb2.ExportLogsServiceRequest(
+        resource_logs=[logs_pb2.ResourceLogs(scope_logs=[logs_pb2.ScopeLogs(log_records=[record])])]
+    )
+
+
+def post_logs(endpoint: str, headers: dict[str, str]) -> int:
+    """POST one protobuf export request to http://`endpoint`/v1/logs; the HTTP status."""
+    request = urllib.request.Request(
+        f"http://{endpoint}/v1/logs",
+        data=probe_request().SerializeToString(),
+        headers={"Content-Type": "application/x-protobuf", **headers},
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as error:
+        return int(error.code)

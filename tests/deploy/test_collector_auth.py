@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import urllib.error
-import urllib.request
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -17,9 +15,7 @@ from typing import Any
 import grpc
 import pytest
 from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
-from opentelemetry.proto.collector.logs.v1 import logs_service_pb2, logs_service_pb2_grpc
-from opentelemetry.proto.common.v1 import common_pb2
-from opentelemetry.proto.logs.v1 import logs_pb2
+from opentelemetry.proto.collector.logs.v1 import logs_service_pb2_grpc
 
 from tests.deploy import compose, harness
 
@@ -67,29 +63,6 @@ def authed_collector(tmp_path_factory: pytest.TempPathFactory) -> Iterator[harne
         yield running
 
 
-def _request() -> logs_service_pb2.ExportLogsServiceRequest:
-    """One log record that is not a valgen event (the sampler passes it through)."""
-    record = logs_pb2.LogRecord(body=common_pb2.AnyValue(string_value="auth probe"))
-    return logs_service_pb2.ExportLogsServiceRequest(
-        resource_logs=[logs_pb2.ResourceLogs(scope_logs=[logs_pb2.ScopeLogs(log_records=[record])])]
-    )
-
-
-def _post(endpoint: str, headers: dict[str, str]) -> int:
-    """POST one protobuf export request to /v1/logs; the HTTP status."""
-    request = urllib.request.Request(
-        f"http://{endpoint}/v1/logs",
-        data=_request().SerializeToString(),
-        headers={"Content-Type": "application/x-protobuf", **headers},
-        method="POST",
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return int(response.status)
-    except urllib.error.HTTPError as error:
-        return int(error.code)
-
-
 @pytest.mark.parametrize(
     ("headers", "status"),
     [
@@ -104,7 +77,7 @@ def test_otlp_http_needs_the_bearer_token(
     authed_collector: harness.Collector, headers: dict[str, str], status: int
 ) -> None:
     """OTLP/HTTP answers 401 without the right `Authorization: Bearer <token>` and 200 with it."""
-    assert _post(authed_collector.http_endpoint, headers) == status
+    assert harness.post_logs(authed_collector.http_endpoint, headers) == status
 
 
 def test_otlp_grpc_needs_the_bearer_token(authed_collector: harness.Collector) -> None:
@@ -112,9 +85,9 @@ def test_otlp_grpc_needs_the_bearer_token(authed_collector: harness.Collector) -
     with grpc.insecure_channel(authed_collector.grpc_endpoint) as channel:
         stub = logs_service_pb2_grpc.LogsServiceStub(channel)  # type: ignore[no-untyped-call]
         with pytest.raises(grpc.RpcError) as refused:
-            stub.Export(_request(), timeout=10)
+            stub.Export(harness.probe_request(), timeout=10)
         assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
-        stub.Export(_request(), timeout=10, metadata=[("authorization", f"Bearer {TOKEN}")])
+        stub.Export(harness.probe_request(), timeout=10, metadata=[("authorization", f"Bearer {TOKEN}")])
 
 
 def test_sdk_exporter_authenticates_with_otel_exporter_otlp_headers(
@@ -151,8 +124,8 @@ def test_auth_overlay_fits_the_scale_out_configs(base: list[str], tmp_path: Path
     """The same auth.yaml on an agent and on a sampler: they start and refuse unauthenticated requests."""
     env = {"VALGEN_AUTH_TOKEN": TOKEN, "VALGEN_SAMPLER_HOSTS": f"[127.0.0.1:{harness.free_port()}]"}
     with harness.collector([*base, "auth.yaml"], env, tmp_path, (harness.MERGE_APPEND,)) as running:
-        assert _post(running.http_endpoint, {}) == 401
-        assert _post(running.http_endpoint, {"Authorization": f"Bearer {TOKEN}"}) == 200
+        assert harness.post_logs(running.http_endpoint, {}) == 401
+        assert harness.post_logs(running.http_endpoint, {"Authorization": f"Bearer {TOKEN}"}) == 200
 
 
 def test_without_list_merging_the_auth_overlay_fails_closed(tmp_path: Path) -> None:

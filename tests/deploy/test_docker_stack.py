@@ -255,17 +255,7 @@ def test_a_step_split_by_a_collector_restart_completes_exactly_once(stack: Stack
 
 
 def _post_logs(stack: Stack, token: str | None) -> int:
-    request = urllib.request.Request(
-        stack.url("VALGEN_OTLP_HTTP_PORT", "/v1/logs"),
-        data=logs_service_pb2.ExportLogsServiceRequest().SerializeToString(),
-        headers={"Content-Type": "application/x-protobuf", **({"Authorization": f"Bearer {token}"} if token else {})},
-        method="POST",
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return int(response.status)
-    except urllib.error.HTTPError as error:
-        return int(error.code)
+    return harness.post_logs(stack.otlp_http, {"Authorization": f"Bearer {token}"} if token else {})
 
 
 def test_with_the_auth_overlay_only_jobs_with_the_token_get_in(stack: Stack) -> None:
