@@ -26,6 +26,10 @@ from tests.deploy import harness, loki_model
 from tests.deploy.docker_stack import Images, Stack, images
 from tests.deploy.steps import Job, expected_ids, run_job, send_part
 
+# The first test also builds the images: a cold build of the collector image compiles the whole
+# distribution (minutes on 2 cores), far beyond the suite's default per-test timeout.
+pytestmark = pytest.mark.timeout(2400)
+
 COLLECTOR_FILE = "/var/lib/otelcol-valgen/files/valgen.jsonl"
 EXPORTER_DIR = "/var/lib/valgen-exporter"
 # Short enough for a quick test; a step with sources_expected closes as soon as it is complete.
