@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import pytest
@@ -31,46 +32,57 @@ class Job:
     generations_per_step: int = PROMPTS
 
 
-def run_job(http_endpoint: str) -> Job:
-    """Send every step of the job to the collector at `http_endpoint` (host:port) and flush.
+@contextmanager
+def _job_process(http_endpoint: str, *, presample: bool, launch_id: str | None = None) -> Iterator[None]:
+    """Run the block as one of the job's processes, sending to the collector at `http_endpoint` (host:port).
 
-    The same prompts are validated at every step; each has a ground truth, a score and a data
-    source. The process-wide emitter is reset before and after, as the test suite expects.
+    The process-wide emitter is reset before and after, as the test suite expects.
     """
-    prompts = [f"prompt-{i:03d}" for i in range(PROMPTS)]
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("OTEL_SERVICE_NAME", SERVICE)
         patch.delenv("OTEL_RESOURCE_ATTRIBUTES", raising=False)
         _api._reset_for_testing()
         try:
-            vg.configure(run_id=RUN_ID, count=K, seed=SEED, endpoint=f"http://{http_endpoint}", presample=True)
-            for step in STEPS:
-                with vg.validation(step=step, source="trainer", sources_expected=1):
-                    vg.log_generations(
-                        [f"What is {i} + {i}? ({p})" for i, p in enumerate(prompts)],
-                        [f"At step {step} the answer is {2 * i + step % 3}" for i in range(PROMPTS)],
-                        [((i * 7 + step) % 10) / 10 for i in range(PROMPTS)],
-                        ground_truths=[str(2 * i) for i in range(PROMPTS)],
-                        sample_ids=prompts,
-                        data_sources=[DATA_SOURCE] * PROMPTS,
-                    )
-            assert vg.flush(10.0), "the collector did not confirm the job's records"
+            vg.configure(
+                run_id=RUN_ID,
+                count=K,
+                seed=SEED,
+                endpoint=f"http://{http_endpoint}",
+                presample=presample,
+                launch_id=launch_id,
+            )
+            yield
         finally:
             _api._reset_for_testing()
+
+
+def run_job(http_endpoint: str) -> Job:
+    """Send every step of the job to the collector at `http_endpoint` (host:port) and flush.
+
+    The same prompts are validated at every step; each has a ground truth, a score and a data
+    source.
+    """
+    prompts = [f"prompt-{i:03d}" for i in range(PROMPTS)]
+    with _job_process(http_endpoint, presample=True):
+        for step in STEPS:
+            with vg.validation(step=step, source="trainer", sources_expected=1):
+                vg.log_generations(
+                    [f"What is {i} + {i}? ({p})" for i, p in enumerate(prompts)],
+                    [f"At step {step} the answer is {2 * i + step % 3}" for i in range(PROMPTS)],
+                    [((i * 7 + step) % 10) / 10 for i in range(PROMPTS)],
+                    ground_truths=[str(2 * i) for i in range(PROMPTS)],
+                    sample_ids=prompts,
+                    data_sources=[DATA_SOURCE] * PROMPTS,
+                )
+        assert vg.flush(10.0), "the collector did not confirm the job's records"
     return Job()
 
 
 def send_late_generation(http_endpoint: str, step: int, sample_id: str) -> None:
     """Send one more generation for an already closed `step` of the job's run, from a straggler."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("OTEL_SERVICE_NAME", SERVICE)
-        _api._reset_for_testing()
-        try:
-            vg.configure(run_id=RUN_ID, count=K, seed=SEED, endpoint=f"http://{http_endpoint}", presample=False)
-            vg.log_generations(["a late question"], ["a late answer"], [0.5], step=step, sample_ids=[sample_id])
-            assert vg.flush(10.0), "the collector did not confirm the late record"
-        finally:
-            _api._reset_for_testing()
+    with _job_process(http_endpoint, presample=False):
+        vg.log_generations(["a late question"], ["a late answer"], [0.5], step=step, sample_ids=[sample_id])
+        assert vg.flush(10.0), "the collector did not confirm the late record"
 
 
 def expected_ids(prompts: Iterable[int] = range(PROMPTS), k: int = K) -> list[str]:
@@ -83,26 +95,12 @@ def expected_ids(prompts: Iterable[int] = range(PROMPTS), k: int = K) -> list[st
 def send_part(http_endpoint: str, step: int, source: str, prompts: Iterable[int], sources_expected: int) -> None:
     """Send one source's part of `step` (prompts by index, as in `run_job`) and its end record."""
     chosen = list(prompts)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("OTEL_SERVICE_NAME", SERVICE)
-        patch.delenv("OTEL_RESOURCE_ATTRIBUTES", raising=False)
-        _api._reset_for_testing()
-        try:
-            vg.configure(
-                run_id=RUN_ID,
-                count=K,
-                seed=SEED,
-                endpoint=f"http://{http_endpoint}",
-                presample=True,
-                launch_id="deploy-launch",
+    with _job_process(http_endpoint, presample=True, launch_id="deploy-launch"):
+        with vg.validation(step=step, source=source, sources_expected=sources_expected):
+            vg.log_generations(
+                [f"What is {i} + {i}? (prompt-{i:03d})" for i in chosen],
+                [f"At step {step} the answer is {2 * i}" for i in chosen],
+                [0.5 for _ in chosen],
+                sample_ids=[f"prompt-{i:03d}" for i in chosen],
             )
-            with vg.validation(step=step, source=source, sources_expected=sources_expected):
-                vg.log_generations(
-                    [f"What is {i} + {i}? (prompt-{i:03d})" for i in chosen],
-                    [f"At step {step} the answer is {2 * i}" for i in chosen],
-                    [0.5 for _ in chosen],
-                    sample_ids=[f"prompt-{i:03d}" for i in chosen],
-                )
-            assert vg.flush(10.0), "the collector did not confirm the part's records"
-        finally:
-            _api._reset_for_testing()
+        assert vg.flush(10.0), "the collector did not confirm the part's records"

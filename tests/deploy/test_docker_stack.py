@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import json
+import shutil
 import subprocess
 import sys
 import urllib.error
@@ -170,7 +171,7 @@ def test_exporter_volume_holds_the_offline_run_with_k_rows_per_step(stack: Stack
         except (OSError, ValueError, AssertionError):
             return []  # not written yet
         finally:
-            subprocess.run(["rm", "-rf", str(tmp_path / "exporter")], check=False)
+            shutil.rmtree(tmp_path / "exporter", ignore_errors=True)
 
     found: list[tuple[int, dict[str, Any]]] = []
 
