@@ -58,10 +58,23 @@ func BenchmarkConsumeLogs(b *testing.B) {
 	runConsumeBenchmark(b, p)
 }
 
-// BenchmarkSampleKey measures the HMAC-SHA256 key of one sample id.
+// BenchmarkSampleKey measures the key of one sample id: version 1 (HMAC-SHA256), version 2
+// of a uid (one SHA-256 of the uid) and of an id derived from the input (no hash).
 func BenchmarkSampleKey(b *testing.B) {
-	for i := 0; i < b.N; i++ {
-		_ = sampleKey(42, "gsm8k-train-000123/0")
+	for _, bench := range []struct {
+		name    string
+		version int64
+		id      string
+	}{
+		{"v1", keyVersionHMAC, "gsm8k-train-000123/0"},
+		{"v2-uid", keyVersionMix, "gsm8k-train-000123/0"},
+		{"v2-derived", keyVersionMix, "9b74c9897bac770f/0"},
+	} {
+		b.Run(bench.name, func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				_ = sampleKey(bench.version, 42, bench.id)
+			}
+		})
 	}
 }
 
