@@ -418,7 +418,7 @@ class Emitter:
                     slot: list[PendingRecord | None] = [None]
                     kept.offer(order, slot)
                     slots[index] = slot
-            alive = {id(item) for _, item in kept.items()} if slots else set()
+            alive = {id(item) for item in kept.kept()} if slots else set()
         for index, slot in slots.items():
             if id(slot) in alive:
                 slot[0] = self._build(state, batch, index, orders[index])

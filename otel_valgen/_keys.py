@@ -28,7 +28,7 @@ class BatchKeyer:
         self.seed = seed % (1 << 64)
         self._lanes: list[bytes] = []  # n -> 8 zero bytes + seed_lane(seed, n), big-endian
         self._size = -1
-        self._low = self._one = 0  # the lane masks of the last batch size
+        self._low = self._one = self._first = 0  # masks and lane-1 seeds of the last batch size
 
     def lane_bytes(self, n: int) -> bytes:
         """The 16-byte lane of response lane ``n`` (``n`` = response index + 1)."""
@@ -36,13 +36,14 @@ class BatchKeyer:
             self._lanes.append(_Z8 + seed_lane(self.seed, len(self._lanes)).to_bytes(8, "big"))
         return self._lanes[n]
 
-    def _masks(self, size: int) -> tuple[int, int]:
-        """(low 64 bits of every lane, 1 in every lane) for ``size`` lanes; the last size is cached."""
+    def _constants(self, size: int) -> tuple[int, int, int]:
+        """Low 64 bits of every lane, 1 in every lane, lane 1's seed word in every lane (last size cached)."""
         if size != self._size:
             self._low = int.from_bytes((_Z8 + b"\xff" * 8) * size, "big")
             self._one = int.from_bytes((_Z8 + b"\0" * 7 + b"\1") * size, "big")
+            self._first = int.from_bytes(self.lane_bytes(1) * size, "big")
             self._size = size
-        return self._low, self._one
+        return self._low, self._one, self._first
 
     def candidates(
         self, hashes: bytes, lanes: Sequence[int] | None, limit: int, k: int | None
@@ -61,10 +62,8 @@ class BatchKeyer:
         size = len(hashes) // 8
         if size == 0:
             return []
-        low, one = self._masks(size)
-        if lanes is None:
-            seeds = int.from_bytes(self.lane_bytes(1) * size, "big")
-        else:
+        low, one, seeds = self._constants(size)
+        if lanes is not None:
             self.lane_bytes(max(lanes))
             seeds = int.from_bytes(b"".join(map(self._lanes.__getitem__, lanes)), "big")
         words = bytearray(size * _LANE_BYTES)
@@ -79,13 +78,15 @@ class BatchKeyer:
             return (((z + (MASK64 - bound) * one) >> 64) & one) ^ one
 
         bound = 2 * limit + 1  # key <= limit  <=>  word <= 2 * limit + 1
-        flags = at_most(bound)
+        flags = 0
         if k is not None and k < size:
-            guess = min(bound, ((2 * k + _SLACK) << 64) // size)  # words are uniform on [0, 2**64)
+            guess = ((2 * k + _SLACK) << 64) // size  # words are uniform on [0, 2**64)
             if guess < bound:
-                narrow = at_most(guess)
-                if narrow.bit_count() >= k:
-                    flags = narrow
+                flags = at_most(guess)
+                if flags.bit_count() < k:
+                    flags = 0
+        if not flags:
+            flags = at_most(bound)
         marks = flags.to_bytes(size * _LANE_BYTES, "big")
         mixed = z.to_bytes(size * _LANE_BYTES, "big")
         found: list[tuple[int, int]] = []

@@ -213,6 +213,10 @@ class BottomK(Generic[T]):
         """The largest kept sort key once ``k`` items are kept (smaller ones get in), else None."""
         return self._heap[0].order if self.k and len(self._heap) >= self.k else None
 
+    def kept(self) -> list[T]:
+        """The kept items, in no particular order."""
+        return [entry.item for entry in self._heap]
+
     def items(self) -> list[tuple[SortKey, T]]:
         """The kept items in ascending sort-key order."""
         return [(SortKey(*entry.order), entry.item) for entry in sorted(self._heap, key=lambda e: e.order)]
