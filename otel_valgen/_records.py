@@ -105,12 +105,10 @@ class _Ids(NamedTuple):
 
 def _derived_ids(inputs: Sequence[Any]) -> _Ids | None:
     """Ids from the inputs when all are valid ``str`` (the usual case): one SHA-256 each."""
-    if set(map(type, inputs)) != _STR_ONLY:
-        return None
-    sha256 = hashlib.sha256
+    sha256, encode = hashlib.sha256, str.encode
     try:
-        digests = b"".join([sha256(text.encode()).digest() for text in inputs])
-    except UnicodeEncodeError:
+        digests = b"".join([sha256(encode(text)).digest() for text in inputs])
+    except (TypeError, UnicodeEncodeError):  # not a str, or lone surrogates: see _any_ids
         return None
     prefixes = memoryview(digests).cast("Q")[::4]  # the first 8 bytes of each digest: its id
     return _Ids(
@@ -120,29 +118,32 @@ def _derived_ids(inputs: Sequence[Any]) -> _Ids | None:
     )
 
 
-def _uid_digests(uids: Iterable[str]) -> list[bytes]:
-    """32 bytes per uid whose first 8 are its ``id_hash`` (big-endian); lone surrogates raise."""
-    sha256 = hashlib.sha256
+def _uid_digests(uids: Iterable[Any]) -> list[bytes]:
+    """32 bytes per uid whose first 8 are its ``id_hash`` (big-endian).
+
+    Raises TypeError for a uid that is not a ``str``, UnicodeEncodeError for lone surrogates.
+    """
+    sha256, encode = hashlib.sha256, str.encode
     return [
-        bytes.fromhex(uid) + _PAD if len(uid) == 16 and HEX_DIGITS.issuperset(uid) else sha256(uid.encode()).digest()
+        bytes.fromhex(uid) + _PAD if len(uid) == 16 and HEX_DIGITS.issuperset(uid) else sha256(encode(uid)).digest()
         for uid in uids
     ]
 
 
 def _given_ids(given: Sequence[Any]) -> _Ids | None:
     """Ids from the caller's uids when all are non-empty valid ``str``: one hash per distinct uid."""
-    if set(map(type, given)) != _STR_ONLY:
-        return None
-    distinct = dict.fromkeys(given)
-    if "" in distinct:
+    if set(map(type, given)) != _STR_ONLY:  # str subclasses too go the long way (ids cut at 1 KiB)
         return None
     try:
+        distinct = dict.fromkeys(given)
+        if "" in distinct:
+            return None
         if len(distinct) == len(given):
             digests, lanes = _uid_digests(given), None
         else:
             hashed = dict(zip(distinct, _uid_digests(distinct), strict=True))
             digests, lanes = list(map(hashed.__getitem__, given)), _response_lanes(given)
-    except UnicodeEncodeError:
+    except UnicodeEncodeError:  # lone surrogates: see _any_ids
         return None
     return _Ids(memoryview(b"".join(digests)).cast("Q")[::4].tobytes(), lanes, given.__getitem__)
 

@@ -41,9 +41,10 @@ bits so that different seeds give unrelated orders (``tests/test_sampling.py`` c
 uniformity with chi-square tests over seeds). The key is not a MAC: it makes the choice
 uniform, not unpredictable to someone who knows the seed.
 
-A step's records always use one key version; when they do not (processes of one attempt
-running different library versions), the group takes the version of its first generation and
-recomputes the key of every later generation of another version from its seed and sample id.
+The records of one step normally share one key version. When they do not (processes of one
+attempt running different library versions), the step takes the version of its first
+generation and recomputes the key of every later generation of another version from its seed
+and sample id (``docs/architecture.md``, "The sampling key", says what that costs).
 The Go processor implements the same rule; ``testdata/sampling/*.json`` holds the vectors
 that both test suites read.
 """

@@ -375,3 +375,18 @@ def test_batch_keyer_falls_back_when_its_guess_keeps_fewer_than_k() -> None:
     assert len(BatchKeyer(5).candidates(hashes, None, 2**63 - 1, 10)) == 100
     uniform = rng.getrandbits(6400).to_bytes(800, "big")
     assert 10 <= len(BatchKeyer(5).candidates(uniform, None, 2**63 - 1, 10)) < 100
+
+
+def test_str_subclasses_and_other_values_get_the_ids_of_their_text() -> None:
+    """Inputs that are str subclasses, ints or bytes get the id of the text that is sent."""
+
+    class Text(str):
+        """A str subclass, as numpy's str_ is."""
+
+    plain = ["a", "b", "a", "7", "x"]
+    odd: list[Any] = [Text("a"), Text("b"), "a", 7, b"x"]
+    keyer = BatchKeyer(3)
+    want = candidates(Batch(plain, plain, None, None, None, None), keyer, None, None)
+    assert candidates(Batch(odd, odd, None, None, None, None), keyer, None, None) == want
+    texts = [Text(value) for value in plain]
+    assert candidates(Batch(texts, texts, None, None, None, None), keyer, None, None) == want
