@@ -7,13 +7,13 @@ presampling).
 
 from __future__ import annotations
 
-import hashlib
 import sys
 import time
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, NamedTuple, Protocol
 
+import xxhash
 from opentelemetry.util.types import AnyValue
 
 from otel_valgen import _stats, contract
@@ -24,7 +24,6 @@ from otel_valgen.sampling import HEX_DIGITS, KEY_VERSION, Order
 
 _STR_ONLY: Final = {str}
 _MAX_KEY: Final = (1 << 63) - 1
-_PAD: Final = bytes(24)  # a hex uid's 8 bytes padded to a SHA-256 digest's 32
 
 
 @dataclass
@@ -68,19 +67,19 @@ def _utf8(value: object) -> bytes:
 
 
 def base_sample_id(sample_id: object, raw_input: object) -> str:
-    """The id of a prompt: the caller's id, else 16 hex digits of the SHA-256 of the input's UTF-8."""
+    """The id of a prompt: the caller's id, else the 16 hex digits of the XXH64 of the input's UTF-8."""
     if sample_id is not None:
         text = sample_id if type(sample_id) is str else clean_text(sample_id, 1024).text
         if text:
             return text if type(sample_id) is not str else _utf8(text).decode()
-    return hashlib.sha256(_utf8(raw_input)).hexdigest()[:16]
+    return xxhash.xxh64_hexdigest(_utf8(raw_input))
 
 
 def _hash_bytes(base: str) -> bytes:
     """``sampling.id_hash`` of a base id as 8 bytes big-endian; lone surrogates raise."""
     if len(base) == 16 and HEX_DIGITS.issuperset(base):
         return bytes.fromhex(base)
-    return hashlib.sha256(base.encode()).digest()[:8]
+    return xxhash.xxh64_digest(base.encode())
 
 
 def _response_lanes(bases: Sequence[Hashable]) -> list[int] | None:
@@ -104,30 +103,24 @@ class _Ids(NamedTuple):
 
 
 def _derived_ids(inputs: Sequence[Any]) -> _Ids | None:
-    """Ids from the inputs when all are valid ``str`` (the usual case): one SHA-256 each."""
-    sha256, encode = hashlib.sha256, str.encode
-    try:
-        digests = b"".join([sha256(encode(text)).digest() for text in inputs])
-    except (TypeError, UnicodeEncodeError):  # not a str, or lone surrogates: see _any_ids
+    """Ids from the inputs when all are valid ``str`` (the usual case): one XXH64 each."""
+    if set(map(type, inputs)) != _STR_ONLY:  # bytes would hash too, but are ids of their repaired text
         return None
-    prefixes = memoryview(digests).cast("Q")[::4]  # the first 8 bytes of each digest: its id
+    try:
+        digests = b"".join(map(xxhash.xxh64_digest, inputs))  # a str is hashed as its UTF-8
+    except UnicodeEncodeError:  # lone surrogates: see _any_ids
+        return None
     return _Ids(
-        prefixes.tobytes(),
-        _response_lanes(prefixes.tolist()),
-        lambda index: digests[32 * index : 32 * index + 8].hex(),
+        digests,
+        _response_lanes(memoryview(digests).cast("Q").tolist()),
+        lambda index: digests[8 * index : 8 * index + 8].hex(),
     )
 
 
-def _uid_digests(uids: Iterable[Any]) -> list[bytes]:
-    """32 bytes per uid whose first 8 are its ``id_hash`` (big-endian).
-
-    Raises TypeError for a uid that is not a ``str``, UnicodeEncodeError for lone surrogates.
-    """
-    sha256, encode = hashlib.sha256, str.encode
-    return [
-        bytes.fromhex(uid) + _PAD if len(uid) == 16 and HEX_DIGITS.issuperset(uid) else sha256(encode(uid)).digest()
-        for uid in uids
-    ]
+def _uid_digests(uids: Iterable[str]) -> list[bytes]:
+    """Each uid's ``id_hash`` as 8 bytes, big-endian; UnicodeEncodeError for lone surrogates."""
+    digest = xxhash.xxh64_digest
+    return [bytes.fromhex(uid) if len(uid) == 16 and HEX_DIGITS.issuperset(uid) else digest(uid) for uid in uids]
 
 
 def _given_ids(given: Sequence[Any]) -> _Ids | None:
@@ -145,7 +138,7 @@ def _given_ids(given: Sequence[Any]) -> _Ids | None:
             digests, lanes = list(map(hashed.__getitem__, given)), _response_lanes(given)
     except UnicodeEncodeError:  # lone surrogates: see _any_ids
         return None
-    return _Ids(memoryview(b"".join(digests)).cast("Q")[::4].tobytes(), lanes, given.__getitem__)
+    return _Ids(b"".join(digests), lanes, given.__getitem__)
 
 
 def _any_ids(batch: Batch) -> _Ids:
@@ -162,7 +155,7 @@ def candidates(batch: Batch, keyer: BatchKeyer, threshold: Order | None, k: int 
     """(index, sort key) of the generations of a batch that may enter a bottom-k of ``k``, by index.
 
     Sample ids are ``<uid or input hash>/<i-th response to it in this call>``. This is the
-    per-generation hot path: one SHA-256 per generation (of its input, or of its uid once per
+    per-generation hot path: one XXH64 per generation (of its input, or of its uid once per
     call), the keys of the whole batch at once (``BatchKeyer``), and a sample id and a tuple
     only for the generations whose key is below ``threshold`` and among the batch's k smallest.
     ``k`` None keeps every generation below ``threshold`` (presampling off: all of them).

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+import xxhash
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -52,6 +53,14 @@ def test_key_vectors_match_the_shared_file() -> None:
         assert mix64(int(vector["in"])) == int(vector["out"]), vector
     for vector in data["seed_lane"]:
         assert seed_lane(int(vector["seed"]), vector["n"]) == int(vector["lane"]), vector
+    assert len(data["id_hash"]) >= 10
+    for vector in data["id_hash"]:
+        assert id_hash(vector["base"]) == int(vector["hash"]), vector
+
+
+def test_id_hash_is_xxh64_as_published() -> None:
+    """Bases that are not 16 hex digits hash to XXH64 with seed 0, as the xxHash spec publishes it."""
+    assert id_hash("") == 0xEF46DB3751D8E999  # XXH64 of no bytes, seed 0 (xxHash's reference value)
 
 
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl is not installed")
@@ -120,12 +129,12 @@ def _splitmix_finaliser(z: int) -> int:
 def test_v2_key_is_the_documented_mix() -> None:
     """Version 2 of a uid and of a derived id, computed from the docstring's definition."""
     lane = _splitmix_finaliser((42 + 2 * 0x9E3779B97F4A7C15) % 2**64)  # response index 1: n = 2
-    uid_hash = int.from_bytes(hashlib.sha256(b"uid").digest()[:8], "big")
+    uid_hash = xxhash.xxh64_intdigest(b"uid")
     assert sample_key(42, "uid/1") == _splitmix_finaliser(uid_hash ^ lane) >> 1
-    digest = hashlib.sha256(b"What is 2 + 2?").hexdigest()[:16]
+    digest = xxhash.xxh64_hexdigest(b"What is 2 + 2?")
     assert sample_key(42, f"{digest}/1") == _splitmix_finaliser(int(digest, 16) ^ lane) >> 1
     assert sample_key(42, f"{digest}/1") != sample_key(42, f"{digest}/0")
-    no_index = _splitmix_finaliser(int.from_bytes(hashlib.sha256(b"uid").digest()[:8], "big") ^ seed_lane(42, 0))
+    no_index = _splitmix_finaliser(xxhash.xxh64_intdigest(b"uid") ^ seed_lane(42, 0))
     assert sample_key(42, "uid") == no_index >> 1
 
 
@@ -152,10 +161,10 @@ def test_response_index_suffix(sample_id: str, split: tuple[str, int]) -> None:
 
 
 def test_only_16_lowercase_hex_digits_are_read_as_a_number() -> None:
-    """A base of 16 lowercase hex digits is its own hash; anything else is hashed with SHA-256."""
+    """A base of 16 lowercase hex digits is its own hash; anything else is hashed with XXH64."""
     assert id_hash("000000000000002a") == 42
     for base in ("000000000000002A", "000000000000002", "000000000000002a0", "g00000000000002a"):
-        assert id_hash(base) == int.from_bytes(hashlib.sha256(base.encode()).digest()[:8], "big")
+        assert id_hash(base) == xxhash.xxh64_intdigest(base.encode())
 
 
 def test_unknown_key_version_is_refused() -> None:
@@ -195,7 +204,7 @@ def test_reference_key_of_hex_ids_matches_go_style_recomputation() -> None:
     found = candidates(batch, BatchKeyer(9), None, None)
     assert len(found) == 300
     for index, (key, sample_id) in found:
-        base = hashlib.sha256(inputs[index].encode()).hexdigest()[:16]
+        base = xxhash.xxh64_hexdigest(inputs[index].encode())
         assert sample_id.decode().startswith(f"{base}/")
         assert key == sample_key(9, sample_id.decode())
 

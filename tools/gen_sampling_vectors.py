@@ -10,7 +10,7 @@ import json
 import random
 from pathlib import Path
 
-from otel_valgen.sampling import KEY_VERSIONS, SortKey, bottom_k, mix64, sample_key, seed_lane
+from otel_valgen.sampling import KEY_VERSIONS, SortKey, bottom_k, id_hash, mix64, sample_key, seed_lane
 
 OUT = Path(__file__).resolve().parent.parent / "testdata" / "sampling"
 
@@ -48,6 +48,9 @@ IDS = [
     "x/\u0661",
     "x/0 ",
 ]
+# Bases that id_hash hashes with XXH64 (not 16 lowercase hex digits), long ones past XXH64's
+# 32-byte stripes too.
+HASHED_BASES = ["", "a", "abc", "uid", "uid-7f3a", "数学题", "emoji 🎲", "x" * 31, "x" * 32, "x" * 33, "y" * 500]
 MIX_INPUTS = [0, 1, 2, 0x9E3779B97F4A7C15, 2**63, 2**64 - 1, 0x0123456789ABCDEF]
 
 
@@ -64,10 +67,12 @@ def key_vectors() -> dict[str, object]:
             "Version 1: uint64 big-endian of the first 8 bytes of HMAC-SHA256(key = seed as 8 "
             "bytes big-endian, msg = UTF-8 sample_id), shifted right by 1. Version 2: "
             "mix64(id_hash(base) XOR seed_lane(seed, n)) >> 1, with base and n from the id's "
-            "'/<index>' suffix. mix64 holds the SplitMix64 finaliser's values and seed_lane the "
-            "lanes (n = 0 .. 3) of each seed. seeds, words and keys are decimal strings (uint64)."
+            "'/<index>' suffix. id_hash holds XXH64 (seed 0) of bases that are not 16 lowercase "
+            "hex digits, mix64 the SplitMix64 finaliser's values and seed_lane the lanes "
+            "(n = 0 .. 3) of each seed. seeds, words and keys are decimal strings (uint64)."
         ),
         "vectors": vectors,
+        "id_hash": [{"base": base, "hash": str(id_hash(base))} for base in HASHED_BASES],
         "mix64": [{"in": str(word), "out": str(mix64(word))} for word in MIX_INPUTS],
         "seed_lane": [{"seed": str(seed), "n": n, "lane": str(seed_lane(seed, n))} for seed in SEEDS for n in range(4)],
     }

@@ -8,6 +8,8 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"strings"
+
+	"github.com/cespare/xxhash/v2"
 )
 
 // Versions of the sampling key function, as records name them in valgen.key_version. The
@@ -76,8 +78,7 @@ func splitSampleID(sampleID string) (string, uint64) {
 }
 
 // idHash is a prompt id's 64-bit hash: the value of its 16 lowercase hex digits when it is
-// one (an id the SDK derived from the input's SHA-256), else the first 8 bytes of the SHA-256
-// of its bytes, big-endian.
+// one (an id the SDK derived from the input's XXH64), else the XXH64 of its bytes.
 func idHash(base string) uint64 {
 	if len(base) == hexBaseLength {
 		var value uint64
@@ -96,8 +97,7 @@ func idHash(base string) uint64 {
 			return value
 		}
 	}
-	sum := sha256.Sum256([]byte(base))
-	return binary.BigEndian.Uint64(sum[:8])
+	return xxhash.Sum64String(base)
 }
 
 // mix64 is the SplitMix64 finaliser, a bijection of 64-bit words.

@@ -5,8 +5,6 @@ package valgensamplerprocessor
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -16,6 +14,7 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/cespare/xxhash/v2"
 	"github.com/stretchr/testify/require"
 )
 
@@ -33,6 +32,10 @@ type keyVectors struct {
 		In  string `json:"in"`
 		Out string `json:"out"`
 	} `json:"mix64"`
+	IDHash []struct {
+		Base string `json:"base"`
+		Hash string `json:"hash"`
+	} `json:"id_hash"`
 	SeedLane []struct {
 		Seed string `json:"seed"`
 		N    uint64 `json:"n"`
@@ -91,6 +94,10 @@ func TestSampleKeyVectors(t *testing.T) {
 	for _, v := range vectors.SeedLane {
 		require.Equal(t, parseUint(t, v.Lane), seedLane(parseUint(t, v.Seed), v.N), v)
 	}
+	require.NotEmpty(t, vectors.IDHash)
+	for _, v := range vectors.IDHash {
+		require.Equalf(t, parseUint(t, v.Hash), idHash(v.Base), "base=%q", v.Base)
+	}
 }
 
 // TestSeedLanesAreSplitMix64 checks lanes 1..5 of seed 1234567 against SplitMix64's published
@@ -129,12 +136,13 @@ func TestSplitSampleID(t *testing.T) {
 	}
 }
 
-// TestIDHash checks that only 16 lowercase hex digits are read as a number.
+// TestIDHash checks that only 16 lowercase hex digits are read as a number and that anything
+// else is XXH64 with seed 0 (the empty input's value is the one the xxHash spec publishes).
 func TestIDHash(t *testing.T) {
 	require.Equal(t, uint64(42), idHash("000000000000002a"))
+	require.Equal(t, uint64(0xEF46DB3751D8E999), idHash(""))
 	for _, base := range []string{"000000000000002A", "000000000000002", "000000000000002a0", "g00000000000002a"} {
-		sum := sha256.Sum256([]byte(base))
-		require.Equal(t, binary.BigEndian.Uint64(sum[:8]), idHash(base), base)
+		require.Equal(t, xxhash.Sum64String(base), idHash(base), base)
 	}
 }
 
