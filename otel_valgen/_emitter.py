@@ -34,11 +34,12 @@ from opentelemetry.sdk._logs.export import LogRecordExporter
 from opentelemetry.util.types import AnyValue
 
 from otel_valgen import _stats, contract
+from otel_valgen._keys import BatchKeyer
 from otel_valgen._pipeline import Pipeline
 from otel_valgen._records import Batch, PendingRecord, RecordBuilder, candidates
 from otel_valgen._settings import Settings
 from otel_valgen._tracing import derived_context
-from otel_valgen.sampling import BottomK, SampleKeyer
+from otel_valgen.sampling import BottomK
 
 _logger = logging.getLogger("otel_valgen")
 
@@ -91,7 +92,7 @@ class Emitter:
         self.settings = settings
         self.stats = stats
         self.pipeline = Pipeline(settings, stats, _ray_resource(), exporter)
-        self._keyer = SampleKeyer(settings.seed)
+        self._keyer = BatchKeyer(settings.seed)
         self._build = RecordBuilder(settings, stats)
         self._lock = threading.Lock()
         self._steps: OrderedDict[tuple[int, str], StepState] = OrderedDict()
@@ -401,13 +402,13 @@ class Emitter:
         if kept is None:
             with self._lock:
                 state.seen += size
-            for index, order in candidates(batch, self._keyer, None):
+            for index, order in candidates(batch, self._keyer, None, None):
                 self._emit_generation(state, self._build(state, batch, index, order))
             return size
         with self._lock:
             # The k-th key only falls as items are offered, so an earlier read is a safe filter.
             threshold = kept.threshold()
-        found = candidates(batch, self._keyer, threshold)
+        found = candidates(batch, self._keyer, threshold, kept.k)
         slots: dict[int, list[PendingRecord | None]] = {}
         with self._lock:
             state.seen += size
@@ -417,7 +418,7 @@ class Emitter:
                     slot: list[PendingRecord | None] = [None]
                     kept.offer(order, slot)
                     slots[index] = slot
-            alive = {id(item) for _, item in kept.items()} if slots else set()
+            alive = {id(item) for item in kept.kept()} if slots else set()
         for index, slot in slots.items():
             if id(slot) in alive:
                 slot[0] = self._build(state, batch, index, orders[index])

@@ -1,24 +1,29 @@
 """Building generation records: sample ids, sort keys, and the treatment of bad input.
 
-``candidates`` is the per-generation hot path (two hashes and a comparison); ``RecordBuilder``
-runs only for generations that enter the local bottom-k (or for all, without presampling).
+``candidates`` is the per-generation hot path (one hash, the keys of a batch at once);
+``RecordBuilder`` runs only for generations that enter the local bottom-k (or for all, without
+presampling).
 """
 
 from __future__ import annotations
 
-import hashlib
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Final, NamedTuple, Protocol
 
+import xxhash
 from opentelemetry.util.types import AnyValue
 
 from otel_valgen import _stats, contract
+from otel_valgen._keys import BatchKeyer
 from otel_valgen._sanitize import CleanText, clean_score, clean_text
 from otel_valgen._settings import Settings
-from otel_valgen.sampling import Order, SampleKeyer
+from otel_valgen.sampling import HEX_DIGITS, KEY_VERSION, Order
+
+_STR_ONLY: Final = {str}
+_MAX_KEY: Final = (1 << 63) - 1
 
 
 @dataclass
@@ -62,44 +67,112 @@ def _utf8(value: object) -> bytes:
 
 
 def base_sample_id(sample_id: object, raw_input: object) -> str:
-    """The id of a prompt: the caller's id, else 16 hex digits of the SHA-256 of the input's UTF-8."""
+    """The id of a prompt: the caller's id, else the 16 hex digits of the XXH64 of the input's UTF-8."""
     if sample_id is not None:
         text = sample_id if type(sample_id) is str else clean_text(sample_id, 1024).text
         if text:
             return text if type(sample_id) is not str else _utf8(text).decode()
-    return hashlib.sha256(_utf8(raw_input)).hexdigest()[:16]
+    return xxhash.xxh64_hexdigest(_utf8(raw_input))
 
 
-def candidates(batch: Batch, keyer: SampleKeyer, threshold: Order | None) -> list[tuple[int, Order]]:
-    """(index, sort key) of the generations of a batch whose key is below ``threshold``.
+def _hash_bytes(base: str) -> bytes:
+    """``sampling.id_hash`` of a base id as 8 bytes big-endian; lone surrogates raise."""
+    if len(base) == 16 and HEX_DIGITS.issuperset(base):
+        return bytes.fromhex(base)
+    return xxhash.xxh64_digest(base.encode())
+
+
+def _response_lanes(bases: Sequence[Hashable]) -> list[int] | None:
+    """1 + the response index of each generation (its rank among equal bases); None if all are 1."""
+    if len(set(bases)) == len(bases):
+        return None
+    counts: dict[Hashable, int] = {}
+    lanes = []
+    for base in bases:
+        lanes.append(counts.setdefault(base, 0) + 1)
+        counts[base] += 1
+    return lanes
+
+
+class _Ids(NamedTuple):
+    """The sampling inputs of a batch: id hashes, response lanes, and how to spell an id."""
+
+    hashes: bytes  # 8 bytes (big-endian) per generation
+    lanes: list[int] | None
+    base: Callable[[int], str]
+
+
+def _derived_ids(inputs: Sequence[Any]) -> _Ids | None:
+    """Ids from the inputs when all are valid ``str`` (the usual case): one XXH64 each."""
+    if set(map(type, inputs)) != _STR_ONLY:  # bytes would hash too, but are ids of their repaired text
+        return None
+    try:
+        digests = b"".join(map(xxhash.xxh64_digest, inputs))  # a str is hashed as its UTF-8
+    except UnicodeEncodeError:  # lone surrogates: see _any_ids
+        return None
+    return _Ids(
+        digests,
+        _response_lanes(memoryview(digests).cast("Q").tolist()),
+        lambda index: digests[8 * index : 8 * index + 8].hex(),
+    )
+
+
+def _uid_digests(uids: Iterable[str]) -> list[bytes]:
+    """Each uid's ``id_hash`` as 8 bytes, big-endian; UnicodeEncodeError for lone surrogates."""
+    digest = xxhash.xxh64_digest
+    return [bytes.fromhex(uid) if len(uid) == 16 and HEX_DIGITS.issuperset(uid) else digest(uid) for uid in uids]
+
+
+def _given_ids(given: Sequence[Any]) -> _Ids | None:
+    """Ids from the caller's uids when all are non-empty valid ``str``: one hash per distinct uid."""
+    if set(map(type, given)) != _STR_ONLY:  # str subclasses too go the long way (ids cut at 1 KiB)
+        return None
+    try:
+        distinct = dict.fromkeys(given)
+        if "" in distinct:
+            return None
+        if len(distinct) == len(given):
+            digests, lanes = _uid_digests(given), None
+        else:
+            hashed = dict(zip(distinct, _uid_digests(distinct), strict=True))
+            digests, lanes = list(map(hashed.__getitem__, given)), _response_lanes(given)
+    except UnicodeEncodeError:  # lone surrogates: see _any_ids
+        return None
+    return _Ids(b"".join(digests), lanes, given.__getitem__)
+
+
+def _any_ids(batch: Batch) -> _Ids:
+    """Ids of any batch, one generation at a time (bad input, mixed or missing uids)."""
+    given = batch.sample_ids
+    bases = [
+        base_sample_id(given[index] if given is not None else None, raw_input)
+        for index, raw_input in enumerate(batch.inputs)
+    ]
+    return _Ids(b"".join(map(_hash_bytes, bases)), _response_lanes(bases), bases.__getitem__)
+
+
+def candidates(batch: Batch, keyer: BatchKeyer, threshold: Order | None, k: int | None) -> list[tuple[int, Order]]:
+    """(index, sort key) of the generations of a batch that may enter a bottom-k of ``k``, by index.
 
     Sample ids are ``<uid or input hash>/<i-th response to it in this call>``. This is the
-    per-generation hot path: ``SampleKeyer`` is inlined and rejected generations cost
-    two hashes and one comparison.
+    per-generation hot path: one XXH64 per generation (of its input, or of its uid once per
+    call), the keys of the whole batch at once (``BatchKeyer``), and a sample id and a tuple
+    only for the generations whose key is below ``threshold`` and among the batch's k smallest.
+    ``k`` None keeps every generation below ``threshold`` (presampling off: all of them).
     """
-    counts: dict[str, int] = {}
+    if k == 0 or len(batch.inputs) == 0:
+        return []
+    given = batch.sample_ids
+    ids = _derived_ids(batch.inputs) if given is None else _given_ids(given)
+    if ids is None:
+        ids = _any_ids(batch)
+    limit_key, limit_id = threshold if threshold is not None else (_MAX_KEY, b"")
     found: list[tuple[int, Order]] = []
-    append, sha256, given = found.append, hashlib.sha256, batch.sample_ids
-    inner, outer, from_bytes = keyer.inner.copy, keyer.outer.copy, int.from_bytes
-    limit_key, limit_id = threshold if threshold is not None else (1 << 63, b"")
-    for index, raw_input in enumerate(batch.inputs):
-        base = None
-        if given is None and type(raw_input) is str:
-            try:  # noqa: SIM105 (hot path: a context manager per generation costs 5% here)
-                base = sha256(raw_input.encode()).digest()[:8].hex()  # a valid str, no uid: the usual case
-            except UnicodeEncodeError:
-                pass
-        if base is None:
-            base = base_sample_id(given[index] if given is not None else None, raw_input)
-        response_index = counts[base] = counts.get(base, -1) + 1
-        sample_id = f"{base}/{response_index}".encode()
-        inner_hash = inner()
-        inner_hash.update(sample_id)
-        outer_hash = outer()
-        outer_hash.update(inner_hash.digest())
-        key = from_bytes(outer_hash.digest()[:8]) >> 1  # big-endian
-        if key < limit_key or (key == limit_key and sample_id < limit_id):
-            append((index, (key, sample_id)))
+    lanes = ids.lanes
+    for index, key in keyer.candidates(ids.hashes, lanes, limit_key, k):
+        sample_id = f"{ids.base(index)}/{lanes[index] - 1 if lanes is not None else 0}".encode()
+        if key < limit_key or threshold is None or sample_id < limit_id:
+            found.append((index, (key, sample_id)))
     return found
 
 
@@ -125,6 +198,7 @@ class RecordBuilder:
             contract.STEP: state.step,
             contract.SAMPLE_ID: sample_id,
             contract.SAMPLE_KEY: key,
+            contract.KEY_VERSION: KEY_VERSION,
             contract.SEED: self._seed_attribute,
             contract.SOURCE: state.source,
             contract.SAMPLE_COUNT: state.count,

@@ -33,6 +33,7 @@ STEP: Final = "valgen.step"  # int, required
 SAMPLE_ID: Final = "valgen.sample_id"  # str, required on generations
 SAMPLE_KEY: Final = "valgen.sample_key"  # int in [0, 2**63)
 SEED: Final = "valgen.seed"  # int: the seed the key was computed with
+KEY_VERSION: Final = "valgen.key_version"  # int: the key function (otel_valgen.sampling); absent = 1
 SCORE: Final = "valgen.score"  # double, optional
 DATA_SOURCE: Final = "valgen.data_source"  # str, optional
 SOURCE: Final = "valgen.source"  # str: which part emitted the record

@@ -18,6 +18,7 @@ from typing import Any
 
 from otel_valgen import contract
 from otel_valgen._framing import Message, TruncatedFile, messages, unframe
+from otel_valgen.sampling import KEY_VERSIONS
 
 __all__ = [
     "EndRecord",
@@ -48,6 +49,7 @@ class Generation:
     source: str | None = None
     sample_count: int | None = None
     seed: int | None = None
+    key_version: int | None = None  # None: a record without valgen.key_version (version 1)
     trace_id: str = ""
     rank: int | None = None
     resource: dict[str, Any] = field(default_factory=dict, compare=False)
@@ -253,6 +255,10 @@ def _record(log: dict[str, Any], resource: dict[str, Any]) -> Record | None:  # 
     sample_id = attrs.get(contract.SAMPLE_ID)
     if not isinstance(sample_id, str):
         raise ValueError(f"generation record lacks {contract.SAMPLE_ID}")
+    raw_version = attrs.get(contract.KEY_VERSION)
+    key_version = _opt_int(raw_version)
+    if raw_version is not None and key_version not in KEY_VERSIONS:
+        raise ValueError(f"generation record has an unknown {contract.KEY_VERSION} {raw_version!r}")
     truth = body.get(contract.BODY_GROUND_TRUTH)
     return Generation(
         run_id=run_id,
@@ -267,6 +273,7 @@ def _record(log: dict[str, Any], resource: dict[str, Any]) -> Record | None:  # 
         source=attrs.get(contract.SOURCE) if isinstance(attrs.get(contract.SOURCE), str) else None,
         sample_count=_opt_int(attrs.get(contract.SAMPLE_COUNT)),
         seed=_opt_int(attrs.get(contract.SEED)),
+        key_version=key_version,
         trace_id=str(log.get("traceId", "")),
         rank=_opt_int(attrs.get(contract.RANK)),
         resource=resource,

@@ -1,18 +1,52 @@
 """The sampling rule shared by every component: the sampling key and the bottom-k choice.
 
-The sampling key of a generation is a keyed hash of ``(seed, sample_id)``::
+For each group (run, step, attempt) the sampler keeps the ``k`` records with the smallest
+``(sample_key, sample_id)`` (sample ids compared as UTF-8 bytes, which for valid Unicode is the
+same order as code points). The choice is uniform over ids, the same for a seed at every step,
+and mergeable: the bottom-k of a union equals the bottom-k of the per-part bottom-k's, so any
+split of the data over batches, processes or collectors selects the same set.
 
-    key_bytes   = seed.to_bytes(8, "big")            # seed taken modulo 2**64
-    digest      = HMAC-SHA256(key=key_bytes, msg=sample_id.encode("utf-8"))
-    sample_key  = int.from_bytes(digest[:8], "big") >> 1   # in [0, 2**63)
+The sampling key is a function of ``(seed, sample_id)`` only, in ``[0, 2**63)``, so that the
+collector can compute it for records that do not carry one. Records say which function made
+their key in ``valgen.key_version``; a record without it is version 1.
 
-For each group (run, step) the sampler keeps the ``k`` records with the smallest
-``(sample_key, sample_id)`` (sample ids compared as UTF-8 bytes, which for valid
-Unicode is the same order as code points). The choice is uniform over ids, the same for a
-seed at every step, and mergeable: the bottom-k of a union equals the bottom-k of the
-per-part bottom-k's, so any split of the data over batches, processes or collectors
-selects the same set.
+Version 2 (current)::
 
+    base, n  = sample_id[:j], int(sample_id[j+1:]) + 1
+                   if sample_id ends with "/" + 1 to 19 ASCII digits (no leading zero unless
+                   exactly "0"), j being the index of that last "/"
+               else sample_id, 0
+    id_hash  = int(base, 16)                 if base is 16 chars of 0-9a-f
+               XXH64(base UTF-8, seed 0)      otherwise (the 64-bit xxHash, as a number)
+    mix(z)   = z ^= z >> 30; z *= 0xBF58476D1CE4E5B9; z ^= z >> 27; z *= 0x94D049BB133111EB;
+               z ^= z >> 31                      (the SplitMix64 finaliser, all mod 2**64)
+    lane     = mix((seed + n * 0x9E3779B97F4A7C15) mod 2**64)   # SplitMix64's n-th output
+    sample_key = mix(id_hash ^ lane) >> 1
+
+Version 1 (records without ``valgen.key_version``)::
+
+    sample_key = int.from_bytes(HMAC-SHA256(key=seed as 8 bytes big-endian,
+                                            msg=sample_id UTF-8)[:8], "big") >> 1
+
+Why version 2 looks like this: the emitting process pays one fast hash per generation, and
+never two. A derived sample id is ``<16 hex digits of XXH64(input)>/<i>``; the key reads
+the 64 bits back from those digits instead of hashing the id again, and the response index
+``i`` selects the seed's lane, so ``/0`` and ``/1`` of one prompt get unrelated keys. A
+caller's uid is hashed once per call (all its responses share the hash). The collector, which
+sees only the sample id string, computes the same value: any base that is 16 lowercase hex
+digits is read the same way, derived or not, so the key stays a function of the id alone.
+XXH64 makes ``id_hash`` uniform and the same for a prompt at every step, at a tenth of
+SHA-256's cost per call; it need not resist collisions crafted on purpose, since the prompts
+are the job's own validation set (a collision only merges two prompts' ids). The keyed
+finaliser, a bijection of 64-bit words with full avalanche, spreads each seed's lane over all
+bits so that different seeds give unrelated orders (``tests/test_sampling.py`` checks the
+uniformity with chi-square tests over seeds). The key is not a MAC: it makes the choice
+uniform, not unpredictable to someone who knows the seed.
+
+The records of one step normally share one key version. When they do not (processes of one
+attempt running different library versions), the step takes the version of its first
+generation and recomputes the key of every later generation of another version from its seed
+and sample id (``docs/architecture.md``, "The sampling key", says what that costs).
 The Go processor implements the same rule; ``testdata/sampling/*.json`` holds the vectors
 that both test suites read.
 """
@@ -23,49 +57,94 @@ import hashlib
 import heapq
 import hmac
 from collections.abc import Iterable
-from typing import Generic, NamedTuple, TypeVar
+from typing import Final, Generic, NamedTuple, TypeVar
 
-__all__ = ["BottomK", "SampleKeyer", "SortKey", "bottom_k", "sample_key"]
+import xxhash
 
-_SEED_MODULUS = 1 << 64
+__all__ = [
+    "HEX_DIGITS",
+    "KEY_VERSION",
+    "KEY_VERSIONS",
+    "LEGACY_KEY_VERSION",
+    "BottomK",
+    "SortKey",
+    "bottom_k",
+    "id_hash",
+    "mix64",
+    "sample_key",
+    "seed_lane",
+    "split_sample_id",
+]
+
+KEY_VERSION: Final = 2
+"""The key function this library computes and sends in ``valgen.key_version``."""
+LEGACY_KEY_VERSION: Final = 1
+"""The version of records without ``valgen.key_version`` (HMAC-SHA256)."""
+KEY_VERSIONS: Final = (1, 2)
+
+MASK64: Final = (1 << 64) - 1
+GOLDEN_GAMMA: Final = 0x9E3779B97F4A7C15
+MIX1: Final = 0xBF58476D1CE4E5B9
+MIX2: Final = 0x94D049BB133111EB
+_MAX_INDEX_DIGITS: Final = 19  # 10**19 - 1 + 1 still fits in 64 bits
+HEX_DIGITS: Final = frozenset("0123456789abcdef")
+"""The characters of a base id that ``id_hash`` reads as a number (16 of them)."""
 T = TypeVar("T")
 
 
-def sample_key(seed: int, sample_id: str) -> int:
+def mix64(z: int) -> int:
+    """The SplitMix64 finaliser of a 64-bit word (a bijection)."""
+    z = ((z ^ (z >> 30)) * MIX1) & MASK64
+    z = ((z ^ (z >> 27)) * MIX2) & MASK64
+    return z ^ (z >> 31)
+
+
+def seed_lane(seed: int, n: int) -> int:
+    """The word that response lane ``n`` is keyed with under ``seed`` (taken modulo 2**64)."""
+    return mix64((seed + n * GOLDEN_GAMMA) & MASK64)
+
+
+def split_sample_id(sample_id: str) -> tuple[str, int]:
+    """``(base, n)``: ``n`` is 1 + the response index of ``<base>/<index>``, or 0 without one."""
+    base, slash, digits = sample_id.rpartition("/")
+    if (
+        slash
+        and 0 < len(digits) <= _MAX_INDEX_DIGITS
+        and digits.isascii()
+        and digits.isdigit()
+        and (digits[0] != "0" or digits == "0")
+    ):
+        return base, int(digits) + 1
+    return sample_id, 0
+
+
+def id_hash(base: str) -> int:
+    """The 64-bit hash of a prompt's id: its value when it is 16 lowercase hex digits, else XXH64's."""
+    if len(base) == 16 and HEX_DIGITS.issuperset(base):
+        return int(base, 16)
+    return xxhash.xxh64_intdigest(base.encode("utf-8", "replace"))
+
+
+def sample_key(seed: int, sample_id: str, version: int = KEY_VERSION) -> int:
     """Return the sampling key of ``sample_id`` under ``seed``, an int in ``[0, 2**63)``.
 
     Args:
-        seed: any integer; it enters as its value modulo 2**64, 8 bytes big-endian.
-        sample_id: the stable id of the generation; lone surrogates are encoded as U+FFFD.
+        seed: any integer; it enters as its value modulo 2**64.
+        sample_id: the stable id of the generation; lone surrogates are encoded as ``?``.
+        version: the key function (``KEY_VERSIONS``); the default is the one this library sends.
+
+    Raises:
+        ValueError: for an unknown version.
 
     """
-    key = (seed % _SEED_MODULUS).to_bytes(8, "big")
-    message = sample_id.encode("utf-8", "replace")
-    digest = hmac.new(key, message, hashlib.sha256).digest()
-    return int.from_bytes(digest[:8], "big") >> 1
-
-
-class SampleKeyer:
-    """``sample_key`` for one seed, fast: the HMAC's padded key blocks are hashed once.
-
-    HMAC(K, m) = H((K ^ opad) || H((K ^ ipad) || m)); copying the two hash states that
-    already absorbed the padded key saves the key schedule on every call (about 2.5x).
-    """
-
-    _BLOCK = 64  # SHA-256 block size in bytes
-
-    def __init__(self, seed: int) -> None:
-        key = (seed % _SEED_MODULUS).to_bytes(8, "big").ljust(self._BLOCK, b"\0")
-        self.inner = hashlib.sha256(bytes(byte ^ 0x36 for byte in key))
-        self.outer = hashlib.sha256(bytes(byte ^ 0x5C for byte in key))
-
-    def __call__(self, sample_id_utf8: bytes) -> int:
-        """The sampling key of a UTF-8 encoded sample id."""
-        inner = self.inner.copy()
-        inner.update(sample_id_utf8)
-        outer = self.outer.copy()
-        outer.update(inner.digest())
-        return int.from_bytes(outer.digest()[:8], "big") >> 1
+    seed %= 1 << 64
+    if version == KEY_VERSION:
+        base, n = split_sample_id(sample_id)
+        return mix64(id_hash(base) ^ seed_lane(seed, n)) >> 1
+    if version == LEGACY_KEY_VERSION:
+        digest = hmac.new(seed.to_bytes(8, "big"), sample_id.encode("utf-8", "replace"), hashlib.sha256).digest()
+        return int.from_bytes(digest[:8], "big") >> 1
+    raise ValueError(f"unknown sampling key version {version!r}")
 
 
 class SortKey(NamedTuple):
@@ -138,6 +217,10 @@ class BottomK(Generic[T]):
     def threshold(self) -> Order | None:
         """The largest kept sort key once ``k`` items are kept (smaller ones get in), else None."""
         return self._heap[0].order if self.k and len(self._heap) >= self.k else None
+
+    def kept(self) -> list[T]:
+        """The kept items, in no particular order."""
+        return [entry.item for entry in self._heap]
 
     def items(self) -> list[tuple[SortKey, T]]:
         """The kept items in ascending sort-key order."""

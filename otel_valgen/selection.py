@@ -17,6 +17,10 @@ Two kinds of files:
   record timestamp. A source that sent several end records (block-less parts, each with its
   cumulative counts) counts with the largest of them, as in the collector.
 
+The records of an attempt are compared under one key version (``valgen.key_version``, absent
+is 1): that of its first generation; a generation of another version gets its key recomputed
+from its seed and sample id, as in the collector.
+
 Generations tagged ``valgen.late`` (forwarded by a sampler after their step closed) are never
 part of a selection.
 """
@@ -29,7 +33,7 @@ from typing import Protocol, TypeVar
 
 from otel_valgen._settings import DEFAULT_COUNT, DEFAULT_SEED
 from otel_valgen.reader import EndRecord, Generation, LateReport, ProgressRecord, Record, StartRecord, Summary
-from otel_valgen.sampling import BottomK, SortKey, sample_key
+from otel_valgen.sampling import LEGACY_KEY_VERSION, BottomK, SortKey, sample_key
 
 __all__ = ["AttemptSelection", "StepSelection", "attempt_rank", "choose_attempt", "select_attempts", "select_steps"]
 
@@ -103,6 +107,7 @@ class _Attempt:
     step: int
     attempt: str
     k: int | None = None
+    key_version: int | None = None
     selector: BottomK[Generation] | None = None
     ranked: dict[str, Generation] = field(default_factory=dict)
     starts: set[tuple[str, str]] = field(default_factory=set)
@@ -122,11 +127,17 @@ class _Attempt:
             self.sources_expected = max(value, self.sources_expected or 0)
 
 
-def sort_key_of(generation: Generation, seed: int) -> SortKey:
-    """A record's sort key; records lacking ``sample_key`` get it from the seed."""
-    key = generation.sample_key
+def sort_key_of(generation: Generation, seed: int, version: int | None = None) -> SortKey:
+    """A record's sort key under key ``version`` (default: the record's own).
+
+    A record lacking ``sample_key``, or whose key is of another version, gets it from its seed
+    (else ``seed``) and its sample id.
+    """
+    own = generation.key_version or LEGACY_KEY_VERSION
+    version = own if version is None else version
+    key = generation.sample_key if own == version else None
     if key is None:
-        key = sample_key(generation.seed if generation.seed is not None else seed, generation.sample_id)
+        key = sample_key(generation.seed if generation.seed is not None else seed, generation.sample_id, version)
     return SortKey.of(key, generation.sample_id)
 
 
@@ -140,7 +151,9 @@ def _offer(group: _Attempt, record: Generation, count: int | None, max_count: in
         group.k, group.selector = k, BottomK(k)
         for order, item in previous:
             group.selector.offer(order, item)
-    group.selector.offer(sort_key_of(record, seed), record)
+    if group.key_version is None:  # a step's key version is that of its first generation
+        group.key_version = record.key_version or LEGACY_KEY_VERSION
+    group.selector.offer(sort_key_of(record, seed, group.key_version), record)
 
 
 def _larger_end(known: EndRecord | None, end: EndRecord) -> EndRecord:
@@ -188,7 +201,7 @@ def _add(group: _Attempt, record: Record, count: int | None, max_count: int | No
 def _finish(group: _Attempt, collector: bool, count: int | None, seed: int) -> StepSelection:
     summary = group.summary
     if collector:
-        ranked = sorted(group.ranked.values(), key=lambda g: (g.rank or 0, sort_key_of(g, seed)))
+        ranked = sorted(group.ranked.values(), key=lambda g: (g.rank or 0, sort_key_of(g, seed, group.key_version)))
         kept = ranked[:count] if count is not None else ranked
         late = group.late
         if not late and summary is not None:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+import xxhash
 
 import otel_valgen as vg
 from otel_valgen import contract
@@ -47,13 +47,13 @@ def test_generation_record_follows_the_wire_contract() -> None:
 
 
 def test_sample_id_defaults_to_input_hash_plus_response_index() -> None:
-    """Without uids the id is sha256(input)[:16] plus /i for the i-th response to that input."""
+    """Without uids the id is the 16 hex digits of XXH64(input) plus /i for the i-th response to that input."""
     with capture_records(run_id="r", count=10) as records:
         vg.log_generations(["same", "same", "other"], ["x", "y", "z"], [1, 2, 3], step=1)
         vg.end_step(1)
     ids = sorted(r["attributes"][contract.SAMPLE_ID] for r in _generations(records))
-    same = hashlib.sha256(b"same").hexdigest()[:16]
-    other = hashlib.sha256(b"other").hexdigest()[:16]
+    same = xxhash.xxh64_hexdigest(b"same")
+    other = xxhash.xxh64_hexdigest(b"other")
     assert ids == sorted([f"{same}/0", f"{same}/1", f"{other}/0"])
 
 
@@ -71,10 +71,7 @@ def test_step_keeps_the_bottom_k_and_reports_counts(presample: bool) -> None:
     expected_ids = [
         sid
         for _, sid in bottom_k(
-            (
-                (SortKey.of(sample_key(3, i), i), i)
-                for i in (f"{hashlib.sha256(p.encode()).hexdigest()[:16]}/0" for p in inputs)
-            ),
+            ((SortKey.of(sample_key(3, i), i), i) for i in (f"{xxhash.xxh64_hexdigest(p.encode())}/0" for p in inputs)),
             8,
         )
     ]

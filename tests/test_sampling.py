@@ -5,15 +5,33 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import math
 import random
 import shutil
 import subprocess
+from collections.abc import Callable
+from typing import Any
 
 import pytest
+import xxhash
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from otel_valgen.sampling import BottomK, SampleKeyer, SortKey, bottom_k, sample_key
+from otel_valgen._keys import BatchKeyer
+from otel_valgen._records import Batch, candidates
+from otel_valgen.sampling import (
+    KEY_VERSION,
+    KEY_VERSIONS,
+    LEGACY_KEY_VERSION,
+    BottomK,
+    SortKey,
+    bottom_k,
+    id_hash,
+    mix64,
+    sample_key,
+    seed_lane,
+    split_sample_id,
+)
 from tests.conftest import REPO
 
 VECTORS = REPO / "testdata" / "sampling"
@@ -24,16 +42,30 @@ def _keyed(ids: list[str], seed: int) -> list[tuple[SortKey, str]]:
 
 
 def test_key_vectors_match_the_shared_file() -> None:
-    """Every vector in testdata/sampling/key_vectors.json is reproduced exactly."""
+    """Every vector in testdata/sampling/key_vectors.json is reproduced exactly, for both versions."""
     data = json.loads((VECTORS / "key_vectors.json").read_text(encoding="utf-8"))
-    assert len(data["vectors"]) >= 50
+    assert {vector["version"] for vector in data["vectors"]} == set(KEY_VERSIONS)
+    assert len(data["vectors"]) >= 100
     for vector in data["vectors"]:
-        assert sample_key(int(vector["seed"]), vector["sample_id"]) == int(vector["sample_key"]), vector
+        got = sample_key(int(vector["seed"]), vector["sample_id"], vector["version"])
+        assert got == int(vector["sample_key"]), vector
+    for vector in data["mix64"]:
+        assert mix64(int(vector["in"])) == int(vector["out"]), vector
+    for vector in data["seed_lane"]:
+        assert seed_lane(int(vector["seed"]), vector["n"]) == int(vector["lane"]), vector
+    assert len(data["id_hash"]) >= 10
+    for vector in data["id_hash"]:
+        assert id_hash(vector["base"]) == int(vector["hash"]), vector
+
+
+def test_id_hash_is_xxh64_as_published() -> None:
+    """Bases that are not 16 hex digits hash to XXH64 with seed 0, as the xxHash spec publishes it."""
+    assert id_hash("") == 0xEF46DB3751D8E999  # XXH64 of no bytes, seed 0 (xxHash's reference value)
 
 
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl is not installed")
-def test_key_matches_an_independent_hmac_implementation() -> None:
-    """The key equals OpenSSL's HMAC-SHA256 (first 8 bytes, big-endian, >> 1) for the same input."""
+def test_v1_key_matches_an_independent_hmac_implementation() -> None:
+    """Version 1 equals OpenSSL's HMAC-SHA256 (first 8 bytes, big-endian, >> 1) for the same input."""
     for seed, sample_id in ((42, "abc/0"), (2**64 - 1, "数学题/0"), (0, "")):
         out = subprocess.run(
             ["openssl", "dgst", "-sha256", "-mac", "HMAC", "-macopt", f"hexkey:{seed:016x}"],
@@ -42,41 +74,139 @@ def test_key_matches_an_independent_hmac_implementation() -> None:
             check=True,
         ).stdout.decode()
         digest_hex = out.strip().split("= ")[-1]
-        assert sample_key(seed, sample_id) == int(digest_hex[:16], 16) >> 1
+        assert sample_key(seed, sample_id, LEGACY_KEY_VERSION) == int(digest_hex[:16], 16) >> 1
+
+
+def test_seed_lanes_are_the_splitmix64_sequence() -> None:
+    """Lane n of a seed is SplitMix64's n-th output: the published values for seed 1234567."""
+    published = [
+        6457827717110365317,
+        3203168211198807973,
+        9817491932198370423,
+        4593380528125082431,
+        16408922859458223821,
+    ]
+    assert [seed_lane(1234567, n) for n in range(1, 6)] == published
 
 
 def test_bottom_k_cases_match_the_shared_file() -> None:
     """Every case in testdata/sampling/bottom_k.json selects the expected ids, in order."""
     data = json.loads((VECTORS / "bottom_k.json").read_text(encoding="utf-8"))
+    assert {case.get("key_version") for case in data["cases"]} >= set(KEY_VERSIONS)
     for case in data["cases"]:
-        seed = int(case.get("seed", "42"))
+        seed, version = int(case.get("seed", "42")), case.get("key_version", KEY_VERSION)
         items = []
         for record in case["records"]:
-            key = int(record["sample_key"]) if "sample_key" in record else sample_key(seed, record["sample_id"])
-            items.append((SortKey.of(key, record["sample_id"]), record["sample_id"]))
+            sid = record["sample_id"]
+            key = int(record["sample_key"]) if "sample_key" in record else sample_key(seed, sid, version)
+            items.append((SortKey.of(key, sid), sid))
         assert [sid for _, sid in bottom_k(items, case["k"])] == case["expected"], case["name"]
 
 
 def test_key_range_and_seed_modulo() -> None:
-    """Keys lie in [0, 2**63) and the seed enters modulo 2**64."""
-    for i in range(2000):
-        assert 0 <= sample_key(i, f"id-{i}") < 2**63
-    assert sample_key(-1, "x") == sample_key(2**64 - 1, "x")
-    assert sample_key(1, "x") != sample_key(2, "x")
+    """Keys lie in [0, 2**63) and the seed enters modulo 2**64, in both versions."""
+    for version in KEY_VERSIONS:
+        for i in range(2000):
+            assert 0 <= sample_key(i, f"id-{i}/{i % 3}", version) < 2**63
+        assert sample_key(-1, "x/0", version) == sample_key(2**64 - 1, "x/0", version)
+        assert sample_key(1, "x/0", version) != sample_key(2, "x/0", version)
 
 
-def test_key_is_the_documented_hmac() -> None:
-    """The key is HMAC-SHA256 keyed by the 8-byte big-endian seed over the UTF-8 id."""
+def test_v1_key_is_the_documented_hmac() -> None:
+    """Version 1 is HMAC-SHA256 keyed by the 8-byte big-endian seed over the UTF-8 id."""
     digest = hmac.new((42).to_bytes(8, "big"), b"uid/1", hashlib.sha256).digest()
-    assert sample_key(42, "uid/1") == int.from_bytes(digest[:8], "big") >> 1
+    assert sample_key(42, "uid/1", 1) == int.from_bytes(digest[:8], "big") >> 1
 
 
-@settings(max_examples=300, deadline=None)
-@given(seed=st.integers(-(2**64), 2**65), sample_id=st.text())
-def test_fast_keyer_equals_the_reference(seed: int, sample_id: str) -> None:
-    """SampleKeyer (precomputed HMAC pads) computes exactly sample_key."""
-    encoded = sample_id.encode("utf-8", "replace")
-    assert SampleKeyer(seed)(encoded) == sample_key(seed, sample_id)
+def _splitmix_finaliser(z: int) -> int:
+    """The finaliser written out again, step by step, for the documentation test."""
+    mask = 2**64 - 1
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9 & mask
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EB & mask
+    return z ^ (z >> 31)
+
+
+def test_v2_key_is_the_documented_mix() -> None:
+    """Version 2 of a uid and of a derived id, computed from the docstring's definition."""
+    lane = _splitmix_finaliser((42 + 2 * 0x9E3779B97F4A7C15) % 2**64)  # response index 1: n = 2
+    uid_hash = xxhash.xxh64_intdigest(b"uid")
+    assert sample_key(42, "uid/1") == _splitmix_finaliser(uid_hash ^ lane) >> 1
+    digest = xxhash.xxh64_hexdigest(b"What is 2 + 2?")
+    assert sample_key(42, f"{digest}/1") == _splitmix_finaliser(int(digest, 16) ^ lane) >> 1
+    assert sample_key(42, f"{digest}/1") != sample_key(42, f"{digest}/0")
+    no_index = _splitmix_finaliser(xxhash.xxh64_intdigest(b"uid") ^ seed_lane(42, 0))
+    assert sample_key(42, "uid") == no_index >> 1
+
+
+@pytest.mark.parametrize(
+    ("sample_id", "split"),
+    [
+        ("abc/0", ("abc", 1)),
+        ("abc/12", ("abc", 13)),
+        ("a/b/3", ("a/b", 4)),
+        ("/0", ("", 1)),
+        ("abc", ("abc", 0)),
+        ("abc/", ("abc/", 0)),
+        ("abc/01", ("abc/01", 0)),
+        ("abc/+1", ("abc/+1", 0)),
+        ("abc/\u0661", ("abc/\u0661", 0)),
+        ("abc/1 ", ("abc/1 ", 0)),
+        ("x/9999999999999999999", ("x", 10**19)),
+        ("x/10000000000000000000", ("x/10000000000000000000", 0)),
+    ],
+)
+def test_response_index_suffix(sample_id: str, split: tuple[str, int]) -> None:
+    """Only a final '/' and 1-19 ASCII digits without a leading zero is a response index."""
+    assert split_sample_id(sample_id) == split
+
+
+def test_only_16_lowercase_hex_digits_are_read_as_a_number() -> None:
+    """A base of 16 lowercase hex digits is its own hash; anything else is hashed with XXH64."""
+    assert id_hash("000000000000002a") == 42
+    for base in ("000000000000002A", "000000000000002", "000000000000002a0", "g00000000000002a"):
+        assert id_hash(base) == xxhash.xxh64_intdigest(base.encode())
+
+
+def test_unknown_key_version_is_refused() -> None:
+    """A version this library does not know raises instead of guessing."""
+    with pytest.raises(ValueError, match="version"):
+        sample_key(1, "a/0", 3)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    seed=st.integers(0, 2**64 - 1),
+    words=st.lists(st.integers(0, 2**64 - 1), min_size=1, max_size=60),
+    data=st.data(),
+)
+def test_batch_keyer_equals_the_reference(seed: int, words: list[int], data: st.DataObject) -> None:
+    """BatchKeyer's keys are sample_key's, and its cut keeps every key that can enter the bottom-k."""
+    hashes = b"".join(word.to_bytes(8, "big") for word in words)
+    lanes = data.draw(st.none() | st.lists(st.integers(1, 5), min_size=len(words), max_size=len(words)))
+    limit = data.draw(st.integers(0, 2**63 - 1) | st.just(2**63 - 1))
+    k = data.draw(st.none() | st.integers(1, 10))
+    expected = [
+        (index, mix64(word ^ seed_lane(seed, lanes[index] if lanes else 1)) >> 1) for index, word in enumerate(words)
+    ]
+    assert BatchKeyer(seed).candidates(hashes, lanes, 2**63 - 1, None) == expected
+    got = BatchKeyer(seed).candidates(hashes, lanes, limit, k)
+    assert got == sorted(got)
+    assert set(got) <= set(expected)
+    below = sorted((key, index) for index, key in expected if key <= limit)
+    wanted = below if k is None else below[:k]
+    assert {(index, key) for key, index in wanted} <= set(got)
+
+
+def test_reference_key_of_hex_ids_matches_go_style_recomputation() -> None:
+    """The emitter's keys (one hash per generation) equal sample_key of the id it sends."""
+    inputs = [f"prompt {i % 37}" for i in range(300)]
+    batch = Batch(inputs, inputs, None, None, None, None)
+    found = candidates(batch, BatchKeyer(9), None, None)
+    assert len(found) == 300
+    for index, (key, sample_id) in found:
+        base = xxhash.xxh64_hexdigest(inputs[index].encode())
+        assert sample_id.decode().startswith(f"{base}/")
+        assert key == sample_key(9, sample_id.decode())
 
 
 def test_duplicates_are_kept_once() -> None:
@@ -125,12 +255,147 @@ def test_same_prompts_are_chosen_at_every_step(prompts: list[str], k: int) -> No
     assert chosen[0] == chosen[1] == chosen[2]
 
 
-def test_choice_is_roughly_uniform() -> None:
-    """Each id is kept with probability about k/M over many seeds."""
-    ids = [f"p{i}/0" for i in range(20)]
+Keyer = Callable[[int, str], int]
+
+# Id sets on which the key must choose uniformly: uids, ids derived from inputs (random hex),
+# hex ids with structure (a dataset's zero-padded numbers read as hex), several responses.
+_RANDOM = random.Random(12)
+ID_SETS = {
+    "uids": [f"gsm8k-train-{i:05d}/0" for i in range(40)],
+    "derived": [f"{_RANDOM.getrandbits(64):016x}/0" for _ in range(40)],
+    "sequential_hex": [f"{i:016x}/0" for i in range(40)],
+    "responses": [f"p{i}/{j}" for i in range(10) for j in range(4)],
+}
+
+
+def _wilson_hilferty(df: int, z: float = 3.0902) -> float:
+    """The chi-square quantile with ``df`` degrees of freedom at normal quantile z (0.999 by default)."""
+    return float(df * (1 - 2 / (9 * df) + z * math.sqrt(2 / (9 * df))) ** 3)
+
+
+def _inclusion_chi_square(ids: list[str], k: int, seeds: range, keyer: Keyer) -> float:
+    """Chi-square of how often each id is chosen over ``seeds`` (df = len(ids) - 1).
+
+    One seed picks k of M ids without replacement, so each count has variance S p (1 - p) and
+    the counts are negatively correlated; the factor (M - 1) / M makes the sum chi-square.
+    """
     hits = dict.fromkeys(ids, 0)
-    for seed in range(3000):
-        for _, sid in bottom_k(_keyed(ids, seed), 5):
+    for seed in seeds:
+        for _, sid in bottom_k(((SortKey.of(keyer(seed, sid), sid), sid) for sid in ids), k):
             hits[sid] += 1
-    expected = 3000 * 5 / 20
-    assert all(abs(count - expected) < 0.15 * expected for count in hits.values()), hits
+    total, m, p = len(seeds), len(ids), k / len(ids)
+    spread = total * p * (1 - p)
+    return sum((count - total * p) ** 2 for count in hits.values()) / spread * (m - 1) / m
+
+
+def _adjacent_pairs_chi_square(ids: list[str], k: int, seeds: range, keyer: Keyer) -> float:
+    """Chi-square of how often neighbours in ``ids`` are chosen together (df = len(ids) - 1)."""
+    together = [0] * (len(ids) - 1)
+    for seed in seeds:
+        chosen = {sid for _, sid in bottom_k(((SortKey.of(keyer(seed, sid), sid), sid) for sid in ids), k)}
+        for index in range(len(ids) - 1):
+            together[index] += ids[index] in chosen and ids[index + 1] in chosen
+    m = len(ids)
+    q = k * (k - 1) / (m * (m - 1))
+    expected = len(seeds) * q
+    return sum((count - expected) ** 2 for count in together) / (expected * (1 - q))
+
+
+@pytest.mark.parametrize("name", sorted(ID_SETS))
+def test_choice_is_uniform_over_seeds_chi_square(name: str) -> None:
+    """Each id is chosen with probability k/M over 3000 seeds (chi-square, p = 0.001), in both versions."""
+    ids = ID_SETS[name]
+    for version in KEY_VERSIONS:
+
+        def keyer(seed: int, sid: str, version: int = version) -> int:
+            return sample_key(seed, sid, version)
+
+        statistic = _inclusion_chi_square(ids, 8, range(3000), keyer)
+        assert statistic < _wilson_hilferty(len(ids) - 1), (name, version, statistic)
+
+
+@pytest.mark.parametrize("name", ["sequential_hex", "responses"])
+def test_neighbours_are_chosen_independently_chi_square(name: str) -> None:
+    """Ids next to each other (one bit apart, or two responses of a prompt) are not chosen together more often."""
+    ids = ID_SETS[name]
+    statistic = _adjacent_pairs_chi_square(ids, 8, range(3000), sample_key)
+    assert statistic < _wilson_hilferty(len(ids) - 1), (name, statistic)
+
+
+def test_the_chi_square_tests_catch_a_weak_mix() -> None:
+    """Without the final mix (id hash XOR lane only) structured ids are chosen far from uniformly."""
+
+    def weak(seed: int, sid: str) -> int:
+        base, n = split_sample_id(sid)
+        return (id_hash(base) ^ seed_lane(seed, n)) >> 1
+
+    ids = ID_SETS["sequential_hex"]
+    assert _inclusion_chi_square(ids, 8, range(3000), weak) > 10 * _wilson_hilferty(len(ids) - 1)
+    assert _adjacent_pairs_chi_square(ids, 8, range(3000), weak) > 10 * _wilson_hilferty(len(ids) - 1)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    batches=st.lists(
+        st.lists(st.sampled_from(["q1", "q2", "q3"]) | st.text(max_size=6), min_size=0, max_size=300),
+        min_size=1,
+        max_size=4,
+    ),
+    k=st.integers(1, 12),
+    seed=st.integers(0, 2**64 - 1),
+    ids=st.sampled_from(["derived", "uids", "hex uids", "mixed", "bad input"]),
+)
+def test_emitter_candidates_keep_the_exact_bottom_k(batches: list[list[str]], k: int, seed: int, ids: str) -> None:
+    """Batch by batch, with the running threshold and each batch's own k-cut, nothing of the bottom-k is lost."""
+    keyer = BatchKeyer(seed)
+    selector: BottomK[int] = BottomK(k)
+    everything: list[tuple[SortKey, int]] = []
+    for batch_inputs in batches:
+        inputs: list[Any] = list(batch_inputs)
+        given: list[Any] | None = None
+        if ids == "uids":
+            given = [f"uid-{text}" for text in inputs]
+        elif ids == "hex uids":  # read as numbers, not hashed; upper case is hashed
+            given = [hashlib.md5(text.encode()).hexdigest()[:16] for text in inputs]
+            given = [uid.upper() if i % 4 == 0 else uid for i, uid in enumerate(given)]
+        elif ids == "mixed":
+            given = [None if i % 3 else f"uid-{text}" for i, text in enumerate(inputs)]
+        elif ids == "bad input":
+            inputs = [text.encode() if i % 2 else text + "\ud800" for i, text in enumerate(inputs)]
+        batch = Batch(inputs, inputs, None, None, given, None)
+        for index, (key, sample_id) in candidates(batch, keyer, None, None):
+            assert key == sample_key(seed, sample_id.decode())
+            everything.append((SortKey(key, sample_id), index))
+        for index, order in candidates(batch, keyer, selector.threshold(), k):
+            selector.offer(order, index)
+    want = {order for order, _ in bottom_k(everything, k)}
+    assert {order for order, _ in selector.items()} == want
+
+
+def test_batch_keyer_falls_back_when_its_guess_keeps_fewer_than_k() -> None:
+    """The batch's own cut is a guess (keys are uniform); when fewer than k keys lie below it, all are kept."""
+    rng = random.Random(3)
+    words: list[int] = []
+    while len(words) < 100:  # ids whose keys all lie in the upper half: the guess finds none
+        word = rng.getrandbits(64)
+        if mix64(word ^ seed_lane(5, 1)) >> 1 >= 2**62:
+            words.append(word)
+    hashes = b"".join(word.to_bytes(8, "big") for word in words)
+    assert len(BatchKeyer(5).candidates(hashes, None, 2**63 - 1, 10)) == 100
+    uniform = rng.getrandbits(6400).to_bytes(800, "big")
+    assert 10 <= len(BatchKeyer(5).candidates(uniform, None, 2**63 - 1, 10)) < 100
+
+
+def test_str_subclasses_and_other_values_get_the_ids_of_their_text() -> None:
+    """Inputs that are str subclasses, ints or bytes get the id of the text that is sent."""
+
+    class Text(str):
+        """A str subclass, as numpy's str_ is."""
+
+    plain = ["a", "b", "a", "7", "x"]
+    odd: list[Any] = [Text("a"), Text("b"), "a", 7, b"x"]
+    keyer = BatchKeyer(3)
+    want = candidates(Batch(plain, plain, None, None, None, None), keyer, None, None)
+    assert candidates(Batch(odd, odd, None, None, None, None), keyer, None, None) == want
+    texts = [Text(value) for value in plain]
+    assert candidates(Batch(texts, texts, None, None, None, None), keyer, None, None) == want

@@ -10,7 +10,7 @@ import json
 import random
 from pathlib import Path
 
-from otel_valgen.sampling import SortKey, bottom_k, sample_key
+from otel_valgen.sampling import KEY_VERSIONS, SortKey, bottom_k, id_hash, mix64, sample_key, seed_lane
 
 OUT = Path(__file__).resolve().parent.parent / "testdata" / "sampling"
 
@@ -28,20 +28,53 @@ IDS = [
     "emoji 🎲/1",
     "tab\tand\nnewline/0",
     "x" * 300 + "/0",
+    # version 2: which bases are read as 16 hex digits, which suffixes are response indexes
+    "0123456789abcdef/0",
+    "0123456789abcdef/1",
+    "0123456789abcdef",
+    "0123456789ABCDEF/0",
+    "0123456789abcde/0",
+    "0123456789abcdef0/0",
+    "000000000000002a/7",
+    "ffffffffffffffff/0",
+    "x/00",
+    "x/01",
+    "x/9999999999999999999",
+    "x/10000000000000000000",
+    "x/",
+    "/0",
+    "a/b/3",
+    "x/+1",
+    "x/\u0661",
+    "x/0 ",
 ]
+# Bases that id_hash hashes with XXH64 (not 16 lowercase hex digits), long ones past XXH64's
+# 32-byte stripes too.
+HASHED_BASES = ["", "a", "abc", "uid", "uid-7f3a", "数学题", "emoji 🎲", "x" * 31, "x" * 32, "x" * 33, "y" * 500]
+MIX_INPUTS = [0, 1, 2, 0x9E3779B97F4A7C15, 2**63, 2**64 - 1, 0x0123456789ABCDEF]
 
 
 def key_vectors() -> dict[str, object]:
     vectors = [
-        {"seed": str(seed), "sample_id": sid, "sample_key": str(sample_key(seed, sid))} for seed in SEEDS for sid in IDS
+        {"version": version, "seed": str(seed), "sample_id": sid, "sample_key": str(sample_key(seed, sid, version))}
+        for version in KEY_VERSIONS
+        for seed in SEEDS
+        for sid in IDS
     ]
     return {
         "description": (
-            "sample_key = uint64 big-endian of the first 8 bytes of "
-            "HMAC-SHA256(key = seed as 8 bytes big-endian, msg = UTF-8 sample_id), shifted "
-            "right by 1. seed and sample_key are decimal strings (uint64)."
+            "sample_key(version, seed, sample_id) as otel_valgen/sampling.py defines it. "
+            "Version 1: uint64 big-endian of the first 8 bytes of HMAC-SHA256(key = seed as 8 "
+            "bytes big-endian, msg = UTF-8 sample_id), shifted right by 1. Version 2: "
+            "mix64(id_hash(base) XOR seed_lane(seed, n)) >> 1, with base and n from the id's "
+            "'/<index>' suffix. id_hash holds XXH64 (seed 0) of bases that are not 16 lowercase "
+            "hex digits, mix64 the SplitMix64 finaliser's values and seed_lane the lanes "
+            "(n = 0 .. 3) of each seed. seeds, words and keys are decimal strings (uint64)."
         ),
         "vectors": vectors,
+        "id_hash": [{"base": base, "hash": str(id_hash(base))} for base in HASHED_BASES],
+        "mix64": [{"in": str(word), "out": str(mix64(word))} for word in MIX_INPUTS],
+        "seed_lane": [{"seed": str(seed), "n": n, "lane": str(seed_lane(seed, n))} for seed in SEEDS for n in range(4)],
     }
 
 
@@ -62,25 +95,29 @@ def bottom_k_cases() -> dict[str, object]:
             }
         )
 
-    # Keys computed from the seed, as the processor does for records that lack one.
-    for seed, n, k in ((42, 50, 8), (7, 200, 64), (2**64 - 1, 30, 30), (0, 10, 64)):
-        ids = [f"uid-{rng.randrange(10**9):09d}/{rng.randrange(4)}" for _ in range(n)]
-        ids = list(dict.fromkeys(ids))
-        chosen = bottom_k(((SortKey.of(sample_key(seed, s), s), s) for s in ids), k)
-        cases.append(
-            {
-                "name": f"seed{seed}_n{len(ids)}_k{k}",
-                "k": k,
-                "seed": str(seed),
-                "records": [{"sample_id": s} for s in ids],
-                "expected": [sid for _, sid in chosen],
-            }
-        )
+    # Keys computed from the seed, as the processor does for records that lack one: uids, and
+    # ids derived from inputs (16 hex digits), under each key version.
+    for version in KEY_VERSIONS:
+        for seed, n, k in ((42, 50, 8), (7, 200, 64), (2**64 - 1, 30, 30), (0, 10, 64)):
+            ids = [f"uid-{rng.randrange(10**9):09d}/{rng.randrange(4)}" for _ in range(n)]
+            ids += [f"{rng.getrandbits(64):016x}/{rng.randrange(3)}" for _ in range(n)]
+            ids = list(dict.fromkeys(ids))
+            chosen = bottom_k(((SortKey.of(sample_key(seed, s, version), s), s) for s in ids), k)
+            cases.append(
+                {
+                    "name": f"v{version}_seed{seed}_n{len(ids)}_k{k}",
+                    "k": k,
+                    "seed": str(seed),
+                    "key_version": version,
+                    "records": [{"sample_id": s} for s in ids],
+                    "expected": [sid for _, sid in chosen],
+                }
+            )
     return {
         "description": (
             "For each case keep the k records with the smallest (sample_key, UTF-8 bytes of "
             "sample_id); expected lists their ids in that ascending order. Records without "
-            "sample_key get sample_key(seed, sample_id)."
+            "sample_key get sample_key(key_version, seed, sample_id)."
         ),
         "cases": cases,
     }

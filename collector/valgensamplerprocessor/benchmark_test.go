@@ -18,13 +18,19 @@ import (
 
 const benchBatchSize = 512
 
-// benchBatches builds 64 batches of 512 generations over 8 steps, each asking for k = 64.
-func benchBatches() []plog.Logs {
+// benchBatches builds 64 batches of 512 generations over 8 steps, each asking for k = 64, of
+// key version (0: no valgen.key_version, version 1), with their key when keyed (as the SDK
+// sends them) or without (the processor computes each).
+func benchBatches(version int64, keyed bool) []plog.Logs {
 	batches := make([]plog.Logs, 64)
 	for i := range batches {
 		records := make([]rec, 0, benchBatchSize)
 		for j := range benchBatchSize {
-			records = append(records, rec{step: int64(i % 8), id: fmt.Sprintf("prompt-%d-%d", i, j), count: 64})
+			r := rec{step: int64(i % 8), id: fmt.Sprintf("prompt-%d-%d/0", i, j), count: 64, keyVersion: version}
+			if keyed {
+				r.key, r.hasKey = int64(sampleKey(max(version, keyVersionHMAC), defaultSeed, r.id)), true
+			}
+			records = append(records, r)
 		}
 		batches[i] = logsOf(records...)
 	}
@@ -32,8 +38,7 @@ func benchBatches() []plog.Logs {
 }
 
 // runConsumeBenchmark feeds the batches to p b.N times and reports records/s.
-func runConsumeBenchmark(b *testing.B, p *samplerProcessor) {
-	batches := benchBatches()
+func runConsumeBenchmark(b *testing.B, p *samplerProcessor, batches []plog.Logs) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
@@ -48,20 +53,47 @@ func runConsumeBenchmark(b *testing.B, p *samplerProcessor) {
 	_ = p.Shutdown(context.Background())
 }
 
-// BenchmarkConsumeLogs measures sampling batches of 512 generations into 64-of-N groups.
+// BenchmarkConsumeLogs measures sampling batches of 512 generations into 64-of-N groups:
+// records whose key the processor computes (version 1, no valgen.key_version; version 2), and
+// records that carry their key.
 func BenchmarkConsumeLogs(b *testing.B) {
-	cfg := createDefaultConfig().(*Config)
-	p, err := newSamplerProcessor(cfg, consumertest.NewNop(), processortest.NewNopSettings(metadata.Type))
-	if err != nil {
-		b.Fatal(err)
+	for _, bench := range []struct {
+		name    string
+		version int64
+		keyed   bool
+	}{
+		{"v1-computed", 0, false},
+		{"v2-computed", keyVersionMix, false},
+		{"v2-keyed", keyVersionMix, true},
+	} {
+		b.Run(bench.name, func(b *testing.B) {
+			cfg := createDefaultConfig().(*Config)
+			p, err := newSamplerProcessor(cfg, consumertest.NewNop(), processortest.NewNopSettings(metadata.Type))
+			if err != nil {
+				b.Fatal(err)
+			}
+			runConsumeBenchmark(b, p, benchBatches(bench.version, bench.keyed))
+		})
 	}
-	runConsumeBenchmark(b, p)
 }
 
-// BenchmarkSampleKey measures the HMAC-SHA256 key of one sample id.
+// BenchmarkSampleKey measures the key of one sample id: version 1 (HMAC-SHA256), version 2
+// of a uid (one SHA-256 of the uid) and of an id derived from the input (no hash).
 func BenchmarkSampleKey(b *testing.B) {
-	for i := 0; i < b.N; i++ {
-		_ = sampleKey(42, "gsm8k-train-000123/0")
+	for _, bench := range []struct {
+		name    string
+		version int64
+		id      string
+	}{
+		{"v1", keyVersionHMAC, "gsm8k-train-000123/0"},
+		{"v2-uid", keyVersionMix, "gsm8k-train-000123/0"},
+		{"v2-derived", keyVersionMix, "9b74c9897bac770f/0"},
+	} {
+		b.Run(bench.name, func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				_ = sampleKey(bench.version, 42, bench.id)
+			}
+		})
 	}
 }
 
@@ -87,7 +119,7 @@ func BenchmarkConsumeLogsStorage(b *testing.B) {
 			if err := p.Start(context.Background(), storageHost{ext}); err != nil {
 				b.Fatal(err)
 			}
-			runConsumeBenchmark(b, p)
+			runConsumeBenchmark(b, p, benchBatches(keyVersionMix, false))
 			_ = ext.Shutdown(context.Background())
 		})
 	}

@@ -87,7 +87,26 @@ func decodeGroupData(data []byte) (*group, int64, error) {
 	if err := decodeKept(attrs, rls, g); err != nil {
 		return nil, 0, err
 	}
+	if err := decodeKeyVersion(attrs, g); err != nil {
+		return nil, 0, err
+	}
 	return g, version, nil
+}
+
+// decodeKeyVersion reads the key version of the group's kept records; groups stored before
+// key versions existed have version-1 keys (or no generation yet).
+func decodeKeyVersion(attrs pcommon.Map, g *group) error {
+	v, ok := attrs.Get(stateAttrKeyVersion)
+	switch {
+	case !ok && g.kept != nil:
+		g.keyVersion = keyVersionHMAC
+	case !ok:
+	case v.Type() != pcommon.ValueTypeInt || (v.Int() != 0 && !knownKeyVersion(v.Int())):
+		return corrupt("header attribute %q", stateAttrKeyVersion)
+	default:
+		g.keyVersion = v.Int()
+	}
+	return nil
 }
 
 // decodeLifecycle reads the version 2 header fields; a version 1 group is migrated.

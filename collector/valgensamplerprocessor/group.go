@@ -60,6 +60,10 @@ type group struct {
 
 	k    int // the smallest k any record asked for; -1 before the first generation
 	kept *bottomK[keptRecord]
+	// keyVersion is the key version of the group's first generation (0 before it): the keys
+	// of generations of another version are recomputed in it. rekeyed counts those.
+	keyVersion int64
+	rekeyed    int64
 
 	resource pcommon.Resource // of the group's first record
 	traceID  pcommon.TraceID  // the first non-empty trace id
@@ -108,9 +112,16 @@ func (g *group) touch(lr plog.LogRecord, src sourceID, now time.Time) *sourceSta
 	return state
 }
 
-// addGeneration offers one generation to the group's bottom-k.
+// addGeneration offers one generation to the group's bottom-k, in the group's key version.
 func (g *group) addGeneration(gen generation, lr plog.LogRecord, at origin, src sourceID, now time.Time) {
 	g.touch(lr, src, now).received++
+	switch {
+	case g.keyVersion == 0:
+		g.keyVersion = gen.keyVersion
+	case gen.keyVersion != g.keyVersion:
+		gen = gen.inKeyVersion(g.keyVersion)
+		g.rekeyed++
+	}
 	switch {
 	case g.kept == nil:
 		g.k = gen.k

@@ -76,16 +76,18 @@ const zeroCount = -1
 
 // rec describes one test record; zero values mean "use the default".
 type rec struct {
-	event    string // default: valgen.generation
-	run      string // default: "run-1"
-	step     int64
-	id       string
-	key      int64 // sent only when hasKey; otherwise computed from the seed
-	hasKey   bool
-	count    int64 // valgen.sample_count: 0 = absent, zeroCount = an explicit 0
-	source   string
-	instance string
-	traceID  byte
+	event  string // default: valgen.generation
+	run    string // default: "run-1"
+	step   int64
+	id     string
+	key    int64 // sent only when hasKey; otherwise computed from the seed
+	hasKey bool
+	// keyVersion is sent as valgen.key_version when > 0; 0 leaves it out (a legacy record: version 1)
+	keyVersion int64
+	count      int64 // valgen.sample_count: 0 = absent, zeroCount = an explicit 0
+	source     string
+	instance   string
+	traceID    byte
 	// end records (expected, valgen.sources_expected, also on start records)
 	seen, emitted, expected int64
 }
@@ -127,6 +129,9 @@ func appendRec(lrs plog.LogRecordSlice, r rec) plog.LogRecord {
 	attrs.PutStr(attrSampleID, r.id)
 	if r.hasKey {
 		attrs.PutInt(attrSampleKey, r.key)
+	}
+	if r.keyVersion > 0 {
+		attrs.PutInt(attrKeyVersion, r.keyVersion)
 	}
 	switch {
 	case r.count > 0:

@@ -17,13 +17,13 @@ import (
 )
 
 // referenceBottomK sorts every id by (key, id) and keeps the first k: the definition itself.
-func referenceBottomK(seed uint64, idsIn []string, k int) []string {
+func referenceBottomK(version int64, seed uint64, idsIn []string, k int) []string {
 	orders := make([]sortKey, 0, len(idsIn))
 	seen := map[string]bool{}
 	for _, id := range idsIn {
 		if !seen[id] {
 			seen[id] = true
-			orders = append(orders, sortKey{key: sampleKey(seed, id), id: id})
+			orders = append(orders, sortKey{key: sampleKey(version, seed, id), id: id})
 		}
 	}
 	sort.Slice(orders, func(i, j int) bool { return orders[i].less(orders[j]) })
@@ -63,7 +63,8 @@ func randomBatches(rng *rand.Rand, records []rec) []plog.Logs {
 }
 
 // TestPartitionInvariance checks that any split of a step's records over batches, arrival
-// orders, sources and per-source pre-sampling yields the same kept records in the same order.
+// orders, sources and per-source pre-sampling yields the same kept records in the same order,
+// for keys of either version computed by the processor.
 func TestPartitionInvariance(t *testing.T) {
 	const k, n, steps = 16, 300, 3
 	sources := []string{"trainer", "rollouter-0", "rollouter-1"}
@@ -81,17 +82,21 @@ func TestPartitionInvariance(t *testing.T) {
 					perSource[src] = append(perSource[src], id)
 					stepIDs = append(stepIDs, id)
 				}
-				want[step] = referenceBottomK(defaultSeed, stepIDs, k)
+				version, sent := keyVersionHMAC, int64(0) // legacy records: no valgen.key_version
+				if trial%4 >= 2 {
+					version, sent = keyVersionMix, keyVersionMix
+				}
+				want[step] = referenceBottomK(version, defaultSeed, stepIDs, k)
 				presample := trial%2 == 1 // odd trials: each source sends only its own bottom-k
 				for src, srcIDs := range perSource {
 					if presample {
-						srcIDs = referenceBottomK(defaultSeed, srcIDs, k)
+						srcIDs = referenceBottomK(version, defaultSeed, srcIDs, k)
 					}
 					for _, id := range srcIDs {
-						all = append(all, rec{step: step, id: id, source: src, count: k})
+						all = append(all, rec{step: step, id: id, source: src, count: k, keyVersion: sent})
 					}
 					if rng.IntN(3) == 0 { // a redelivered record must not change the result
-						all = append(all, rec{step: step, id: srcIDs[0], source: src, count: k})
+						all = append(all, rec{step: step, id: srcIDs[0], source: src, count: k, keyVersion: sent})
 					}
 				}
 			}
@@ -120,7 +125,7 @@ func TestSmallestCountWins(t *testing.T) {
 		allIDs = append(allIDs, id)
 		records = append(records, rec{id: id, count: int64(5 + i%3*5)})
 	}
-	want := referenceBottomK(defaultSeed, allIDs, 5)
+	want := referenceBottomK(keyVersionHMAC, defaultSeed, allIDs, 5)
 	rng := rand.New(rand.NewPCG(3, 4))
 	for range 10 {
 		h := newHarness(t, nil)
@@ -158,7 +163,7 @@ func TestConcurrentConsumers(t *testing.T) {
 	wg.Wait()
 	require.NoError(t, h.p.Shutdown(context.Background()))
 	got := collect(h.sink)
-	require.Equal(t, referenceBottomK(defaultSeed, allIDs, 12), ids(got.kept))
+	require.Equal(t, referenceBottomK(keyVersionHMAC, defaultSeed, allIDs, 12), ids(got.kept))
 	require.Len(t, got.summaries, 1)
 	require.Equal(t, int64(4), intOf(t, got.summaries[0], attrSources))
 }

@@ -25,7 +25,8 @@ import (
 //
 // Version 2 (attempts): group keys end with the attempt (attemptKey), group headers carry the
 // attempt, first-record time, attempt start and per-source start/progress figures. Version 1
-// groups and rings (no "version" in closed) load as attempt "" and are rewritten.
+// groups and rings (no "version" in closed) load as attempt "" and are rewritten. A header
+// without key_version (stored before key versions) holds version-1 keys.
 // Open groups are written after every ConsumeLogs call that touched them, before it returns;
 // a group that closes is deleted in the same batch that puts its key in the closed ring.
 const (
@@ -65,6 +66,7 @@ const (
 	stateAttrAttemptStart    = "attempt_start"
 	stateAttrSourceAnnounced = "announced"
 	stateAttrSourceProgress  = "progress_seen"
+	stateAttrKeyVersion      = "key_version"
 )
 
 // Values of the operation attribute of the storage-errors metric.
@@ -148,6 +150,7 @@ func encodeGroup(g *group) ([]byte, error) {
 	attrs.PutStr(stateAttrAttempt, g.attempt)
 	attrs.PutInt(stateAttrFirstSeen, g.firstSeen.UnixNano())
 	attrs.PutInt(stateAttrAttemptStart, g.attemptStart)
+	attrs.PutInt(stateAttrKeyVersion, g.keyVersion)
 	sources := attrs.PutEmptySlice(stateAttrSources)
 	sources.EnsureCapacity(len(g.sources))
 	for id, state := range g.sources {

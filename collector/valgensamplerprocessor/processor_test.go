@@ -65,7 +65,7 @@ func TestCompleteClose(t *testing.T) {
 	require.Len(t, got.summaries, 1)
 	var want []sortKey
 	for _, r := range append(trainer, rollouter...) {
-		want = append(want, sortKey{key: sampleKey(defaultSeed, r.id), id: r.id})
+		want = append(want, sortKey{key: sampleKey(keyVersionHMAC, defaultSeed, r.id), id: r.id})
 	}
 	ref := newBottomK[string](4)
 	for _, o := range want {

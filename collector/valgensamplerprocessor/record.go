@@ -28,6 +28,7 @@ const (
 	attrSampleID        = "valgen.sample_id"
 	attrSampleKey       = "valgen.sample_key"
 	attrSeed            = "valgen.seed"
+	attrKeyVersion      = "valgen.key_version"
 	attrSource          = "valgen.source"
 	attrSampleCount     = "valgen.sample_count"
 	attrSeen            = "valgen.seen"
@@ -76,8 +77,10 @@ func isSampled(name string) bool {
 
 // generation is what the sampler needs from a valgen.generation record.
 type generation struct {
-	order sortKey
-	k     int
+	order      sortKey
+	k          int
+	keyVersion int64  // valgen.key_version, 1 when absent
+	seed       uint64 // valgen.seed, else the configured seed: to recompute the key
 }
 
 // endInfo is what the sampler needs from a valgen.validation.end record; start records fill
@@ -138,6 +141,20 @@ func parseGeneration(attrs pcommon.Map, cfg *Config) (generation, string) {
 		}
 		gen.k = int(min(count.Int(), int64(cfg.MaxCount)))
 	}
+	gen.keyVersion = keyVersionHMAC
+	if v, present := attrs.Get(attrKeyVersion); present {
+		if v.Type() != pcommon.ValueTypeInt || !knownKeyVersion(v.Int()) {
+			return generation{}, reasonInvalidAttribute
+		}
+		gen.keyVersion = v.Int()
+	}
+	gen.seed = cfg.Seed
+	if s, present := attrs.Get(attrSeed); present {
+		if s.Type() != pcommon.ValueTypeInt {
+			return generation{}, reasonInvalidAttribute
+		}
+		gen.seed = uint64(s.Int()) // two's complement: the seed modulo 2^64, as in Python
+	}
 	if key, present := attrs.Get(attrSampleKey); present {
 		if key.Type() != pcommon.ValueTypeInt || key.Int() < 0 {
 			return generation{}, reasonInvalidAttribute
@@ -145,15 +162,18 @@ func parseGeneration(attrs pcommon.Map, cfg *Config) (generation, string) {
 		gen.order = sortKey{key: uint64(key.Int()), id: id}
 		return gen, ""
 	}
-	seed := cfg.Seed
-	if s, present := attrs.Get(attrSeed); present {
-		if s.Type() != pcommon.ValueTypeInt {
-			return generation{}, reasonInvalidAttribute
-		}
-		seed = uint64(s.Int()) // two's complement: the seed modulo 2^64, as in Python
-	}
-	gen.order = sortKey{key: sampleKey(seed, id), id: id}
+	gen.order = sortKey{key: sampleKey(gen.keyVersion, gen.seed, id), id: id}
 	return gen, ""
+}
+
+// inKeyVersion returns gen with its key recomputed from its seed and sample id under version
+// when it is of another version: a group compares keys of one version only.
+func (gen generation) inKeyVersion(version int64) generation {
+	if gen.keyVersion != version {
+		gen.order.key = sampleKey(version, gen.seed, gen.order.id)
+		gen.keyVersion = version
+	}
+	return gen
 }
 
 // parseEnd validates an end record.

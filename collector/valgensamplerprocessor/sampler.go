@@ -9,6 +9,7 @@ import (
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/plog"
+	"go.uber.org/zap"
 )
 
 // batch is the state of one ConsumeLogs call while it holds the processor's lock.
@@ -108,7 +109,12 @@ func (p *samplerProcessor) take(lr plog.LogRecord, at origin, b *batch) bool {
 	src := sourceOf(attrs, at.rl.Resource())
 	switch name {
 	case eventGeneration:
+		rekeyed := g.rekeyed
 		g.addGeneration(gen, lr, at, src, b.now)
+		if rekeyed == 0 && g.rekeyed > 0 {
+			p.logger.Warn("a valgen step mixes sampling key versions; keys of the other version are recomputed",
+				zap.String("group", g.key), zap.Int64("key_version", g.keyVersion))
+		}
 	case eventStart:
 		g.addStart(info, lr, src, b.now)
 	case eventProgress:

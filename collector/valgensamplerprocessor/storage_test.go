@@ -172,7 +172,7 @@ func wantBottomK(k int, records ...[]rec) []string {
 	for _, list := range records {
 		for _, r := range list {
 			if r.event == "" {
-				orders = append(orders, sortKey{key: sampleKey(defaultSeed, r.id), id: r.id})
+				orders = append(orders, sortKey{key: sampleKey(keyVersionHMAC, defaultSeed, r.id), id: r.id})
 			}
 		}
 	}
@@ -486,6 +486,7 @@ func TestStorageEncodeRoundTrip(t *testing.T) {
 			assert.Equal(t, g.sources, back.sources)
 			assert.Equal(t, g.sourcesExpected, back.sourcesExpected)
 			assert.Equal(t, g.late, back.late)
+			assert.Equal(t, g.keyVersion, back.keyVersion)
 			assert.Equal(t, g.runID.AsRaw(), back.runID.AsRaw())
 			assert.Equal(t, g.step.AsRaw(), back.step.AsRaw())
 			assert.Equal(t, g.resource.Attributes().AsRaw(), back.resource.Attributes().AsRaw())

@@ -9,7 +9,6 @@ environment. Records go through the built collector with its shipped config.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import uuid
 from collections.abc import Iterator
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import xxhash
 from click.testing import CliRunner
 
 from otel_valgen import _api, contract
@@ -91,7 +91,7 @@ def _expected_bottom_k(dumped: list[dict[str, Any]]) -> list[str]:
     ids: list[str] = []
     responses: dict[str, int] = {}
     for row in dumped:
-        prompt = hashlib.sha256(row["input"].encode()).hexdigest()[:16]
+        prompt = xxhash.xxh64_hexdigest(row["input"].encode())
         responses[prompt] = responses.get(prompt, -1) + 1
         ids.append(f"{prompt}/{responses[prompt]}")
     return [sample_id for _, sample_id in bottom_k(((SortKey.of(sample_key(SEED, i), i), i) for i in ids), K)]
