@@ -78,7 +78,7 @@ func BenchmarkConsumeLogs(b *testing.B) {
 }
 
 // BenchmarkSampleKey measures the key of one sample id: version 1 (HMAC-SHA256), version 2
-// of a uid (one SHA-256 of the uid) and of an id derived from the input (no hash).
+// of a uid (one XXH64 of the uid) and of an id derived from the input (no hash).
 func BenchmarkSampleKey(b *testing.B) {
 	for _, bench := range []struct {
 		name    string
