@@ -62,13 +62,6 @@ func (c *closedGroups) add(key string) int {
 	return slot
 }
 
-// oldestFirst lists the remembered keys from the oldest to the newest.
-func (c *closedGroups) oldestFirst() []string {
-	out := make([]string, 0, len(c.ring))
-	out = append(out, c.ring[c.next:]...)
-	return append(out, c.ring[:c.next]...)
-}
-
 // markLate counts a late record if the group is a remembered closed one, and queues the
 // group's late report (built from the record's group_by attributes, attempt and resource).
 func (c *closedGroups) markLate(key string, lr plog.LogRecord, res pcommon.Resource, groupBy []string) bool {
