@@ -17,6 +17,16 @@ import (
 	"github.com/otel-valgen/otel-valgen/collector/valgensamplerprocessor/internal/metadata"
 )
 
+// TestGroupByIsRefused checks that a config still naming group_by (removed: every component
+// groups by run and step) fails to load with the key named, instead of being ignored.
+func TestGroupByIsRefused(t *testing.T) {
+	cm, err := confmaptest.LoadConf(filepath.Join("testdata", "config.yaml"))
+	require.NoError(t, err)
+	sub, err := cm.Sub(component.NewIDWithName(metadata.Type, "group_by").String())
+	require.NoError(t, err)
+	require.ErrorContains(t, sub.Unmarshal(NewFactory().CreateDefaultConfig()), "group_by")
+}
+
 // TestLoadConfig checks that testdata/config.yaml decodes into the expected configs.
 func TestLoadConfig(t *testing.T) {
 	cm, err := confmaptest.LoadConf(filepath.Join("testdata", "config.yaml"))
@@ -34,7 +44,6 @@ func TestLoadConfig(t *testing.T) {
 		{
 			id: component.NewIDWithName(metadata.Type, "custom"),
 			expected: &Config{
-				GroupBy:           []string{"valgen.run_id", "valgen.step", "valgen.data_source"},
 				Count:             8,
 				MaxCount:          32,
 				Seed:              7,
@@ -91,9 +100,6 @@ func TestValidateConfig(t *testing.T) {
 		wantErr error
 	}{
 		{"default", valid(func(*Config) {}), nil},
-		{"empty group_by", valid(func(c *Config) { c.GroupBy = nil }), errEmptyGroupBy},
-		{"blank group_by entry", valid(func(c *Config) { c.GroupBy = []string{"a", ""} }), errInvalidGroupByEntry},
-		{"duplicate group_by entry", valid(func(c *Config) { c.GroupBy = []string{"a", "a"} }), errInvalidGroupByEntry},
 		{"zero count", valid(func(c *Config) { c.Count = 0 }), errInvalidCount},
 		{"max_count below count", valid(func(c *Config) { c.MaxCount = c.Count - 1 }), errInvalidMaxCount},
 		{"zero decision_wait", valid(func(c *Config) { c.DecisionWait = 0 }), errInvalidDecisionWait},

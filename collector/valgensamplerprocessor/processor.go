@@ -221,7 +221,7 @@ func (p *samplerProcessor) take(lr plog.LogRecord, at origin, b *batch) bool {
 		return true
 	}
 
-	key := groupKey(attrs, p.cfg.GroupBy)
+	key := groupKey(attrs)
 	g, open := p.groups[key]
 	if open {
 		// A group whose time is up closes before it takes more, whether or not a tick has
@@ -232,7 +232,7 @@ func (p *samplerProcessor) take(lr plog.LogRecord, at origin, b *batch) bool {
 		}
 	}
 	if !open {
-		if p.closed.markLate(key, lr, at.rl.Resource(), p.cfg.GroupBy) {
+		if p.closed.markLate(key, lr, at.rl.Resource()) {
 			b.st.late++
 			if name == eventGeneration && p.cfg.LateRecords == LateRecordsForward {
 				attrs.PutBool(attrLate, true)
