@@ -301,8 +301,8 @@ def log_generations(
         sample_ids: the dataset uid of each prompt; default a hash of the input. The i-th
             response to the same id within one call gets ``/i`` appended.
         source: the emitting part; defaults to the block's source, then the configured one.
-        count: k for this step, when it differs from the configured one (set by the first
-            call or block of the step).
+        count: k for this step, when it differs from the configured one. When calls or
+            blocks of one step ask for different k, the smallest wins (docs/architecture.md).
 
     Returns:
         How many generations were accepted (0 when the batch was dropped; see ``stats()``).

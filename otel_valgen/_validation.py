@@ -115,7 +115,8 @@ def validation(
         carrier: trace context from ``Validation.carrier()`` of the process that opened the step.
         sources_expected: how many sources will end this step, so the collector can close
             it as soon as all have ended instead of after its wait.
-        count: k for this step when it differs from the configured one.
+        count: k for this step when it differs from the configured one (the smallest k asked
+            for in a step wins).
 
     """
     return Validation(step, source=source, carrier=carrier, sources_expected=sources_expected, count=count)
