@@ -19,7 +19,7 @@ from typing import Any
 from opentelemetry.sdk._logs import ReadableLogRecord
 from opentelemetry.sdk._logs.export import LogRecordExporter, LogRecordExportResult
 
-from otel_valgen import _api
+from otel_valgen import _process
 from otel_valgen._settings import resolve_settings
 
 __all__ = ["CapturingExporter", "capture_records", "record_to_dict"]
@@ -68,10 +68,10 @@ def capture_records(**settings: Any) -> Iterator[list[dict[str, Any]]]:
     ``otel_valgen.stats()`` after the block.
     """
     exporter = CapturingExporter()
-    _api._reset_for_testing()
-    emitter = _api._install_for_testing(resolve_settings(**settings), exporter)
+    _process.reset_for_testing()
+    emitter = _process.install_for_testing(resolve_settings(**settings), exporter)
     try:
         yield exporter.records
     finally:
         emitter.flush(5.0)
-        _api._reset_for_testing(keep_stats=True)
+        _process.reset_for_testing(keep_stats=True)

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from opentelemetry.proto.collector.logs.v1 import logs_service_pb2, logs_service_pb2_grpc
 
-from otel_valgen import _api
+from otel_valgen import _process
 from otel_valgen.otlp_json import to_otlp_json
 from tests.support.otlp_http import OtlpHttpStandIn
 
@@ -51,9 +51,9 @@ def clean_emitter(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[N
     for name in _ENV:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("OTEL_VALGEN_DIR", str(tmp_path / "sink"))
-    _api._reset_for_testing()
+    _process.reset_for_testing()
     yield
-    _api._reset_for_testing()
+    _process.reset_for_testing()
 
 
 class OtlpHttpReceiver(OtlpHttpStandIn):

@@ -127,7 +127,7 @@ def test_records_from_several_processes_merge_to_the_single_process_choice(tmp_p
             mine = ids[part::3]
             vg.log_generations(mine, ["o"] * len(mine), None, sample_ids=mine)
         vg.shutdown()
-        vg._api._reset_for_testing(keep_stats=True)
+        vg._process.reset_for_testing(keep_stats=True)
     generations = [r for r in read_paths([tmp_path], print) if isinstance(r, Generation)]
     assert len(generations) == 3 * 7
     result = CliRunner().invoke(main, ["show", str(tmp_path), "--format", "json"])

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 import otel_valgen as vg
-from otel_valgen import _api, contract
+from otel_valgen import _process, contract
 from otel_valgen.reader import EndRecord, Generation, ProgressRecord, StartRecord, records_from_request
 from otel_valgen.sampling import SortKey, bottom_k, sample_key
 from otel_valgen.selection import select_steps
@@ -95,10 +95,10 @@ def test_reconfiguring_keeps_counting_attempts() -> None:
     with capture_records(run_id="r", count=2, launch_id="L", progress_interval_s=0) as records:
         with vg.validation(step=3):
             vg.log_generations(["q"], ["a"], None)
-        emitter = _api._emitter
+        emitter = _process._emitter
         assert emitter is not None
         exporter = emitter.pipeline.exporter._inner
-        _api._install_for_testing(emitter.settings, exporter)  # type: ignore[arg-type]
+        _process.install_for_testing(emitter.settings, exporter)  # type: ignore[arg-type]
         with vg.validation(step=3):
             vg.log_generations(["q"], ["a"], None)
     assert [r["attributes"][contract.ATTEMPT] for r in _of(records, contract.EVENT_VALIDATION_END)] == ["L.1", "L.2"]
@@ -261,13 +261,13 @@ def test_no_sigterm_handler_is_installed_outside_the_main_thread(monkeypatch: py
     import signal
     import threading
 
-    monkeypatch.setattr(_api, "_sigterm_installed", False)
+    monkeypatch.setattr(_process, "_sigterm_installed", False)
     before = signal.getsignal(signal.SIGTERM)
     errors: list[BaseException] = []
 
     def install() -> None:
         try:
-            _api._install_sigterm_handler()
+            _process._install_sigterm_handler()
         except BaseException as error:  # pragma: no cover - the assertion below reports it
             errors.append(error)
 
@@ -276,7 +276,7 @@ def test_no_sigterm_handler_is_installed_outside_the_main_thread(monkeypatch: py
     worker.join()
     assert errors == []
     assert signal.getsignal(signal.SIGTERM) is before
-    assert _api._sigterm_installed is False
+    assert _process._sigterm_installed is False
 
 
 # -- block-less calls: each is a complete part ------------------------------------------------
