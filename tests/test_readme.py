@@ -148,7 +148,7 @@ def test_the_readme_section_runs_as_written(section: str, tmp_path: Path) -> Non
         outputs.append(done.stdout)
     if section == "Use it in a training job":
         shown = subprocess.run(
-            [sys.executable, "-m", "otel_valgen.cli", "show", "valgen-data", "--format", "json"],
+            [sys.executable, "-m", "otel_valgen.tools.cli", "show", "valgen-data", "--format", "json"],
             cwd=tmp_path,
             env=_environment(tmp_path),
             capture_output=True,

@@ -21,8 +21,8 @@ import xxhash
 from click.testing import CliRunner
 
 from otel_valgen import _process, contract
-from otel_valgen.cli import main as cli_main
 from otel_valgen.sampling import SortKey, bottom_k, sample_key
+from otel_valgen.tools.cli import main as cli_main
 from tests.e2e import harness as e2e
 from tests.verl import harness
 from tests.verl.conftest import VerlFiles

@@ -16,8 +16,8 @@ from click.testing import CliRunner
 
 import otel_valgen as vg
 from otel_valgen import _process
-from otel_valgen.cli import main as cli_main
 from otel_valgen.integrations import verl as vg_verl
+from otel_valgen.tools.cli import main as cli_main
 from tests.verl import harness
 from tests.verl.conftest import VerlFiles
 

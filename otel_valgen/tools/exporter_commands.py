@@ -14,7 +14,7 @@ from types import FrameType
 
 import click
 
-from otel_valgen._cli_support import OperationalError, ValgenCommand, report_read_error
+from otel_valgen.tools._support import OperationalError, ValgenCommand, report_read_error
 from otel_valgen.wandb_exporter.tables import LAYOUTS
 
 __all__ = ["push_command", "wandb_exporter_command"]
