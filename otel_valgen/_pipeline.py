@@ -28,7 +28,8 @@ from opentelemetry.sdk.resources import Resource
 
 from otel_valgen import _stats
 from otel_valgen._delivery import CountingExporter, QueueGuard
-from otel_valgen._settings import Settings, env_int
+from otel_valgen._env import env_int
+from otel_valgen._settings import Settings
 
 _logger = logging.getLogger("otel_valgen")
 

@@ -11,38 +11,14 @@ import pytest
 from opentelemetry.proto.collector.logs.v1 import logs_service_pb2, logs_service_pb2_grpc
 
 from otel_valgen import _process
+from otel_valgen._settings import variable_names
 from otel_valgen.otlp_json import to_otlp_json
 from tests.support.otlp_http import OtlpHttpStandIn
 
 REPO = Path(__file__).resolve().parent.parent
 
-_ENV = (
-    "OTEL_VALGEN_RUN_ID",
-    "OTEL_VALGEN_COUNT",
-    "OTEL_VALGEN_SEED",
-    "OTEL_VALGEN_PRESAMPLE",
-    "OTEL_VALGEN_DIR",
-    "OTEL_VALGEN_SOURCE",
-    "OTEL_VALGEN_MAX_FIELD_BYTES",
-    "OTEL_VALGEN_FLUSH_TIMEOUT",
-    "OTEL_EXPORTER_OTLP_ENDPOINT",
-    "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT",
-    "OTEL_EXPORTER_OTLP_PROTOCOL",
-    "OTEL_EXPORTER_OTLP_LOGS_PROTOCOL",
-    "OTEL_SERVICE_NAME",
-    "OTEL_RESOURCE_ATTRIBUTES",
-    "OTEL_VALGEN_DEFAULT_RUN_ID",
-    "OTEL_VALGEN_SPOOL",
-    "OTEL_VALGEN_VERL",
-    "WANDB_RUN_ID",
-    "WANDB_PROJECT",
-    "WANDB_ENTITY",
-    *(
-        f"OTEL_EXPORTER_OTLP_{signal}{name}"
-        for signal in ("", "LOGS_")
-        for name in ("HEADERS", "CERTIFICATE", "CLIENT_CERTIFICATE", "CLIENT_KEY", "COMPRESSION", "TIMEOUT")
-    ),
-)
+# Every variable of the settings table, so that no test inherits the machine's configuration.
+_ENV = variable_names()
 
 
 @pytest.fixture(autouse=True)

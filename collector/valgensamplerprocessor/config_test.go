@@ -4,6 +4,8 @@
 package valgensamplerprocessor
 
 import (
+	"encoding/json"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -125,4 +127,19 @@ func TestValidateConfig(t *testing.T) {
 			require.ErrorContains(t, err, tt.wantErr.Error())
 		})
 	}
+}
+
+// TestDefaultsAreTheSharedOnes checks count and seed against testdata/defaults.json, which the
+// Python library and collector-config/collector.yaml are checked against too.
+func TestDefaultsAreTheSharedOnes(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", "..", "testdata", "defaults.json"))
+	require.NoError(t, err)
+	var shared struct {
+		Count int    `json:"count"`
+		Seed  uint64 `json:"seed"`
+	}
+	require.NoError(t, json.Unmarshal(data, &shared))
+	cfg := createDefaultConfig().(*Config)
+	require.Equal(t, shared.Count, cfg.Count)
+	require.Equal(t, shared.Seed, cfg.Seed)
 }

@@ -30,7 +30,7 @@ from typing import Any, ClassVar, Final
 
 import otel_valgen as vg
 from otel_valgen import _process
-from otel_valgen._settings import OTEL_VALGEN_VERL, env_bool
+from otel_valgen._env import OTEL_VALGEN_VERL, env_bool
 from otel_valgen.integrations import _trainer_step
 
 __all__ = ["ValGenerationsMixin", "ValidationGenerationsLogger", "install", "log_val_generations"]
