@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from concurrent import futures
 from pathlib import Path
 from typing import Any
 
 import pytest
-from opentelemetry.proto.collector.logs.v1 import logs_service_pb2, logs_service_pb2_grpc
 
 from otel_valgen import _process
 from otel_valgen._settings import variable_names
 from otel_valgen.otlp_json import to_otlp_json
+from tests.support.otlp_grpc import OtlpGrpcStandIn, otlp_grpc_stand_in
 from tests.support.otlp_http import OtlpHttpStandIn
 
 REPO = Path(__file__).resolve().parent.parent
@@ -55,24 +54,8 @@ def otlp_http() -> Iterator[OtlpHttpReceiver]:
     receiver.server.server_close()
 
 
-class _LogsService(logs_service_pb2_grpc.LogsServiceServicer):
-    def __init__(self) -> None:
-        self.requests: list[logs_service_pb2.ExportLogsServiceRequest] = []
-
-    def Export(self, request: Any, context: Any) -> logs_service_pb2.ExportLogsServiceResponse:
-        self.requests.append(request)
-        return logs_service_pb2.ExportLogsServiceResponse()
-
-
 @pytest.fixture
-def otlp_grpc() -> Iterator[tuple[str, _LogsService]]:
-    """An OTLP/gRPC receiver on a free loopback port: (endpoint, service)."""
-    import grpc
-
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-    service = _LogsService()
-    logs_service_pb2_grpc.add_LogsServiceServicer_to_server(service, server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    yield f"http://127.0.0.1:{port}", service
-    server.stop(grace=None)
+def otlp_grpc() -> Iterator[tuple[str, OtlpGrpcStandIn]]:
+    """An OTLP/gRPC receiver on a free loopback port: (endpoint URL, the stand-in)."""
+    with otlp_grpc_stand_in() as stand_in:
+        yield f"http://{stand_in.endpoint}", stand_in

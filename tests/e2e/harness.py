@@ -16,15 +16,15 @@ import subprocess
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
-from concurrent import futures
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from opentelemetry.proto.collector.logs.v1 import logs_service_pb2, logs_service_pb2_grpc
+from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
 
 from otel_valgen.otlp_json import to_otlp_json
+from tests.support.otlp_grpc import otlp_grpc_stand_in
 from tests.support.otlp_http import otlp_http_stand_in
 
 REPO = Path(__file__).resolve().parents[2]
@@ -110,23 +110,8 @@ class StandIn:
 @contextmanager
 def wandb_stand_in() -> Iterator[StandIn]:
     """OTLP/gRPC logs server standing in for the wandb exporter service; endpoint is host:port."""
-    import grpc
-
-    stand_in = StandIn(endpoint=f"127.0.0.1:{free_port()}")
-
-    class Service(logs_service_pb2_grpc.LogsServiceServicer):
-        def Export(self, request: Any, context: Any) -> logs_service_pb2.ExportLogsServiceResponse:
-            stand_in.requests.append(request)
-            return logs_service_pb2.ExportLogsServiceResponse()
-
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-    logs_service_pb2_grpc.add_LogsServiceServicer_to_server(Service(), server)
-    server.add_insecure_port(stand_in.endpoint)
-    server.start()
-    try:
-        yield stand_in
-    finally:
-        server.stop(grace=None)
+    with otlp_grpc_stand_in(f"127.0.0.1:{free_port()}") as server:
+        yield StandIn(endpoint=server.endpoint, requests=server.requests)
 
 
 @contextmanager

@@ -13,17 +13,16 @@ import signal
 import subprocess
 import urllib.request
 from collections.abc import Iterator
-from concurrent import futures
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.e2e import harness
 from tests.e2e.conftest import loki_stand_in, wandb_stand_in  # noqa: F401 (shared fixtures)
 from tests.e2e.harness import Collector, Record, StandIn, records_of_json
+from tests.support.otlp_grpc import otlp_grpc_stand_in
 
 
 def metrics(port: int) -> dict[str, float]:
@@ -163,24 +162,8 @@ def collectors(tmp_path: Path) -> Iterator[Collectors]:
 @contextmanager
 def grpc_stand_in_at(endpoint: str) -> Iterator[StandIn]:
     """An OTLP/gRPC logs stand-in on a given ``host:port``, so it can come up after the collector."""
-    import grpc
-    from opentelemetry.proto.collector.logs.v1 import logs_service_pb2, logs_service_pb2_grpc
-
-    stand_in = StandIn(endpoint=endpoint)
-
-    class Service(logs_service_pb2_grpc.LogsServiceServicer):
-        def Export(self, request: Any, context: Any) -> logs_service_pb2.ExportLogsServiceResponse:
-            stand_in.requests.append(request)
-            return logs_service_pb2.ExportLogsServiceResponse()
-
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-    logs_service_pb2_grpc.add_LogsServiceServicer_to_server(Service(), server)
-    server.add_insecure_port(endpoint)
-    server.start()
-    try:
-        yield stand_in
-    finally:
-        server.stop(grace=None)
+    with otlp_grpc_stand_in(endpoint) as server:
+        yield StandIn(endpoint=endpoint, requests=server.requests)
 
 
 def file_records(path: Path) -> list[Record]:
