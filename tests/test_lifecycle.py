@@ -437,3 +437,32 @@ def test_a_blockless_step_forgotten_after_many_others_starts_a_new_attempt(caplo
     assert ends[-2:] == [(MAX_OPEN_STEPS, "M.1"), (0, "M.2")]
     assert "step_reopened #1]" in caplog.text
     assert "step_reopened #2]" not in caplog.text
+
+
+def test_past_max_open_steps_the_oldest_open_block_is_ended_early(caplog: pytest.LogCaptureFixture) -> None:
+    """Opening one block more than MAX_OPEN_STEPS ends the oldest open one at once; the newest stays open."""
+    from contextlib import ExitStack
+
+    from otel_valgen._emitter import MAX_OPEN_STEPS
+
+    with capture_records(run_id="r", count=1, progress_interval_s=0) as records, ExitStack() as blocks:
+        for step in range(MAX_OPEN_STEPS + 1):
+            blocks.enter_context(vg.validation(step=step))
+        vg.flush(5.0)
+        early = [r["attributes"][contract.STEP] for r in _of(records, END)]
+        vg.log_generations(["a"], ["x"], None)  # the innermost block, still open
+    assert early == [0]
+    assert "more than 256 steps open; ending step 0" in caplog.text
+    last = [r for r in _of(records, END) if r["attributes"][contract.STEP] == MAX_OPEN_STEPS]
+    assert [r["attributes"][contract.SEEN] for r in last] == [1]
+
+
+def test_the_end_record_carries_the_steps_own_count() -> None:
+    """A step's k (count= on the block or the call) is its end record's sample_count, not the configured k."""
+    with capture_records(run_id="r", count=4, progress_interval_s=0) as records:
+        with vg.validation(step=1, count=2):
+            vg.log_generations(["a", "b", "c"], ["x", "y", "z"], None)
+        vg.log_generations(["a"], ["x"], None, step=2, count=3)
+        vg.log_generations(["a"], ["x"], None, step=3)
+    counts = {r["attributes"][contract.STEP]: r["attributes"][contract.SAMPLE_COUNT] for r in _of(records, END)}
+    assert counts == {1: 2, 2: 3, 3: 4}
