@@ -19,6 +19,7 @@ from otel_valgen.sampling import SortKey, bottom_k, sample_key
 from otel_valgen.selection import select_steps
 from otel_valgen.testing import capture_records
 from tests.conftest import REPO, OtlpHttpReceiver
+from tests.e2e.harness import wait_for
 
 END = contract.EVENT_VALIDATION_END
 LIFECYCLE = (contract.EVENT_VALIDATION_START, contract.EVENT_VALIDATION_PROGRESS, contract.EVENT_VALIDATION_END)
@@ -33,10 +34,10 @@ def test_a_block_sends_start_progress_and_end_with_one_attempt() -> None:
     with capture_records(run_id="r", count=3, launch_id="L7", progress_interval_s=0.05) as records:
         with vg.validation(step=4, source="trainer", sources_expected=2):
             vg.log_generations([f"q{i}" for i in range(10)], ["a"] * 10, None)
-            time.sleep(0.4)
+            wait_for(lambda: vg.stats().get("progress_records_emitted", 0) >= 3, 10, "three progress records")
         vg.flush()
         after = len(records)
-        time.sleep(0.3)
+        time.sleep(0.3)  # six progress intervals: none may come after the end
         vg.flush()
         assert len(records) == after, "progress records after the block ended"
     events = [r["event_name"] for r in records]
@@ -146,7 +147,7 @@ def test_start_and_progress_on_the_otlp_wire(otlp_http: OtlpHttpReceiver) -> Non
     vg.configure(run_id="wire", count=2, endpoint=otlp_http.endpoint, launch_id="W", progress_interval_s=0.05)
     with vg.validation(step=2, source="a", sources_expected=1):
         vg.log_generations(["q1", "q2", "q3"], ["x", "y", "z"], None)
-        time.sleep(0.3)
+        wait_for(lambda: vg.stats().get("progress_records_emitted", 0) >= 1, 10, "a progress record")
     records = [r for request in otlp_http.json_requests() for r in records_from_request(request)]
     starts = [r for r in records if isinstance(r, StartRecord)]
     progress = [r for r in records if isinstance(r, ProgressRecord)]
