@@ -15,6 +15,7 @@ import otel_valgen as vg
 from otel_valgen import contract
 from otel_valgen._sanitize import TRUNCATION_MARKER, clean_score, clean_step, clean_text
 from otel_valgen.testing import capture_records
+from tests.support.require import require_module
 
 
 def _one(records: list[dict[str, Any]]) -> dict[str, Any]:
@@ -115,7 +116,7 @@ def test_scores_become_finite_floats_or_are_omitted_with_a_reason(score: Any, ex
 
 def test_torch_scalars_and_tensors_are_accepted() -> None:
     """Torch scalars, 0-d tensors and a score tensor are converted like numpy's."""
-    torch = pytest.importorskip("torch", reason="torch is an optional dependency of the tests")
+    torch = require_module("torch", "torch (pyproject dev extra) is not installed")
     with capture_records(run_id="r", count=10) as records, vg.validation(step=torch.tensor(4)):
         vg.log_generations(["a", "b"], ["x", "y"], torch.tensor([0.5, float("nan")]))
         vg.log_generations(["c"], ["z"], [torch.tensor(2.0, dtype=torch.bfloat16)])
