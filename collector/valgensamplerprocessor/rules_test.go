@@ -152,3 +152,20 @@ func TestRepeatedEndRecordsKeepTheLargestCounts(t *testing.T) {
 	assert.Equal(t, int64(1), intOf(t, s, attrSourcesExpected))
 	assert.Equal(t, int64(0), intOf(t, s, attrMissing))
 }
+
+// TestASourceThatDidNotEndCountsWhatItsProgressReported checks that the summary's seen counts,
+// for a source without an end record, the larger of the generations that arrived and the
+// valgen.seen of its progress records (a presampling source sends fewer than it saw).
+func TestASourceThatDidNotEndCountsWhatItsProgressReported(t *testing.T) {
+	h := newHarness(t, nil)
+	ld := logsOf(stepRecords(1, "trainer", 2, 0)...)
+	lrs := ld.ResourceLogs().At(0).ScopeLogs().At(0).LogRecords()
+	progress := appendRec(lrs, rec{event: eventProgress, step: 1, source: "trainer"})
+	progress.Attributes().PutInt(attrSeen, 10)
+	h.consume(t, ld)
+	require.NoError(t, h.p.Shutdown(context.Background()))
+	s := collect(h.sink).summaries[0]
+	assert.Equal(t, int64(10), intOf(t, s, attrSeen))
+	assert.Equal(t, int64(2), intOf(t, s, attrKept))
+	assert.Equal(t, int64(0), intOf(t, s, attrSourcesEnded))
+}
