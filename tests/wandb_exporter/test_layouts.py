@@ -99,6 +99,21 @@ def test_push_backfills_bottom_k_and_twice_adds_nothing(wandb_dir: Path, tmp_pat
     assert sorted(row[1] for row in table["data"]) == ["s000", "s001", "s002", "s003"]
 
 
+def test_push_rows_layout_writes_and_counts_only_the_rows_not_written_before(wandb_dir: Path, tmp_path: Path) -> None:
+    """Rows layout: a later push whose bottom-k takes in new samples adds those rows only, and counts them."""
+    logs = [generation("run-pr", 3, i) for i in range(6)]  # keys ascend with i
+    _write_otlp_json(tmp_path / "late.jsonl", request(*logs[3:]))
+    config = WriterConfig(layout="rows", mode="offline")
+    first = push_paths([tmp_path / "late.jsonl"], config, count=4, state_dir=tmp_path / "state")
+    assert (first.steps, first.rows) == (1, 3)
+    _write_otlp_json(tmp_path / "early.jsonl", request(*logs[:3]))
+    files = [tmp_path / "late.jsonl", tmp_path / "early.jsonl"]
+    again = push_paths(files, config, count=4, state_dir=tmp_path / "state")
+    assert (again.steps, again.rows, again.errors) == (1, 3, [])  # s003 of the bottom-4 was written already
+    written = [sorted(row[1] for row in table["data"]) for _, table in read_run(wandb_dir, "run-pr").tables(KEY)]
+    assert written == [["s003", "s004", "s005"], ["s000", "s001", "s002"]]
+
+
 def test_push_verl_layout(wandb_dir: Path, tmp_path: Path) -> None:
     """Push in the verl layout writes one row per step, accumulating."""
     _write_otlp_json(tmp_path / "a.jsonl", step_request("run-pv", 1, 2), step_request("run-pv", 2, 2))
