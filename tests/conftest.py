@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from concurrent import futures
 from pathlib import Path
@@ -13,8 +14,25 @@ from opentelemetry.proto.collector.logs.v1 import logs_service_pb2, logs_service
 from otel_valgen import _api
 from otel_valgen.otlp_json import to_otlp_json
 from tests.support.otlp_http import OtlpHttpStandIn
+from tests.support.require import REQUIRE_ALL
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """``--require-all``: a missing tool the project installs fails the test (tests/support/require.py)."""
+    parser.addoption(
+        "--require-all",
+        action="store_true",
+        help=f"a missing tool, binary or package the project installs fails the test ({REQUIRE_ALL}=1)",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Pass ``--require-all`` on as ``VALGEN_REQUIRE_ALL=1`` (subprocesses of the tests see it too)."""
+    if config.getoption("--require-all"):
+        os.environ[REQUIRE_ALL] = "1"
+
 
 _ENV = (
     "OTEL_VALGEN_RUN_ID",

@@ -17,8 +17,9 @@ from otel_valgen import contract
 from otel_valgen import ray as vg_ray
 from otel_valgen.cli import main
 from otel_valgen.reader import Generation, read_paths
+from tests.support.require import require_module
 
-wandb = pytest.importorskip("wandb")
+wandb = require_module("wandb")
 
 
 @pytest.fixture
