@@ -40,8 +40,10 @@ lint:
 typecheck:
 	mypy
 
+# VALGEN_REQUIRE_ALL=1: a tool or binary this target's prerequisites install must be there; its
+# absence fails the tests that need it instead of skipping them (tests/support/require.py).
 test-py:
-	$(PYTHON) -m pytest
+	VALGEN_REQUIRE_ALL=1 $(PYTHON) -m pytest
 
 # Installs everything this project needs (Python packages, the collector build, Docker and
 # its tools) and runs every check, the compose stack among them.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,8 +14,25 @@ from otel_valgen._settings import variable_names
 from otel_valgen.otlp_json import to_otlp_json
 from tests.support.otlp_grpc import OtlpGrpcStandIn, otlp_grpc_stand_in
 from tests.support.otlp_http import OtlpHttpStandIn
+from tests.support.require import REQUIRE_ALL
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """``--require-all``: a missing tool the project installs fails the test (tests/support/require.py)."""
+    parser.addoption(
+        "--require-all",
+        action="store_true",
+        help=f"a missing tool, binary or package the project installs fails the test ({REQUIRE_ALL}=1)",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Pass ``--require-all`` on as ``VALGEN_REQUIRE_ALL=1`` (subprocesses of the tests see it too)."""
+    if config.getoption("--require-all"):
+        os.environ[REQUIRE_ALL] = "1"
+
 
 # Every variable of the settings table, so that no test inherits the machine's configuration.
 _ENV = variable_names()

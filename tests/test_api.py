@@ -262,3 +262,45 @@ def test_shutdown_returns_false_when_the_collector_is_unreachable(
         block.__exit__(None, None, None)
     assert vg.stats()[counter] > 0
     assert vg.stats()["records_exported"] == 0
+
+
+def test_an_enclosing_block_lends_its_source_trace_and_count_only_to_its_own_step() -> None:
+    """log_generations(step=2) inside a block of step 1 takes the configured source and k, and step 2's trace."""
+    with (
+        capture_records(run_id="r", count=4, source="main", progress_interval_s=0) as records,
+        vg.validation(step=1, source="rollouter", count=2),
+    ):
+        vg.log_generations(["a"], ["x"], None)
+        vg.log_generations(["b", "c", "d"], ["y", "z", "w"], None, step=2)
+    step_1 = [r for r in records if r["attributes"][contract.STEP] == 1]
+    step_2 = [r for r in records if r["attributes"][contract.STEP] == 2]
+    assert {r["attributes"][contract.SOURCE] for r in step_1} == {"rollouter"}
+    assert {r["attributes"][contract.SOURCE] for r in step_2} == {"main"}
+    assert len(_generations(step_2)) == 3  # k = 4, not the block's 2
+    assert {r["attributes"][contract.SAMPLE_COUNT] for r in _generations(step_2)} == {4}
+    assert {r["trace_id"] for r in step_1}.isdisjoint(r["trace_id"] for r in step_2)
+
+
+def test_an_empty_uid_falls_back_to_the_input_hash() -> None:
+    """An empty sample id, alone or among others, is replaced by the hash of the generation's input."""
+    with capture_records(run_id="r", count=10) as records:
+        vg.log_generations(["q1", "q2"], ["x", "y"], None, sample_ids=["", "uid-2"], step=1)
+        vg.log_generations(["q3"], ["z"], None, sample_ids=[""], step=1)
+        vg.log_generations(["q4"], ["w"], None, sample_ids=[b""], step=1)
+    ids = sorted(r["attributes"][contract.SAMPLE_ID] for r in _generations(records))
+    assert ids == sorted([*(f"{xxhash.xxh64_hexdigest(q)}/0" for q in (b"q1", b"q3", b"q4")), "uid-2/0"])
+
+
+def test_a_non_str_input_has_the_id_and_key_of_its_text() -> None:
+    """Bytes (and other) inputs are identified by the 16 hex digits of their text's XXH64, as str inputs are."""
+    with capture_records(run_id="r", count=10, seed=3) as records:
+        vg.log_generations([b"prompt", 12345], ["x", "y"], None, step=1)
+        vg.log_generations(["prompt", "12345"], ["x", "y"], None, step=2)
+    by_step: dict[int, list[tuple[str, int]]] = {1: [], 2: []}
+    for r in _generations(records):
+        attributes = r["attributes"]
+        by_step[attributes[contract.STEP]].append((attributes[contract.SAMPLE_ID], attributes[contract.SAMPLE_KEY]))
+    expected = [f"{xxhash.xxh64_hexdigest(b'prompt')}/0", f"{xxhash.xxh64_hexdigest(b'12345')}/0"]
+    assert sorted(sample_id for sample_id, _ in by_step[1]) == sorted(expected)
+    assert sorted(by_step[1]) == sorted(by_step[2])
+    assert all(key == sample_key(3, sample_id) for sample_id, key in by_step[1])

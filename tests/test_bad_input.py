@@ -15,6 +15,7 @@ import otel_valgen as vg
 from otel_valgen import contract
 from otel_valgen._sanitize import TRUNCATION_MARKER, clean_score, clean_step, clean_text
 from otel_valgen.testing import capture_records
+from tests.support.require import require_module
 
 
 def _one(records: list[dict[str, Any]]) -> dict[str, Any]:
@@ -44,16 +45,40 @@ def test_lone_surrogates_are_replaced() -> None:
 
 def test_huge_output_is_truncated_with_marker_and_original_length(caplog: pytest.LogCaptureFixture) -> None:
     """Fields over the limit are cut at a character boundary; the original size is kept."""
-    huge = "é" * 50_000  # 100,000 UTF-8 bytes
+    huge = "a" + "é" * 50_000  # 100,001 UTF-8 bytes: the byte budget ends inside an "é"
     with capture_records(run_id="r", count=4, max_field_bytes=1000) as records, vg.validation(step=1):
         vg.log_generations(["q"], [huge], [1.0])
     record = _one(records)
     output = record["body"]["output"]
-    assert output.endswith(TRUNCATION_MARKER)
+    budget = 1000 - len(TRUNCATION_MARKER.encode("utf-8"))  # 986: "a" and 492 "é" are 985 bytes
+    assert output == "a" + "é" * ((budget - 1) // 2) + TRUNCATION_MARKER  # the split "é" is left out
     assert len(output.encode("utf-8")) <= 1000
-    assert record["attributes"][contract.OUTPUT_LENGTH] == 100_000
+    assert contract.REPLACED_CHARS not in record["attributes"]
+    assert record["attributes"][contract.OUTPUT_LENGTH] == 100_001
     assert vg.stats()["truncated_fields"] == 1
     assert "truncated" in caplog.text
+
+
+def test_a_field_of_exactly_max_field_bytes_is_sent_whole() -> None:
+    """The limit is inclusive: a text of exactly max_field_bytes UTF-8 bytes is neither cut nor counted."""
+    exact = "é" * 500  # 1,000 UTF-8 bytes
+    with capture_records(run_id="r", count=4, max_field_bytes=1000) as records, vg.validation(step=1):
+        vg.log_generations(["q"], [exact], [1.0])
+    record = _one(records)
+    assert record["body"]["output"] == exact
+    assert contract.OUTPUT_LENGTH not in record["attributes"]
+    assert vg.stats().get("truncated_fields", 0) == 0
+    assert clean_text(exact + "x", 1000).original_length == 1001
+
+
+def test_a_replacement_character_already_in_byte_input_is_not_a_repair() -> None:
+    """Only undecodable bytes count as replaced; a U+FFFD the bytes already encode is kept and not counted."""
+    cleaned = clean_text("ok \ufffd ".encode() + b"\xff", 1000)
+    assert (cleaned.text, cleaned.replaced_chars) == ("ok \ufffd \ufffd", 1)
+    with capture_records(run_id="r", count=4) as records, vg.validation(step=1):
+        vg.log_generations(["\ufffd".encode()], [b"fine"], [1.0])
+    assert contract.REPLACED_CHARS not in _one(records)["attributes"]
+    assert vg.stats().get("replaced_chars", 0) == 0
 
 
 def test_default_field_limit_is_64_kib() -> None:
@@ -91,7 +116,7 @@ def test_scores_become_finite_floats_or_are_omitted_with_a_reason(score: Any, ex
 
 def test_torch_scalars_and_tensors_are_accepted() -> None:
     """Torch scalars, 0-d tensors and a score tensor are converted like numpy's."""
-    torch = pytest.importorskip("torch", reason="torch is an optional dependency of the tests")
+    torch = require_module("torch", "torch (pyproject dev extra) is not installed")
     with capture_records(run_id="r", count=10) as records, vg.validation(step=torch.tensor(4)):
         vg.log_generations(["a", "b"], ["x", "y"], torch.tensor([0.5, float("nan")]))
         vg.log_generations(["c"], ["z"], [torch.tensor(2.0, dtype=torch.bfloat16)])

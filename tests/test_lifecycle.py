@@ -20,6 +20,7 @@ from otel_valgen.sampling import SortKey, bottom_k, sample_key
 from otel_valgen.selection import select_steps
 from otel_valgen.testing import capture_records, record_to_dict
 from tests.conftest import REPO, OtlpHttpReceiver
+from tests.e2e.harness import wait_for
 
 END = contract.EVENT_VALIDATION_END
 LIFECYCLE = (contract.EVENT_VALIDATION_START, contract.EVENT_VALIDATION_PROGRESS, contract.EVENT_VALIDATION_END)
@@ -34,10 +35,10 @@ def test_a_block_sends_start_progress_and_end_with_one_attempt() -> None:
     with capture_records(run_id="r", count=3, launch_id="L7", progress_interval_s=0.05) as records:
         with vg.validation(step=4, source="trainer", sources_expected=2):
             vg.log_generations([f"q{i}" for i in range(10)], ["a"] * 10, None)
-            time.sleep(0.4)
+            wait_for(lambda: vg.stats().get("progress_records_emitted", 0) >= 3, 10, "three progress records")
         vg.flush()
         after = len(records)
-        time.sleep(0.3)
+        time.sleep(0.3)  # six progress intervals: none may come after the end
         vg.flush()
         assert len(records) == after, "progress records after the block ended"
     events = [r["event_name"] for r in records]
@@ -149,7 +150,7 @@ def test_start_and_progress_on_the_otlp_wire(otlp_http: OtlpHttpReceiver) -> Non
     vg.configure(run_id="wire", count=2, endpoint=otlp_http.endpoint, launch_id="W", progress_interval_s=0.05)
     with vg.validation(step=2, source="a", sources_expected=1):
         vg.log_generations(["q1", "q2", "q3"], ["x", "y", "z"], None)
-        time.sleep(0.3)
+        wait_for(lambda: vg.stats().get("progress_records_emitted", 0) >= 1, 10, "a progress record")
     records = [r for request in otlp_http.json_requests() for r in records_from_request(request)]
     starts = [r for r in records if isinstance(r, StartRecord)]
     progress = [r for r in records if isinstance(r, ProgressRecord)]
@@ -440,3 +441,32 @@ def test_a_blockless_step_forgotten_after_many_others_starts_a_new_attempt(caplo
     assert ends[-2:] == [(MAX_OPEN_STEPS, "M.1"), (0, "M.2")]
     assert "step_reopened #1]" in caplog.text
     assert "step_reopened #2]" not in caplog.text
+
+
+def test_past_max_open_steps_the_oldest_open_block_is_ended_early(caplog: pytest.LogCaptureFixture) -> None:
+    """Opening one block more than MAX_OPEN_STEPS ends the oldest open one at once; the newest stays open."""
+    from contextlib import ExitStack
+
+    from otel_valgen._emitter import MAX_OPEN_STEPS
+
+    with capture_records(run_id="r", count=1, progress_interval_s=0) as records, ExitStack() as blocks:
+        for step in range(MAX_OPEN_STEPS + 1):
+            blocks.enter_context(vg.validation(step=step))
+        vg.flush(5.0)
+        early = [r["attributes"][contract.STEP] for r in _of(records, END)]
+        vg.log_generations(["a"], ["x"], None)  # the innermost block, still open
+    assert early == [0]
+    assert "more than 256 steps open; ending step 0" in caplog.text
+    last = [r for r in _of(records, END) if r["attributes"][contract.STEP] == MAX_OPEN_STEPS]
+    assert [r["attributes"][contract.SEEN] for r in last] == [1]
+
+
+def test_the_end_record_carries_the_steps_own_count() -> None:
+    """A step's k (count= on the block or the call) is its end record's sample_count, not the configured k."""
+    with capture_records(run_id="r", count=4, progress_interval_s=0) as records:
+        with vg.validation(step=1, count=2):
+            vg.log_generations(["a", "b", "c"], ["x", "y", "z"], None)
+        vg.log_generations(["a"], ["x"], None, step=2, count=3)
+        vg.log_generations(["a"], ["x"], None, step=3)
+    counts = {r["attributes"][contract.STEP]: r["attributes"][contract.SAMPLE_COUNT] for r in _of(records, END)}
+    assert counts == {1: 2, 2: 3, 3: 4}

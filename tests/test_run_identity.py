@@ -17,8 +17,9 @@ from otel_valgen import contract
 from otel_valgen import ray as vg_ray
 from otel_valgen.reader import Generation, read_paths
 from otel_valgen.tools.cli import main
+from tests.support.require import require_module
 
-wandb = pytest.importorskip("wandb")
+wandb = require_module("wandb")
 
 
 @pytest.fixture

@@ -23,6 +23,8 @@ from otel_valgen.sampling import (
     KEY_VERSION,
     KEY_VERSIONS,
     LEGACY_KEY_VERSION,
+    MIX1,
+    MIX2,
     BottomK,
     SortKey,
     bottom_k,
@@ -33,6 +35,7 @@ from otel_valgen.sampling import (
     split_sample_id,
 )
 from tests.conftest import REPO
+from tests.support.require import require_or_skip
 
 VECTORS = REPO / "testdata" / "sampling"
 
@@ -63,9 +66,9 @@ def test_id_hash_is_xxh64_as_published() -> None:
     assert id_hash("") == 0xEF46DB3751D8E999  # XXH64 of no bytes, seed 0 (xxHash's reference value)
 
 
-@pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl is not installed")
 def test_v1_key_matches_an_independent_hmac_implementation() -> None:
     """Version 1 equals OpenSSL's HMAC-SHA256 (first 8 bytes, big-endian, >> 1) for the same input."""
+    require_or_skip(shutil.which("openssl") is not None, "openssl is not installed (the only independent key check)")
     for seed, sample_id in ((42, "abc/0"), (2**64 - 1, "数学题/0"), (0, "")):
         out = subprocess.run(
             ["openssl", "dgst", "-sha256", "-mac", "HMAC", "-macopt", f"hexkey:{seed:016x}"],
@@ -399,3 +402,33 @@ def test_str_subclasses_and_other_values_get_the_ids_of_their_text() -> None:
     assert candidates(Batch(odd, odd, None, None, None, None), keyer, None, None) == want
     texts = [Text(value) for value in plain]
     assert candidates(Batch(texts, texts, None, None, None, None), keyer, None, None) == want
+
+
+def _unmix64(z: int) -> int:
+    """The inverse of ``mix64`` (xor-shifts undone by iteration, multipliers by their inverses mod 2**64)."""
+
+    def unshift(y: int, s: int) -> int:
+        x = y
+        for _ in range(64 // s + 1):
+            x = y ^ (x >> s)
+        return x
+
+    mask = (1 << 64) - 1
+    z = unshift(z, 31)
+    z = unshift((z * pow(MIX2, -1, 1 << 64)) & mask, 27)
+    return unshift((z * pow(MIX1, -1, 1 << 64)) & mask, 30)
+
+
+def test_the_batch_cut_is_dropped_when_fewer_than_k_keys_lie_below_its_guess() -> None:
+    """BatchKeyer guesses a cut from the batch size; with fewer than k keys under it, it keeps every key."""
+    keyer = BatchKeyer(seed=5)
+    size, k = 100, 10
+    lane = seed_lane(5, 1)
+    # Mixed words chosen on purpose: 5 tiny ones, 95 above the guessed cut (2k + 16 of 100 words).
+    words = [i + 1 for i in range(5)] + [(1 << 63) + i for i in range(size - 5)]
+    hashes = b"".join((_unmix64(w) ^ lane).to_bytes(8, "big") for w in words)
+    assert [mix64(int.from_bytes(hashes[8 * i : 8 * i + 8], "big") ^ lane) for i in range(size)] == words
+    found = keyer.candidates(hashes, None, (1 << 63) - 1, k)
+    smallest = sorted(found, key=lambda item: item[1])[:k]
+    assert [index for index, _ in smallest] == list(range(k))
+    assert [key for _, key in smallest] == [w >> 1 for w in words[:k]]

@@ -336,3 +336,22 @@ def test_show_of_embedded_files_skips_a_later_attempt_that_never_ended(tmp_path:
     (step,) = _show_json(tmp_path)
     assert (step["attempt"], step["attempts"]) == ("first.1", 2)
     assert all(g["sample_id"].startswith("old-") for g in step["generations"])
+
+
+def test_an_embedded_step_is_complete_only_when_sources_expected_sources_ended() -> None:
+    """Without a summary, a step whose end records promise two sources is complete once two have ended."""
+    common = {contract.RUN_ID: "emb", contract.STEP: 4, contract.ATTEMPT: "L.1"}
+
+    def part(source: str, t_ms: int) -> list[dict[str, Any]]:
+        attributes = {**common, contract.SOURCE: source}
+        generation = {**attributes, contract.SAMPLE_ID: f"{source}/0", contract.SAMPLE_KEY: t_ms}
+        end = {**attributes, contract.SEEN: 1, contract.EMITTED: 1, contract.SOURCES_EXPECTED: 2}
+        return [
+            _request(contract.EVENT_GENERATION, generation, f"i-{source}", t_ms, {"input": "q", "output": "o"}),
+            _request(contract.EVENT_VALIDATION_END, end, f"i-{source}", t_ms + 1),
+        ]
+
+    (one,) = select_steps(_records(part("A", 10)))
+    assert (one.complete, one.seen) == (False, 1)
+    (both,) = select_steps(_records([*part("A", 10), *part("B", 20)]))
+    assert (both.complete, both.seen) == (True, 2)

@@ -20,7 +20,7 @@ import (
 )
 
 // TestLateRecords checks that records for a closed group never open a new group: they are
-// dropped, or forwarded marked valgen.late, and counted.
+// dropped, or (late generations only) forwarded marked valgen.late, and counted.
 func TestLateRecords(t *testing.T) {
 	for _, policy := range []string{LateRecordsDrop, LateRecordsForward} {
 		t.Run(policy, func(t *testing.T) {
@@ -44,6 +44,11 @@ func TestLateRecords(t *testing.T) {
 			} else {
 				require.Len(t, got.kept, 2)
 			}
+			// Under either policy the late end record is dropped, never forwarded: what else
+			// leaves is the valgen.step.late report.
+			require.Len(t, got.other, 1, "only the late report; the late end record is not forwarded")
+			assert.Equal(t, eventLate, eventName(got.other[0]))
+			assert.Equal(t, int64(2), intOf(t, got.other[0], attrLate))
 			metadatatest.AssertEqualValgenSamplerRecordsLate(t, h.tel,
 				[]metricdata.DataPoint[int64]{{Value: 2}}, metricdatatest.IgnoreTimestamp())
 		})

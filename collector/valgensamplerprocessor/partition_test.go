@@ -116,24 +116,43 @@ func TestPartitionInvariance(t *testing.T) {
 }
 
 // TestSmallestCountWins checks that records asking for different counts give the same result
-// in any order: the group keeps the smallest count asked for.
+// in any order: the group keeps the smallest count asked for. Besides shuffled orders, the
+// largest counts come first in three batches, so that a full bottom-k of 15 shrinks to 10 and
+// a full one of 10 to 5 (the shrink path).
 func TestSmallestCountWins(t *testing.T) {
 	var records []rec
 	var allIDs []string
-	for i := range 40 {
+	byCount := map[int64][]rec{}
+	for i := range 60 {
 		id := fmt.Sprintf("p/%d", i)
 		allIDs = append(allIDs, id)
-		records = append(records, rec{id: id, count: int64(5 + i%3*5)})
+		r := rec{id: id, count: int64(5 + i%3*5)}
+		records = append(records, r)
+		byCount[r.count] = append(byCount[r.count], r)
 	}
 	want := referenceBottomK(keyVersionHMAC, defaultSeed, allIDs, 5)
-	rng := rand.New(rand.NewPCG(3, 4))
-	for range 10 {
+
+	t.Run("largest count first", func(t *testing.T) {
 		h := newHarness(t, nil)
-		for _, ld := range randomBatches(rng, records) {
-			h.consume(t, ld)
+		for _, count := range []int64{15, 10, 5} {
+			for _, g := range h.p.groups {
+				require.Equal(t, int(count)+5, g.kept.len(), "the bottom-k is full before it shrinks to %d", count)
+			}
+			h.consume(t, logsOf(byCount[count]...))
 		}
 		require.NoError(t, h.p.Shutdown(context.Background()))
 		require.Equal(t, want, ids(collect(h.sink).kept))
+	})
+	rng := rand.New(rand.NewPCG(3, 4))
+	for trial := range 10 {
+		t.Run(fmt.Sprintf("shuffled-%d", trial), func(t *testing.T) {
+			h := newHarness(t, nil)
+			for _, ld := range randomBatches(rng, records) {
+				h.consume(t, ld)
+			}
+			require.NoError(t, h.p.Shutdown(context.Background()))
+			require.Equal(t, want, ids(collect(h.sink).kept))
+		})
 	}
 }
 

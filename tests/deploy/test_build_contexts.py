@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.deploy import harness
+from tests.support.require import missing, require_or_skip
 
 DOCKER = harness.REPO / "docker"
 PT_INTERP = 3  # ELF program header type of the dynamic loader's path
@@ -106,11 +107,10 @@ def test_contexts_send_what_the_dockerfiles_copy() -> None:
     assert not [p for p in exporter if not p.startswith(("otel_valgen/", "docker/", "pyproject", "README"))]
 
 
-@pytest.mark.timeout(420)
+@pytest.mark.timeout(720)
 def test_collector_build_stage_makes_a_static_binary_from_its_context(tmp_path: Path) -> None:
     """`CGO_ENABLED=0 bash collector/build.sh` on the collector context alone gives a static otelcol-valgen."""
-    if shutil.which("go") is None:
-        pytest.skip("Go is not installed (make collector needs it too)")
+    require_or_skip(shutil.which("go") is not None, "Go is not installed (make collector needs it too)")
     copy_context(DOCKER / "collector.Dockerfile", tmp_path)
     env = {**os.environ, "CGO_ENABLED": "0"}
     try:
@@ -120,11 +120,12 @@ def test_collector_build_stage_makes_a_static_binary_from_its_context(tmp_path: 
             env=env,
             capture_output=True,
             text=True,
-            timeout=360,
+            timeout=600,
             check=False,
         )
     except subprocess.TimeoutExpired:
-        pytest.skip("the build took over 6 min (an empty Go cache; `make collector` fills it)")
+        # `make test` builds the collector first, so the Go cache is warm there: a failure then.
+        missing("the build took over 10 min (an empty Go cache; `make collector` fills it)")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     binary = tmp_path / "build" / "otelcol-valgen"
     assert is_static_elf(binary), "the Alpine runtime stage needs a binary without a C library dependency"

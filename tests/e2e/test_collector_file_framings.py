@@ -20,6 +20,7 @@ from otel_valgen._framing import ZSTD_MAGIC
 from otel_valgen.reader import Generation, ReadError, read_paths
 from otel_valgen.tools.cli import main
 from tests.e2e import harness
+from tests.support.require import require_or_skip
 
 NATIVE_GATE = "exporter.file.nativeCompression"
 STEPS, K = 3, 4
@@ -97,8 +98,10 @@ def _show(path: Path) -> list[dict[str, object]]:
 @pytest.fixture(scope="module")
 def written(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """The files the collector wrote, with the exporter's default framings and with native compression."""
-    if not harness.COLLECTOR_BIN.is_file():  # the skipping fixture is per test, so it runs after this one
-        pytest.skip(f"{harness.COLLECTOR_BIN} is absent; build it with `make collector`")
+    # the skipping fixture is per test, so it runs after this one
+    require_or_skip(
+        harness.COLLECTOR_BIN.is_file(), f"{harness.COLLECTOR_BIN} is absent; build it with `make collector`"
+    )
     tmp_path = tmp_path_factory.mktemp("framings")
     default, native = _write_files(tmp_path, ()), _write_files(tmp_path, (NATIVE_GATE,))
     return {

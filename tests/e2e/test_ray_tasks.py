@@ -23,8 +23,9 @@ from otel_valgen.sampling import SortKey, bottom_k, sample_key
 from otel_valgen.tools.cli import main as cli_main
 from tests.e2e.conftest import StartCollector
 from tests.e2e.harness import Collector, records_of_file, wait_for
+from tests.support.require import require_module
 
-ray = pytest.importorskip("ray")
+ray = require_module("ray")
 
 pytestmark = pytest.mark.ray
 

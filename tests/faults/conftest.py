@@ -23,6 +23,7 @@ from tests.e2e import harness
 from tests.e2e.conftest import loki_stand_in, wandb_stand_in  # noqa: F401 (shared fixtures)
 from tests.e2e.harness import Collector, Record, StandIn, records_of_json
 from tests.support.otlp_grpc import otlp_grpc_stand_in
+from tests.support.require import require_or_skip
 
 
 def metrics(port: int) -> dict[str, float]:
@@ -152,8 +153,10 @@ class Collectors:
 @pytest.fixture
 def collectors(tmp_path: Path) -> Iterator[Collectors]:
     """The built collector, restartable; skipped, saying why, when it has not been built."""
-    if not harness.COLLECTOR_BIN.is_file():
-        pytest.skip(f"{harness.COLLECTOR_BIN.relative_to(harness.REPO)} is absent; build it with `make collector`")
+    require_or_skip(
+        harness.COLLECTOR_BIN.is_file(),
+        f"{harness.COLLECTOR_BIN.relative_to(harness.REPO)} is absent; build it with `make collector`",
+    )
     started = Collectors(tmp_path / "collectors")
     yield started
     started.stop_all()

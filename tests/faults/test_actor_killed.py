@@ -22,8 +22,9 @@ from otel_valgen.sampling import SortKey, bottom_k, sample_key
 from tests.e2e.harness import StandIn, wait_for
 from tests.e2e.steps import by_step
 from tests.faults.conftest import Collectors, RunningCollector, file_records, metric_sum
+from tests.support.require import require_module
 
-ray = pytest.importorskip("ray")
+ray = require_module("ray")
 
 pytestmark = pytest.mark.ray
 

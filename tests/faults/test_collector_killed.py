@@ -91,7 +91,11 @@ def test_sigkill_mid_step_delivers_what_the_sdk_spool_and_queues_held_once(
         vg.log_generations([f"q {i}" for i in ids], [f"a {i}" for i in ids], [0.5] * len(ids), sample_ids=ids)
         Collectors.kill(collector)
     # Leaving the block returned within the flush timeout; the SDK retried, gave up, and spooled.
-    wait_for(lambda: vg.stats()["records_spooled"] >= K + 1, 15, "A's part of step 2 spooled")
+    # Wait until every record handed to the SDK is settled, not for a count: the start, the kept
+    # records and the end record may leave in separate batches, each retried for 2 s, and a spool
+    # replayed before the last of them is spooled would miss it (the step then never completes).
+    wait_for(lambda: vg.stats()["records_unconfirmed"] == 0, 20, "every record of A's part of step 2 settled")
+    assert vg.stats()["records_spooled"] >= K + 1  # the kept records and the end record, at least
     assert vg.stats()["records_export_failed"] == 0
 
     with grpc_stand_in_at(wandb_endpoint) as wandb_stand_in:

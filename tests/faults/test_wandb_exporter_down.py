@@ -6,7 +6,6 @@ The collector's persistent sending queue holds the sampled steps; when the real
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -51,8 +50,12 @@ def test_tables_arrive_once_each_after_the_wandb_exporter_returns(
                 ids = _ids(source, step)
                 vg.log_generations(ids, [f"answer {i}" for i in ids], [0.25] * len(ids), sample_ids=ids)
     wait_for(lambda: set(STEPS) <= set(by_step(file_records(collector.file_path))[1]), 20, "steps sampled")
-    time.sleep(1.0)  # the collector's export to the absent service has failed and is queued for retry
-    assert "otlp_grpc/wandb" in collector.log_path.read_text(encoding="utf-8")  # the failure is logged
+    # The collector's export to the absent service has failed (logged) and is queued for retry.
+    wait_for(
+        lambda: "otlp_grpc/wandb" in collector.log_path.read_text(encoding="utf-8"),
+        20,
+        "the collector to log its failed export to the absent wandb exporter",
+    )
 
     wandb_dir = tmp_path / "wandb-dir"
     wandb_dir.mkdir()

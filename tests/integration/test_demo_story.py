@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("ray")
+from tests.support.require import require_module
+
+require_module("ray")
 pytestmark = pytest.mark.ray
 
 

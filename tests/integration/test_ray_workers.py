@@ -16,8 +16,9 @@ from otel_valgen.reader import EndRecord, Generation, read_paths, records_from_r
 from otel_valgen.sampling import SortKey, bottom_k, sample_key
 from otel_valgen.selection import select_steps
 from tests.conftest import OtlpHttpReceiver
+from tests.support.require import require_module
 
-ray = pytest.importorskip("ray")
+ray = require_module("ray")
 
 pytestmark = pytest.mark.ray
 

@@ -18,10 +18,11 @@ from otel_valgen import contract
 from otel_valgen import ray as vg_ray
 from otel_valgen.reader import Generation, read_paths
 from tests.conftest import REPO
+from tests.support.require import require_module
 from tests.test_run_identity import offline_run_ids, shown_run_ids
 
-ray = pytest.importorskip("ray")
-wandb = pytest.importorskip("wandb")
+ray = require_module("ray")
+wandb = require_module("wandb")
 
 pytestmark = pytest.mark.ray
 

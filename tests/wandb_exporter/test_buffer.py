@@ -202,3 +202,15 @@ def test_ledger_keeps_the_attempt_the_rule_picks(tmp_path: Any) -> None:
     assert again.rows("r") == [[1, "new"]]
     assert again.is_committed("r", 1, "L1.1")
     assert not again.is_committed("r", 1)
+
+
+def test_a_late_record_already_written_is_a_duplicate_not_an_addition() -> None:
+    """With late additions on, a record whose sample the ledger has is counted as a duplicate and never buffered."""
+    buffer, clock, ledger = make(BufferLimits(step_timeout_s=1), late_additions=True)
+    ledger.commit("r", 1, ["s0", "s1"])
+    assert buffer.add(gen(1, 1), RESOURCE) == []
+    assert (buffer.stats.duplicates, buffer.open_steps) == (1, 0)
+    buffer.add(gen(1, 2), RESOURCE)  # a new sample of the written step: an addition
+    clock.now += 2
+    (closed,) = buffer.expire()
+    assert [g.sample_id for g in closed.generations] == ["s2"]

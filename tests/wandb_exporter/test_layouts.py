@@ -99,13 +99,52 @@ def test_push_backfills_bottom_k_and_twice_adds_nothing(wandb_dir: Path, tmp_pat
     assert sorted(row[1] for row in table["data"]) == ["s000", "s001", "s002", "s003"]
 
 
+def test_push_rows_layout_writes_and_counts_only_the_rows_not_written_before(wandb_dir: Path, tmp_path: Path) -> None:
+    """Rows layout: a later push whose bottom-k takes in new samples adds those rows only, and counts them."""
+    logs = [generation("run-pr", 3, i) for i in range(6)]  # keys ascend with i
+    _write_otlp_json(tmp_path / "late.jsonl", request(*logs[3:]))
+    config = WriterConfig(layout="rows", mode="offline")
+    first = push_paths([tmp_path / "late.jsonl"], config, count=4, state_dir=tmp_path / "state")
+    assert (first.steps, first.rows) == (1, 3)
+    _write_otlp_json(tmp_path / "early.jsonl", request(*logs[:3]))
+    files = [tmp_path / "late.jsonl", tmp_path / "early.jsonl"]
+    again = push_paths(files, config, count=4, state_dir=tmp_path / "state")
+    assert (again.steps, again.rows, again.errors) == (1, 3, [])  # s003 of the bottom-4 was written already
+    # (The two pushes may log to one offline run folder, named to the second: the report is what is checked.)
+    third = push_paths(files, config, count=4, state_dir=tmp_path / "state")
+    assert (third.steps, third.rows, third.steps_skipped) == (0, 0, 1)
+
+
 def test_push_verl_layout(wandb_dir: Path, tmp_path: Path) -> None:
     """Push in the verl layout writes one row per step, accumulating."""
     _write_otlp_json(tmp_path / "a.jsonl", step_request("run-pv", 1, 2), step_request("run-pv", 2, 2))
     report = push_paths([tmp_path / "a.jsonl"], WriterConfig(layout="verl", mode="offline"))
-    assert report.steps == 2
+    assert (report.steps, report.rows, report.errors) == (2, 2, [])
     tables = read_run(wandb_dir, "run-pv").tables(KEY)
     assert [[row[0] for row in t["data"]] for _, t in tables] == [[1], [1, 2]]
+
+
+def test_push_verl_layout_twice_with_one_state_folder_writes_no_step_again(wandb_dir: Path, tmp_path: Path) -> None:
+    """Verl layout: a second push with the same state folder skips every written step and logs no table."""
+    _write_otlp_json(tmp_path / "a.jsonl", step_request("run-pv2", 1, 2), step_request("run-pv2", 2, 2))
+    config = WriterConfig(layout="verl", mode="offline")
+    first = push_paths([tmp_path / "a.jsonl"], config, state_dir=tmp_path / "state")
+    assert (first.steps, first.rows) == (2, 2)
+    again = push_paths([tmp_path / "a.jsonl"], config, state_dir=tmp_path / "state")
+    assert (again.steps, again.rows, again.steps_skipped, again.errors) == (0, 0, 2, [])
+    tables = read_run(wandb_dir, "run-pv2").tables(KEY)
+    assert [[row[0] for row in t["data"]] for _, t in tables] == [[1], [1, 2]]
+
+
+def test_verl_table_is_as_wide_as_its_widest_row(wandb_dir: Path) -> None:
+    """A step that kept fewer samples than an earlier one is padded with None; no column is lost."""
+    run_service("verl", step_request("run-w", 1, 3), step_request("run-w", 2, 1))
+    (_, first), (_, second) = read_run(wandb_dir, "run-w").tables(KEY)
+    assert first["columns"] == second["columns"] == verl_columns(3)
+    assert second["data"] == [
+        [1, "q0", "a0@1", 0.5, "q1", "a1@1", 0.5, "q2", "a2@1", 0.5],
+        [2, "q0", "a0@2", 0.5, None, None, None, None, None, None],
+    ]
 
 
 def _attempts(run: str) -> list[object]:

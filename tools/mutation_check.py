@@ -1,0 +1,627 @@
+"""Mutation check of the core rules: does a test fail when one rule is broken.
+
+Each mutation below breaks one rule on purpose (the sampling key, bottom-k, the close rules,
+the summary counts, the source identity, idempotency, truncation...) by replacing an exact
+snippet of a source file. One at a time, in a temporary copy of the repository (never in the
+working tree), the mutation is applied, the tests named for it run, and the file is restored.
+A mutation is *killed* when those tests fail, and *survives* when they pass: then the rule
+could break without any test noticing. A mutant that does not build (Go) or import (Python)
+is an error of the list, not a kill.
+
+Before the mutations, each distinct test command runs once on the unmutated copy and must
+pass (otherwise a "kill" would mean nothing). A snippet that is no longer found exactly once
+is an error: the list must follow the code.
+
+Usage::
+
+    python tools/mutation_check.py            # every mutation; exit 1 if one survives
+    python tools/mutation_check.py --list     # the mutations and their tests
+    python tools/mutation_check.py --only go.complete.received --only py.sanitize.fits
+    python tools/mutation_check.py --tree /path/to/other/checkout   # check another tree
+
+It runs by hand (about 10 minutes on 2 cores), not in CI on every change: see
+docs/reliability.md. Python tests run with PYTHONPATH=<copy>; Go tests with
+``go test -count=1 ./...`` in the copy's processor module.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+PROCESSOR = "collector/valgensamplerprocessor"
+GO = ("go",)  # the processor module's whole Go test suite (about 10 s)
+_IGNORED = shutil.ignore_patterns(
+    ".git", "build", "build-local", "__pycache__", ".mypy_cache", ".ruff_cache", ".pytest_cache", "*.pyc", ".venv"
+)
+_TIMEOUT_S = 600
+# The chi-square uniformity tests of the key (about 9 s) are left out: every key mutation listed
+# here also breaks the shared vectors, which run in a fraction of that time.
+_DESELECT = "not chi_square and not weak_mix"
+# Some mutants make a test hang (a lock never released): fail it after a minute, not pyproject's 5.
+_TEST_TIMEOUT_S = 60
+
+
+@dataclass(frozen=True)
+class Mutation:
+    """One semantic change of one rule, and the tests that must notice it."""
+
+    name: str
+    rule: str
+    file: str
+    original: str
+    replacement: str
+    tests: tuple[str, ...]  # GO, or pytest paths
+    equivalent: str | None = None  # why no test can notice it: it is reported, never counted as a survivor
+
+
+def _go(path: str) -> str:
+    return f"{PROCESSOR}/{path}"
+
+
+MUTATIONS: tuple[Mutation, ...] = (
+    # --- Go: the close rules --------------------------------------------------------------
+    Mutation(
+        "go.complete.received",
+        "a step is complete only when all that each ended source emitted has arrived",
+        _go("lifecycle.go"),
+        "if !state.ended || state.received < state.end.emitted {",
+        "if !state.ended {",
+        GO,
+    ),
+    Mutation(
+        "go.complete.sources_expected",
+        "a step is complete only when at least sources_expected sources have ended",
+        _go("lifecycle.go"),
+        "return ended >= g.sourcesExpected",
+        "return ended > 0",
+        GO,
+    ),
+    Mutation(
+        "go.complete.wait_without_promise",
+        "without sources_expected a complete step closes only after decision_wait of silence",
+        _go("lifecycle.go"),
+        "if g.complete() && (g.sourcesExpected > 0 || now.Sub(g.lastSeen) >= cfg.DecisionWait) {",
+        "if g.complete() {",
+        GO,
+    ),
+    Mutation(
+        "go.expired.waiting",
+        "silence does not close a step while fewer than sources_expected sources have ended",
+        _go("lifecycle.go"),
+        "waiting := g.sourcesExpected > 0 && g.endedSources() < g.sourcesExpected",
+        "waiting := g.sourcesExpected < 0",
+        GO,
+    ),
+    Mutation(
+        "go.max_groups.oldest",
+        "past max_groups the oldest open group closes",
+        _go("processor.go"),
+        "if oldest == nil || g.seq < oldest.seq {",
+        "if oldest == nil || g.seq > oldest.seq {",
+        GO,
+    ),
+    Mutation(
+        "go.late.forward_generations_only",
+        "the forward policy forwards late generations only; late lifecycle records are dropped",
+        _go("processor.go"),
+        "if name == eventGeneration && p.cfg.LateRecords == LateRecordsForward {",
+        "if p.cfg.LateRecords == LateRecordsForward {",
+        GO,
+    ),
+    Mutation(
+        "go.late.never_reopens",
+        "a record of a closed step is late: it never opens the step again (idempotency)",
+        _go("processor.go"),
+        "if p.closed.markLate(key, lr, at.rl.Resource()) {",
+        "if p.closed.markLate(key, lr, at.rl.Resource()) && p.cfg.MaxGroups < 0 {",
+        GO,
+    ),
+    Mutation(
+        "go.group_key.attempt",
+        "two attempts of one step never share a group",
+        _go("record.go"),
+        "return stepKey(attrs) + attemptKey(attemptOf(attrs))",
+        "return stepKey(attrs)",
+        GO,
+    ),
+    # --- Go: source identity, seeds, key -------------------------------------------------
+    Mutation(
+        "go.source.instance",
+        "a source is (valgen.source, service.instance.id): two processes never merge",
+        _go("record.go"),
+        "id.instance = v.AsString()",
+        "_ = v",
+        GO,
+    ),
+    Mutation(
+        "go.seed.per_record",
+        "a record's valgen.seed, not the configured seed, computes its key",
+        _go("record.go"),
+        "gen.seed = uint64(s.Int())",
+        "_ = s.Int()",
+        GO,
+    ),
+    Mutation(
+        "go.key.lane",
+        "the response index selects the seed's lane (version 2)",
+        _go("samplekey.go"),
+        "return mix64(idHash(base)^seedLane(seed, n)) >> 1",
+        "return mix64(idHash(base)^seedLane(seed, n*0)) >> 1",
+        GO,
+    ),
+    Mutation(
+        "go.key.tiebreak",
+        "equal keys are ordered by sample id",
+        _go("samplekey.go"),
+        "return a.id < b.id",
+        "return a.id > b.id",
+        GO,
+    ),
+    Mutation(
+        "go.key.hex_base",
+        "a 16-hex-digit base id is read as its value, not hashed",
+        _go("samplekey.go"),
+        "if len(base) == hexBaseLength {",
+        "if len(base) == -1 {",
+        GO,
+    ),
+    # --- Go: bottom-k ---------------------------------------------------------------------
+    Mutation(
+        "go.bottomk.shrink",
+        "shrinking a full bottom-k to k' keeps exactly the k' smallest",
+        _go("bottomk.go"),
+        "for len(b.heap) > k {",
+        "for len(b.heap) > 0 && len(b.heap) >= k {",
+        GO,
+    ),
+    Mutation(
+        "go.bottomk.smallest",
+        "a full bottom-k takes a key only when it is smaller than the largest kept",
+        _go("bottomk.go"),
+        "return len(b.heap) < b.k || order.less(b.heap[0].order)",
+        "return len(b.heap) < b.k || b.heap[0].order.less(order)",
+        GO,
+    ),
+    Mutation(
+        "go.bottomk.dedupe",
+        "a record delivered twice is kept once",
+        _go("bottomk.go"),
+        "if _, dup := b.kept[order]; dup {",
+        "if _, dup := b.kept[order]; dup && b.k < 0 {",
+        GO,
+    ),
+    Mutation(
+        "go.group.smallest_k",
+        "a group keeps the smallest k any record asked for",
+        _go("group.go"),
+        "return min(current, asked)",
+        "return max(current, asked)",
+        GO,
+    ),
+    # --- Go: summary counts ---------------------------------------------------------------
+    Mutation(
+        "go.summary.missing_not_negative",
+        "valgen.missing never goes negative when records are redelivered",
+        _go("group.go"),
+        "missing += max(0, state.end.emitted-state.received)",
+        "missing += state.end.emitted - state.received",
+        GO,
+    ),
+    Mutation(
+        "go.end.largest_seen",
+        "a repeated end record keeps the largest seen",
+        _go("group.go"),
+        "state.end.seen = max(state.end.seen, end.seen)",
+        "state.end.seen = end.seen",
+        GO,
+    ),
+    Mutation(
+        "go.end.largest_emitted",
+        "a repeated end record keeps the largest emitted",
+        _go("group.go"),
+        "state.end.emitted = max(state.end.emitted, end.emitted)",
+        "state.end.emitted = end.emitted",
+        GO,
+    ),
+    Mutation(
+        "go.end.largest_sources_expected",
+        "a repeated end record keeps the largest sources_expected",
+        _go("group.go"),
+        "g.sourcesExpected = max(g.sourcesExpected, end.sourcesExpected)",
+        "g.sourcesExpected = end.sourcesExpected",
+        GO,
+    ),
+    Mutation(
+        "go.summary.seen_progress",
+        "a source that did not end counts the larger of what arrived and what progress reported",
+        _go("group.go"),
+        "seen += max(state.received, state.progressSeen)",
+        "seen += state.received",
+        GO,
+    ),
+    Mutation(
+        "go.summary.sources",
+        "valgen.sources counts every source that sent a record, ended or not",
+        _go("summary.go"),
+        "attrs.PutInt(attrSources, int64(len(g.sources)))",
+        "attrs.PutInt(attrSources, g.endedSources())",
+        GO,
+    ),
+    # --- Python: the sampling key and bottom-k ------------------------------------------
+    Mutation(
+        "py.key.lane",
+        "the response index selects the seed's lane (version 2)",
+        "otel_valgen/sampling.py",
+        "return mix64(id_hash(base) ^ seed_lane(seed, n)) >> 1",
+        "return mix64(id_hash(base) ^ seed_lane(seed, 0)) >> 1",
+        ("tests/test_sampling.py",),
+    ),
+    Mutation(
+        "py.key.split_leading_zero",
+        "an index with a leading zero is part of the base id",
+        "otel_valgen/sampling.py",
+        'and (digits[0] != "0" or digits == "0")',
+        "",
+        ("tests/test_sampling.py",),
+    ),
+    Mutation(
+        "py.bottomk.dedupe",
+        "a record delivered twice is kept once",
+        "otel_valgen/sampling.py",
+        "order in self._kept:\n            return False\n        if len(",
+        "False:\n            return False\n        if len(",
+        ("tests/test_sampling.py", "tests/test_presampling.py"),
+    ),
+    Mutation(
+        "py.bottomk.equal_to_largest",
+        "a full bottom-k refuses a key equal to its largest",
+        "otel_valgen/sampling.py",
+        "if order >= self._heap[0].order:",
+        "if order > self._heap[0].order:",
+        ("tests/test_sampling.py",),
+        equivalent="a sort key equal to the largest kept one is in _kept, and offer returned False before",
+    ),
+    Mutation(
+        "py.bottomk.threshold_full",
+        "the presampling threshold exists only once k items are kept",
+        "otel_valgen/sampling.py",
+        "if self.k and len(self._heap) >= self.k else None",
+        "if self.k and self._heap else None",
+        ("tests/test_presampling.py", "tests/test_sampling.py"),
+    ),
+    Mutation(
+        "py.keyer.guess_checked",
+        "the batch's guessed cut is used only when at least k keys lie below it",
+        "otel_valgen/_keys.py",
+        "if flags.bit_count() < k:",
+        "if flags.bit_count() < 1:",
+        ("tests/test_sampling.py", "tests/test_presampling.py"),
+    ),
+    # --- Python: sample ids ---------------------------------------------------------------
+    Mutation(
+        "py.ids.empty_uid_fallback",
+        "an empty uid falls back to the input hash (one at a time)",
+        "otel_valgen/_records.py",
+        "        if text:\n",
+        "        if True:\n",
+        ("tests/test_api.py", "tests/test_sampling.py"),
+    ),
+    Mutation(
+        "py.ids.empty_uid_batch",
+        "an empty uid in a batch of str uids falls back to the input hash",
+        "otel_valgen/_records.py",
+        'if "" in distinct:\n            return None',
+        'if "" in distinct and False:\n            return None',
+        ("tests/test_api.py", "tests/test_sampling.py"),
+    ),
+    Mutation(
+        "py.ids.hash_length_non_str",
+        "a non-str input's id is the 16 hex digits of its text's XXH64, as for str",
+        "otel_valgen/_records.py",
+        "return xxhash.xxh64_hexdigest(_utf8(raw_input))",
+        "return xxhash.xxh64_hexdigest(_utf8(raw_input))[:12]",
+        ("tests/test_api.py", "tests/test_sampling.py", "tests/test_bad_input.py"),
+    ),
+    # --- Python: truncation and repairs ---------------------------------------------------
+    Mutation(
+        "py.sanitize.cut_at_boundary",
+        "a cut text ends at a character boundary (a split character is left out, not replaced)",
+        "otel_valgen/_sanitize.py",
+        'cut = encoded[:budget].decode("utf-8", "ignore")',
+        'cut = encoded[:budget].decode("utf-8", "replace")',
+        ("tests/test_bad_input.py",),
+    ),
+    Mutation(
+        "py.k_rule.smallest",
+        "the k of a step is the smallest asked for (show and the emitter)",
+        "otel_valgen/sampling.py",
+        "return asked if current is None else min(current, asked)",
+        "return asked if current is None else max(current, asked)",
+        ("tests/test_k_rule.py",),
+    ),
+    Mutation(
+        "py.emitter.later_smaller_k",
+        "a later call asking for a smaller k shrinks the open step's bottom-k",
+        "otel_valgen/_emitter.py",
+        "if count is None or count >= self.count:",
+        "if True:",
+        ("tests/test_k_rule.py",),
+    ),
+    Mutation(
+        "py.sanitize.fits",
+        "a text of exactly max_bytes is sent whole",
+        "otel_valgen/_sanitize.py",
+        "if len(encoded) <= max_bytes:",
+        "if len(encoded) < max_bytes:",
+        ("tests/test_bad_input.py",),
+    ),
+    Mutation(
+        "py.sanitize.existing_fffd",
+        "a U+FFFD already in byte input is not counted as a repair",
+        "otel_valgen/_sanitize.py",
+        'replaced = text.count(_REPLACEMENT) - raw.count(_REPLACEMENT.encode("utf-8"))',
+        "replaced = text.count(_REPLACEMENT)",
+        ("tests/test_bad_input.py",),
+    ),
+    # --- Python: the emitter and the API --------------------------------------------------
+    Mutation(
+        "py.api.block_only_for_its_step",
+        "an enclosing block lends its source, trace and k only to calls of its own step",
+        "otel_valgen/_api.py",
+        "same_step = block if block is not None and block.step == resolved_step else None",
+        "same_step = block",
+        ("tests/test_api.py", "tests/test_lifecycle.py"),
+    ),
+    Mutation(
+        "py.emitter.evict_oldest_step",
+        "past MAX_OPEN_STEPS the oldest open step is ended early",
+        "otel_valgen/_emitter.py",
+        "_, overflow = self._steps.popitem(last=False)",
+        "_, overflow = self._steps.popitem(last=True)",
+        ("tests/test_lifecycle.py",),
+    ),
+    Mutation(
+        "py.emitter.evict_oldest_part",
+        "past MAX_OPEN_STEPS block-less parts, the least recently logged one ends",
+        "otel_valgen/_emitter.py",
+        "_, evicted = self._parts.popitem(last=False)",
+        "_, evicted = self._parts.popitem(last=True)",
+        ("tests/test_lifecycle.py",),
+    ),
+    Mutation(
+        "py.emitter.end_sample_count",
+        "the end record carries the step's k, not the configured one",
+        "otel_valgen/_emitter.py",
+        "            contract.SAMPLE_COUNT: state.count,\n",
+        "            contract.SAMPLE_COUNT: self.settings.count,\n",
+        ("tests/test_lifecycle.py",),
+    ),
+    Mutation(
+        "py.api.missing_step_counted",
+        "a call without a step drops and counts every generation of it",
+        "otel_valgen/_api.py",
+        '"missing_step",\n            size,',
+        '"missing_step",\n            1,',
+        ("tests/test_api.py", "tests/test_verl.py"),
+    ),
+    # --- Python: reading steps back (show, the embedded sink) -----------------------------
+    Mutation(
+        "py.selection.largest_end",
+        "repeated end records of a source keep the largest seen",
+        "otel_valgen/selection.py",
+        "seen=max(known.seen, end.seen),",
+        "seen=end.seen,",
+        ("tests/test_show_attempts.py", "tests/test_lifecycle.py"),
+    ),
+    Mutation(
+        "py.selection.source_instance",
+        "a source is (valgen.source, service.instance.id) when steps are read back",
+        "otel_valgen/selection.py",
+        "source = (record.source, record.instance)",
+        'source = (record.source, "")',
+        ("tests/test_show_attempts.py", "tests/test_lifecycle.py"),
+    ),
+    Mutation(
+        "py.selection.complete_sources_expected",
+        "a step read back is complete only when sources_expected sources ended",
+        "otel_valgen/selection.py",
+        "group.starts <= ended and len(ended) >= (group.sources_expected or 0)",
+        "group.starts <= ended",
+        ("tests/test_show_attempts.py", "tests/test_lifecycle.py"),
+    ),
+    # --- Python: the wandb exporter -------------------------------------------------------
+    Mutation(
+        "py.wandb.verl_idempotent",
+        "a second push (verl layout) with the same state folder writes no step again",
+        "otel_valgen/wandb_exporter/writer.py",
+        "if self._ledger.is_committed(step.group_id, step.step, step.attempt):",
+        "if False:",
+        ("tests/wandb_exporter/test_layouts.py",),
+    ),
+    Mutation(
+        "py.wandb.verl_rows_added",
+        "a verl-layout step adds one row",
+        "otel_valgen/wandb_exporter/writer.py",
+        "                1,\n                [g.sample_id for g in step.generations],",
+        "                len(step.generations),\n                [g.sample_id for g in step.generations],",
+        ("tests/wandb_exporter/test_layouts.py",),
+    ),
+    Mutation(
+        "py.wandb.rows_added",
+        "a rows-layout write reports the rows it added, not the step's kept count",
+        "otel_valgen/wandb_exporter/writer.py",
+        "row, added = None, len(rows)",
+        "row, added = None, len(step.generations)",
+        ("tests/wandb_exporter/test_layouts.py",),
+    ),
+    Mutation(
+        "py.wandb.rows_skip_committed",
+        "the rows layout never writes a sample id the ledger has",
+        "otel_valgen/wandb_exporter/writer.py",
+        "rows = generation_rows(step, skip=committed)",
+        "rows = generation_rows(step)",
+        ("tests/wandb_exporter/test_layouts.py", "tests/wandb_exporter/test_service.py"),
+    ),
+    Mutation(
+        "py.wandb.width_widest_row",
+        "the verl table is as wide as its widest row",
+        "otel_valgen/wandb_exporter/tables.py",
+        "width = max(((len(row) - 1) // 3 for row in rows), default=0)",
+        "width = (len(rows[-1]) - 1) // 3 if rows else 0",
+        ("tests/wandb_exporter/test_layouts.py",),
+    ),
+    Mutation(
+        "py.wandb.late_addition_duplicate",
+        "a late addition already written is a duplicate, not a new row",
+        "otel_valgen/wandb_exporter/buffer.py",
+        "if self._ledger.has_sample(record.run_id, record.step, record.sample_id, record.attempt):",
+        "if False:",
+        ("tests/wandb_exporter/test_buffer.py",),
+    ),
+)
+
+
+def _copy_tree(source: Path, target: Path) -> None:
+    shutil.copytree(source, target, ignore=_IGNORED, symlinks=True)
+
+
+def _command(tests: tuple[str, ...], tree: Path) -> tuple[list[str], Path, dict[str, str]]:
+    env = dict(os.environ)
+    if tests == GO:
+        return ["go", "test", "-count=1", "./..."], tree / PROCESSOR, env
+    env["PYTHONPATH"] = str(tree)
+    env.pop("VALGEN_REQUIRE_ALL", None)
+    argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-x", "-o", "addopts="]
+    argv += ["-k", _DESELECT, f"--timeout={_TEST_TIMEOUT_S}"]
+    return [*argv, *sorted(tests)], tree, env
+
+
+# Output that says the mutant never ran: it does not compile or import.
+_BROKEN = ("[build failed]", "[setup failed]", "error during collection", "errors during collection")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One run of a test command."""
+
+    passed: bool
+    broken: bool  # the code did not build or import: the tests never ran
+    seconds: float
+    tail: str
+
+
+def _run(tests: tuple[str, ...], tree: Path) -> Outcome:
+    """Run the tests in ``tree``."""
+    argv, cwd, env = _command(tests, tree)
+    started = time.monotonic()
+    try:
+        done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=_TIMEOUT_S, check=False)
+    except subprocess.TimeoutExpired:
+        return Outcome(False, False, time.monotonic() - started, f"timed out after {_TIMEOUT_S} s")
+    output = done.stdout + done.stderr
+    tail = "\n".join(output.strip().splitlines()[-15:])
+    broken = done.returncode != 0 and any(marker in output for marker in _BROKEN)
+    return Outcome(done.returncode == 0, broken, time.monotonic() - started, tail)
+
+
+def _label(tests: tuple[str, ...]) -> str:
+    return f"go test ./... ({PROCESSOR})" if tests == GO else "pytest " + " ".join(tests)
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--tree", type=Path, default=REPO, help="the repository to copy and mutate (default: this one)")
+    parser.add_argument("--only", action="append", default=[], help="run only this mutation (repeatable)")
+    parser.add_argument("--list", action="store_true", help="list the mutations and exit")
+    parser.add_argument("--no-baseline", action="store_true", help="skip the unmutated run of each test command")
+    args = parser.parse_args(argv)
+    known = {m.name for m in MUTATIONS}
+    if unknown := set(args.only) - known:
+        parser.error(f"unknown mutation(s): {sorted(unknown)}")
+    return args
+
+
+def _check_snippets(tree: Path, chosen: list[Mutation]) -> bool:
+    ok = True
+    for m in chosen:
+        count = (tree / m.file).read_text(encoding="utf-8").count(m.original)
+        if count != 1:
+            print(f"ERROR {m.name}: the snippet occurs {count} times in {m.file}")
+            ok = False
+    return ok
+
+
+def _baseline(tree: Path, chosen: list[Mutation]) -> bool:
+    for tests in dict.fromkeys(tuple(sorted(m.tests)) for m in chosen if m.equivalent is None):
+        outcome = _run(tests, tree)
+        print(f"baseline {'ok  ' if outcome.passed else 'FAIL'} {outcome.seconds:6.1f} s  {_label(tests)}", flush=True)
+        if not outcome.passed:
+            print(outcome.tail)
+            return False
+    return True
+
+
+def _mutate(tree: Path, m: Mutation) -> Outcome:
+    path = tree / m.file
+    text = path.read_text(encoding="utf-8")
+    path.write_text(text.replace(m.original, m.replacement), encoding="utf-8")
+    try:
+        return _run(m.tests, tree)
+    finally:
+        path.write_text(text, encoding="utf-8")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse(argv)
+    chosen = [m for m in MUTATIONS if not args.only or m.name in args.only]
+    if args.list:
+        for m in chosen:
+            print(f"{m.name:40} {m.file}  [{_label(m.tests)}]\n    {m.rule}")
+        return 0
+
+    started = time.monotonic()
+    verdicts: dict[str, list[str]] = {"killed": [], "SURVIVED": [], "BROKEN": [], "equivalent": []}
+    with tempfile.TemporaryDirectory(prefix="valgen-mutants-") as temp:
+        tree = Path(temp) / "repo"
+        _copy_tree(args.tree.resolve(), tree)
+        if not _check_snippets(tree, chosen) or (not args.no_baseline and not _baseline(tree, chosen)):
+            return 2
+        for m in chosen:
+            outcome = _mutate(tree, m)
+            if outcome.broken:
+                verdict, shown = "BROKEN", "BROKEN (does not build)"
+            elif m.equivalent is not None:
+                verdict, shown = "equivalent", "equivalent" if outcome.passed else "equivalent (yet killed)"
+            else:
+                verdict = shown = "killed" if not outcome.passed else "SURVIVED"
+            verdicts[verdict].append(m.name)
+            print(f"{shown:24} {outcome.seconds:6.1f} s  {m.name}: {m.rule}", flush=True)
+            if outcome.broken:
+                print(outcome.tail)
+    killed, survived = verdicts["killed"], verdicts["SURVIVED"]
+    print(
+        f"\nscore: {len(killed)}/{len(killed) + len(survived)} killed"
+        f" ({len(verdicts['equivalent'])} listed as equivalent and not counted, {len(verdicts['BROKEN'])} broken)"
+        f" in {time.monotonic() - started:.0f} s"
+    )
+    for name in survived:
+        print(f"  survived: {name}")
+    for name in verdicts["BROKEN"]:
+        print(f"  broken (fix its replacement): {name}")
+    for m in chosen:
+        if m.equivalent is not None:
+            print(f"  equivalent: {m.name}: {m.equivalent}")
+    return 1 if survived or verdicts["BROKEN"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
