@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import json
 import re
+from pathlib import Path
 
 import pytest
 
@@ -60,13 +61,17 @@ def test_configure_documents_each_argument_with_its_variable() -> None:
 @pytest.mark.parametrize(
     "setting", [s for s in SETTINGS if not s.variables[0].endswith("*")], ids=lambda s: s.variables[0]
 )
-def test_runtime_env_forwards_the_rows_marked_forwarded(setting: object, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_runtime_env_forwards_the_rows_marked_forwarded(
+    setting: object, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     """A variable set in the driver reaches Ray workers exactly when its row says forwarded."""
     from otel_valgen._settings import Setting
 
     assert isinstance(setting, Setting)
     name = setting.variables[-1]
     value = "true" if "INSECURE" in name or name.endswith(("PRESAMPLE", "SPOOL", "VERL")) else "7"
+    if name == _env.OTEL_VALGEN_DIR:
+        value = str(tmp_path / "sink")
     monkeypatch.setenv(name, value)
     forwarded = vg_ray.worker_env()
     assert (name in forwarded) is setting.forwarded
