@@ -90,6 +90,7 @@ def env_int(name: str, default: int, minimum: int | None = None) -> int:
 
 
 def env_float(name: str, default: float) -> float:
+    """A number >= 0 from the environment; a bad value (NaN too) is logged and the default used."""
     raw = os.environ.get(name, "").strip()
     if not raw:
         return default

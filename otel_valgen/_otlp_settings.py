@@ -24,6 +24,7 @@ from otel_valgen._env import (
     OTEL_EXPORTER_OTLP_PROTOCOL,
     OTEL_EXPORTER_OTLP_TIMEOUT,
     env_first,
+    env_float,
 )
 
 _logger = logging.getLogger("otel_valgen")
@@ -101,19 +102,8 @@ def _parse_headers(raw: str) -> dict[str, str]:
 
 
 def _resolve_timeout() -> float:
-    name, raw = env_first(OTEL_EXPORTER_OTLP_LOGS_TIMEOUT, OTEL_EXPORTER_OTLP_TIMEOUT)
-    if not raw:
-        return DEFAULT_OTLP_TIMEOUT_S
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not value >= 0:  # also rejects NaN
-        _logger.warning(
-            "otel_valgen: %s=%r is not a number of seconds >= 0; using %s", name, raw, DEFAULT_OTLP_TIMEOUT_S
-        )
-        return DEFAULT_OTLP_TIMEOUT_S
-    return value
+    name, _ = env_first(OTEL_EXPORTER_OTLP_LOGS_TIMEOUT, OTEL_EXPORTER_OTLP_TIMEOUT)
+    return env_float(name, DEFAULT_OTLP_TIMEOUT_S) if name else DEFAULT_OTLP_TIMEOUT_S
 
 
 def _resolve_compression() -> str:
