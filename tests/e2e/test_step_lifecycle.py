@@ -2,7 +2,7 @@
 
 Each story runs training processes (``tests/e2e/lifecycle_worker.py``, the real otel_valgen and
 OTel SDK) against the built collector with its shipped config. Time is scaled through the
-config: ``decision_wait`` 1 s, ``max_step_duration`` 6 s, a progress record every 0.2 s; a
+config: ``decision_wait`` 1 s, ``max_step_duration`` 10 s, a progress record every 0.2 s; a
 source is "slow" when it works several times longer than ``decision_wait``.
 """
 
@@ -29,7 +29,7 @@ RUN_ID = "lifecycle-run"
 K = 4
 SEED = 7
 WAIT = "1s"
-MAX_STEP = "6s"
+MAX_STEP = "10s"  # the long streamed validation spans 5 s of pauses plus process start and export: keep 2x headroom
 
 
 def ids(prefix: str, count: int, start: int = 0) -> list[str]:
