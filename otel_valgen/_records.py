@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, NamedTuple, Protocol
 
@@ -117,12 +117,6 @@ def _derived_ids(inputs: Sequence[Any]) -> _Ids | None:
     )
 
 
-def _uid_digests(uids: Iterable[str]) -> list[bytes]:
-    """Each uid's ``id_hash`` as 8 bytes, big-endian; UnicodeEncodeError for lone surrogates."""
-    digest = xxhash.xxh64_digest
-    return [bytes.fromhex(uid) if len(uid) == 16 and HEX_DIGITS.issuperset(uid) else digest(uid) for uid in uids]
-
-
 def _given_ids(given: Sequence[Any]) -> _Ids | None:
     """Ids from the caller's uids when all are non-empty valid ``str``: one hash per distinct uid."""
     if set(map(type, given)) != _STR_ONLY:  # str subclasses too go the long way (ids cut at 1 KiB)
@@ -132,9 +126,9 @@ def _given_ids(given: Sequence[Any]) -> _Ids | None:
         if "" in distinct:
             return None
         if len(distinct) == len(given):
-            digests, lanes = _uid_digests(given), None
+            digests, lanes = list(map(_hash_bytes, given)), None
         else:
-            hashed = dict(zip(distinct, _uid_digests(distinct), strict=True))
+            hashed = dict(zip(distinct, map(_hash_bytes, distinct), strict=True))
             digests, lanes = list(map(hashed.__getitem__, given)), _response_lanes(given)
     except UnicodeEncodeError:  # lone surrogates: see _any_ids
         return None
