@@ -7,10 +7,10 @@ PROCESSOR_DIR := collector/valgensamplerprocessor
 .PHONY: demo install install-dev collector docker go-test go-lint lint typecheck test-py test deploy-check
 
 demo: install
-	$(PYTHON) -m otel_valgen.cli demo
+	$(PYTHON) -m otel_valgen.tools demo
 
 install:
-	$(PYTHON) -m pip install --quiet -e ".[ray]"
+	$(PYTHON) -m pip install --quiet -e ".[cli,ray]"
 
 install-dev:
 	$(PYTHON) -m pip install --quiet -e ".[dev]"

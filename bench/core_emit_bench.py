@@ -94,9 +94,9 @@ def otel_valgen_run(
         logged = time.perf_counter()
     ended = time.perf_counter()
     vg.shutdown()
-    from otel_valgen import _api
+    from otel_valgen import _process
 
-    _api._reset_for_testing()
+    _process.reset_for_testing()
     return logged - started, ended - logged
 
 

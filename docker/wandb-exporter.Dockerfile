@@ -20,7 +20,7 @@ COPY otel_valgen/ otel_valgen/
 # is a cache mount: later builds on this engine reuse it, and it stays out of the image.
 RUN --mount=type=cache,target=/root/.cache/pip \
     python -m venv /opt/venv \
-    && /opt/venv/bin/pip install ".[wandb]"
+    && /opt/venv/bin/pip install ".[exporter]"
 
 FROM ${PYTHON_IMAGE}
 RUN groupadd --system --gid 10001 valgen \

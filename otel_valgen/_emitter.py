@@ -39,7 +39,7 @@ from otel_valgen._pipeline import Pipeline
 from otel_valgen._records import Batch, PendingRecord, RecordBuilder, candidates
 from otel_valgen._settings import Settings
 from otel_valgen._tracing import derived_context
-from otel_valgen.sampling import BottomK
+from otel_valgen.sampling import BottomK, step_k
 
 _logger = logging.getLogger("otel_valgen")
 
@@ -66,6 +66,14 @@ class StepState:
     lifecycle: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
     finished: bool = False
     announced: bool = False
+
+    def ask(self, count: int | None) -> None:
+        """Apply a later call's k to the open state: the smallest k asked for wins (``step_k``)."""
+        if count is None or count >= self.count:
+            return
+        self.count = step_k(self.count, count)
+        if self.kept is not None:
+            self.kept.shrink(self.count)
 
 
 def _ray_resource() -> dict[str, str]:
@@ -166,6 +174,7 @@ class Emitter:
                 self._steps[key] = state
                 if len(self._steps) > MAX_OPEN_STEPS:
                     _, overflow = self._steps.popitem(last=False)
+            state.ask(count)
             if context is not None:
                 state.context = context
             if sources_expected is not None:
@@ -219,6 +228,7 @@ class Emitter:
         state = self._parts.get(key)
         if state is not None:
             self._parts.move_to_end(key)
+            state.ask(count)
             return state, None
         state = self._parts[key] = self._new_state(step, source, None, count, None)
         if len(self._parts) <= MAX_OPEN_STEPS:

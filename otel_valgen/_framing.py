@@ -41,12 +41,22 @@ class TruncatedFile(Exception):
     """The file ends inside a zstd frame or a length-prefixed message: it was cut short."""
 
 
+def _zstandard() -> Any:
+    """The zstandard module, which only compressed files need (``otel-valgen[cli]`` has it)."""
+    try:
+        import zstandard
+    except ImportError as error:
+        raise ImportError(
+            "reading zstd-compressed collector files needs zstandard: pip install 'otel-valgen[cli]'"
+        ) from error
+    return zstandard
+
+
 class _ZstdFrames(io.RawIOBase):
     """The decompressed bytes of every zstd frame in ``raw``, one frame after the other."""
 
     def __init__(self, raw: BinaryIO) -> None:
-        import zstandard
-
+        zstandard = _zstandard()
         self._raw = raw
         self._new = zstandard.ZstdDecompressor().decompressobj
         self._frame: Any = None  # the decompressor of the frame being read, None between frames
@@ -85,9 +95,7 @@ def unframe(payload: bytes) -> bytes:
     """``payload`` itself, or its content when it is one zstd frame."""
     if not payload.startswith(ZSTD_MAGIC):
         return payload
-    import zstandard
-
-    frame = zstandard.ZstdDecompressor().decompressobj()
+    frame = _zstandard().ZstdDecompressor().decompressobj()
     content = frame.decompress(payload)
     if not frame.eof:
         raise TruncatedFile("the message's zstd frame is cut short")

@@ -26,9 +26,10 @@ from opentelemetry.sdk._logs.export import (
 )
 from opentelemetry.sdk.resources import Resource
 
-from otel_valgen import _stats
+from otel_valgen import _stats, contract
 from otel_valgen._delivery import CountingExporter, QueueGuard
-from otel_valgen._settings import Settings, env_int
+from otel_valgen._env import env_int
+from otel_valgen._settings import Settings
 
 _logger = logging.getLogger("otel_valgen")
 
@@ -172,7 +173,7 @@ class Pipeline:
             max_export_batch_size=batching.max_export_batch_size,
         )
         self.provider.add_log_record_processor(QueueGuard(batch_processor, self.exporter))
-        self.logger = self.provider.get_logger("otel_valgen")
+        self.logger = self.provider.get_logger(contract.SCOPE_NAME)
         self._stats = stats
 
     @property

@@ -14,7 +14,8 @@ from typing import Any
 from opentelemetry.context import Context
 from opentelemetry.trace import Span
 
-from otel_valgen import _api, contract
+from otel_valgen import _api, _process, contract
+from otel_valgen._process import never_raise
 from otel_valgen._sanitize import clean_step
 from otel_valgen._tracing import carrier_of, parent_context, start_validation_span
 
@@ -44,14 +45,14 @@ class Validation:
         self.context: Context | None = None
         self.state: Any = None
         self._span: Span | None = None
-        self._token: contextvars.Token[Validation | None] | None = None
+        self._token: contextvars.Token[_process.OpenBlock | None] | None = None
         self.flushed: bool | None = None
 
-    @_api._never_raise(None)
+    @never_raise(None)
     def _open(self) -> None:
-        emitter = _api._active_emitter()
+        emitter = _process.active_emitter()
         if emitter is None or self.step is None:
-            _api._stats_registry.warn(
+            _process.counters.warn(
                 "validation_ignored", "validation(step=%r) has no step or runs after shutdown", self.step
             )
             return
@@ -64,17 +65,17 @@ class Validation:
 
     def __enter__(self) -> Validation:
         self._open()
-        self._token = _api._current.set(self)
+        self._token = _process.current_block.set(self)
         return self
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
     ) -> None:
         if self._token is not None:
-            _api._current.reset(self._token)
+            _process.current_block.reset(self._token)
         self._close()
 
-    @_api._never_raise(None)
+    @never_raise(None)
     def _close(self) -> None:
         if self.step is None:
             return
@@ -115,7 +116,8 @@ def validation(
         carrier: trace context from ``Validation.carrier()`` of the process that opened the step.
         sources_expected: how many sources will end this step, so the collector can close
             it as soon as all have ended instead of after its wait.
-        count: k for this step when it differs from the configured one.
+        count: k for this step when it differs from the configured one (the smallest k asked
+            for in a step wins).
 
     """
     return Validation(step, source=source, carrier=carrier, sources_expected=sources_expected, count=count)

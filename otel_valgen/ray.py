@@ -17,48 +17,16 @@ import os
 from typing import Any, Final
 
 from otel_valgen import _api
-from otel_valgen import _settings as env
+from otel_valgen import _env as env
+from otel_valgen._identity import RUN_ID_EXPLICIT
+from otel_valgen._settings import resolve_settings, variable_names
 
 _logger = logging.getLogger("otel_valgen")
 
 SETUP_HOOK: Final = "otel_valgen.ray.setup_worker"
 
-FORWARDED_ENV: Final = (
-    env.OTEL_VALGEN_RUN_ID,
-    env.OTEL_VALGEN_DEFAULT_RUN_ID,
-    env.WANDB_RUN_ID,
-    env.WANDB_PROJECT,
-    env.WANDB_ENTITY,
-    env.OTEL_VALGEN_COUNT,
-    env.OTEL_VALGEN_SEED,
-    env.OTEL_VALGEN_PRESAMPLE,
-    env.OTEL_VALGEN_DIR,
-    env.OTEL_VALGEN_MAX_FIELD_BYTES,
-    env.OTEL_VALGEN_FLUSH_TIMEOUT,
-    env.OTEL_VALGEN_VERL,
-    env.OTEL_VALGEN_LAUNCH_ID,
-    env.OTEL_VALGEN_PROGRESS_INTERVAL,
-    env.OTEL_EXPORTER_OTLP_ENDPOINT,
-    env.OTEL_EXPORTER_OTLP_LOGS_ENDPOINT,
-    env.OTEL_EXPORTER_OTLP_PROTOCOL,
-    env.OTEL_EXPORTER_OTLP_LOGS_PROTOCOL,
-    env.OTEL_EXPORTER_OTLP_HEADERS,
-    env.OTEL_EXPORTER_OTLP_LOGS_HEADERS,
-    env.OTEL_EXPORTER_OTLP_CERTIFICATE,
-    env.OTEL_EXPORTER_OTLP_LOGS_CERTIFICATE,
-    env.OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE,
-    env.OTEL_EXPORTER_OTLP_LOGS_CLIENT_CERTIFICATE,
-    env.OTEL_EXPORTER_OTLP_CLIENT_KEY,
-    env.OTEL_EXPORTER_OTLP_LOGS_CLIENT_KEY,
-    env.OTEL_EXPORTER_OTLP_COMPRESSION,
-    env.OTEL_EXPORTER_OTLP_LOGS_COMPRESSION,
-    env.OTEL_EXPORTER_OTLP_TIMEOUT,
-    env.OTEL_EXPORTER_OTLP_LOGS_TIMEOUT,
-    "OTEL_EXPORTER_OTLP_INSECURE",
-    "OTEL_EXPORTER_OTLP_LOGS_INSECURE",
-    "OTEL_RESOURCE_ATTRIBUTES",
-    "OTEL_SERVICE_NAME",
-)
+FORWARDED_ENV: Final = variable_names(forwarded_only=True)
+"""The variables ``runtime_env()`` passes on when they are set (the settings table's forwarded rows)."""
 
 
 def worker_env() -> dict[str, str]:
@@ -72,7 +40,7 @@ def worker_env() -> dict[str, str]:
     settings = _api.current_settings() or _api.configure()
     values = {name: os.environ[name] for name in FORWARDED_ENV if os.environ.get(name)}
     if settings is not None:
-        explicit = settings.run_id_origin in env.RUN_ID_EXPLICIT
+        explicit = settings.run_id_origin in RUN_ID_EXPLICIT
         values[env.OTEL_VALGEN_RUN_ID if explicit else env.OTEL_VALGEN_DEFAULT_RUN_ID] = settings.run_id
         values[env.OTEL_VALGEN_COUNT] = str(settings.count)
         values[env.OTEL_VALGEN_SEED] = str(settings.seed)
@@ -129,7 +97,7 @@ def setup_worker() -> None:
     try:
         from otel_valgen.integrations import verl
 
-        env.resolve_settings()
+        resolve_settings()
         verl.install()
     except Exception:  # a setup hook that raises would fail the worker
         _logger.exception("otel_valgen: worker setup failed; records will use defaults")

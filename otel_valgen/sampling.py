@@ -74,6 +74,7 @@ __all__ = [
     "sample_key",
     "seed_lane",
     "split_sample_id",
+    "step_k",
 ]
 
 KEY_VERSION: Final = 2
@@ -205,6 +206,14 @@ class BottomK(Generic[T]):
         self._kept.add(order)
         return True
 
+    def shrink(self, k: int) -> None:
+        """Keep only the ``k`` smallest of the kept items (exact: they are the bottom-k so far)."""
+        if not 0 <= k <= self.k:
+            raise ValueError("shrink needs 0 <= k <= the current k")
+        self.k = k
+        while len(self._heap) > k:
+            self._kept.discard(heapq.heappop(self._heap).order)
+
     def would_keep(self, order: Order) -> bool:
         """Whether an item with this sort key would be kept if offered now."""
         if self.k == 0 or order in self._kept:
@@ -225,6 +234,16 @@ class BottomK(Generic[T]):
     def items(self) -> list[tuple[SortKey, T]]:
         """The kept items in ascending sort-key order."""
         return [(SortKey(*entry.order), entry.item) for entry in sorted(self._heap, key=lambda e: e.order)]
+
+
+def step_k(current: int | None, asked: int) -> int:
+    """The k of a step once a record or call asks for ``asked``: the smallest k asked for wins.
+
+    Shrinking a bottom-k is exact and growing one is not (what it dropped is gone), so with
+    this rule every component keeps the same set whatever order the requests arrive in.
+    ``testdata/sampling/k_rule.json`` holds the cases that the Python and Go suites share.
+    """
+    return asked if current is None else min(current, asked)
 
 
 def bottom_k(items: Iterable[tuple[SortKey, T]], k: int) -> list[tuple[SortKey, T]]:

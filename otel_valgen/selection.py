@@ -33,7 +33,7 @@ from typing import Protocol, TypeVar
 
 from otel_valgen._settings import DEFAULT_COUNT, DEFAULT_SEED
 from otel_valgen.reader import EndRecord, Generation, LateReport, ProgressRecord, Record, StartRecord, Summary
-from otel_valgen.sampling import LEGACY_KEY_VERSION, BottomK, SortKey, sample_key
+from otel_valgen.sampling import LEGACY_KEY_VERSION, BottomK, SortKey, sample_key, step_k
 
 __all__ = ["AttemptSelection", "StepSelection", "attempt_rank", "choose_attempt", "select_attempts", "select_steps"]
 
@@ -144,13 +144,12 @@ def sort_key_of(generation: Generation, seed: int, version: int | None = None) -
 def _offer(group: _Attempt, record: Generation, count: int | None, max_count: int | None, seed: int) -> None:
     k = count if count is not None else (record.sample_count or DEFAULT_COUNT)
     k = min(k, max_count) if max_count is not None else k
-    if group.selector is None or group.k is None or k < group.k:
-        # Records asking for different k: the smallest wins, as in the collector, so
-        # the result does not depend on the order the records are read in.
-        previous = group.selector.items() if group.selector is not None else []
-        group.k, group.selector = k, BottomK(k)
-        for order, item in previous:
-            group.selector.offer(order, item)
+    k = step_k(group.k, k)
+    if group.selector is None:
+        group.selector = BottomK(k)
+    elif k < group.selector.k:
+        group.selector.shrink(k)
+    group.k = k
     if group.key_version is None:  # a step's key version is that of its first generation
         group.key_version = record.key_version or LEGACY_KEY_VERSION
     group.selector.offer(sort_key_of(record, seed, group.key_version), record)

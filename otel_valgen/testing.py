@@ -14,15 +14,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, overload
 
 from opentelemetry.sdk._logs import ReadableLogRecord
-from opentelemetry.sdk._logs.export import LogRecordExporter, LogRecordExportResult
+from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter
 
-from otel_valgen import _api
+from otel_valgen import _process
 from otel_valgen._settings import resolve_settings
 
-__all__ = ["CapturingExporter", "capture_records", "record_to_dict"]
+__all__ = ["CapturedRecords", "capture_records", "record_to_dict"]
 
 
 def record_to_dict(record: ReadableLogRecord) -> dict[str, Any]:
@@ -39,39 +39,52 @@ def record_to_dict(record: ReadableLogRecord) -> dict[str, Any]:
     }
 
 
-class CapturingExporter(LogRecordExporter):
-    """An exporter that appends every exported record, as a dict, to ``records``."""
+class CapturedRecords(Sequence[dict[str, Any]]):
+    """The records the SDK's in-memory exporter holds so far, each as ``record_to_dict`` shows it."""
 
-    def __init__(self) -> None:
-        self.records: list[dict[str, Any]] = []
+    def __init__(self, exporter: InMemoryLogRecordExporter) -> None:
+        self._exporter = exporter
 
-    def export(self, batch: Sequence[ReadableLogRecord]) -> LogRecordExportResult:
-        """Append the batch."""
-        self.records.extend(record_to_dict(record) for record in batch)
-        return LogRecordExportResult.SUCCESS
+    def _records(self) -> list[dict[str, Any]]:
+        return [record_to_dict(record) for record in self._exporter.get_finished_logs()]
 
-    def shutdown(self) -> None:
-        """Nothing to release."""
+    @overload
+    def __getitem__(self, index: int) -> dict[str, Any]: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[dict[str, Any]]: ...
+    def __getitem__(self, index: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
+        return self._records()[index]
 
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        """Nothing is buffered."""
-        return True
+    def __len__(self) -> int:
+        return len(self._exporter.get_finished_logs())
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return iter(self._records())
+
+    def __eq__(self, other: object) -> bool:
+        return list(self) == other if isinstance(other, list) else NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 @contextmanager
-def capture_records(**settings: Any) -> Iterator[list[dict[str, Any]]]:
-    """Route otel_valgen's records into a list for the duration of the block.
+def capture_records(**settings: Any) -> Iterator[CapturedRecords]:
+    """Route otel_valgen's records into memory for the duration of the block.
 
-    Keyword arguments are those of ``otel_valgen.configure``. The list fills as records are
+    Keyword arguments are those of ``otel_valgen.configure``. The records appear as they are
     exported: at each step end, after each block-less ``log_generations`` call, at ``flush()``
-    and when the block exits. Counters start from zero and stay readable with
-    ``otel_valgen.stats()`` after the block.
+    and when the block exits (the SDK's ``InMemoryLogRecordExporter`` holds them). Counters start
+    from zero and stay readable with ``otel_valgen.stats()`` after the block. What was
+    configured before the block is configured again after it (with fresh counters kept).
     """
-    exporter = CapturingExporter()
-    _api._reset_for_testing()
-    emitter = _api._install_for_testing(resolve_settings(**settings), exporter)
+    previous = _process.current_emitter()
+    exporter = InMemoryLogRecordExporter()  # type: ignore[no-untyped-call]  # the SDK leaves it unannotated
+    _process.reset_for_testing()
+    emitter = _process.install_for_testing(resolve_settings(**settings), exporter)
     try:
-        yield exporter.records
+        yield CapturedRecords(exporter)
     finally:
         emitter.flush(5.0)
-        _api._reset_for_testing(keep_stats=True)
+        _process.reset_for_testing(keep_stats=True)
+        if previous is not None:
+            _process.install(previous.settings)

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from concurrent import futures
 from pathlib import Path
 from typing import Any
 
 import pytest
-from opentelemetry.proto.collector.logs.v1 import logs_service_pb2, logs_service_pb2_grpc
 
-from otel_valgen import _api
+from otel_valgen import _process
+from otel_valgen._settings import variable_names
 from otel_valgen.otlp_json import to_otlp_json
+from tests.support.otlp_grpc import OtlpGrpcStandIn, otlp_grpc_stand_in
 from tests.support.otlp_http import OtlpHttpStandIn
 from tests.support.require import REQUIRE_ALL
 
@@ -34,33 +34,8 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ[REQUIRE_ALL] = "1"
 
 
-_ENV = (
-    "OTEL_VALGEN_RUN_ID",
-    "OTEL_VALGEN_COUNT",
-    "OTEL_VALGEN_SEED",
-    "OTEL_VALGEN_PRESAMPLE",
-    "OTEL_VALGEN_DIR",
-    "OTEL_VALGEN_SOURCE",
-    "OTEL_VALGEN_MAX_FIELD_BYTES",
-    "OTEL_VALGEN_FLUSH_TIMEOUT",
-    "OTEL_EXPORTER_OTLP_ENDPOINT",
-    "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT",
-    "OTEL_EXPORTER_OTLP_PROTOCOL",
-    "OTEL_EXPORTER_OTLP_LOGS_PROTOCOL",
-    "OTEL_SERVICE_NAME",
-    "OTEL_RESOURCE_ATTRIBUTES",
-    "OTEL_VALGEN_DEFAULT_RUN_ID",
-    "OTEL_VALGEN_SPOOL",
-    "OTEL_VALGEN_VERL",
-    "WANDB_RUN_ID",
-    "WANDB_PROJECT",
-    "WANDB_ENTITY",
-    *(
-        f"OTEL_EXPORTER_OTLP_{signal}{name}"
-        for signal in ("", "LOGS_")
-        for name in ("HEADERS", "CERTIFICATE", "CLIENT_CERTIFICATE", "CLIENT_KEY", "COMPRESSION", "TIMEOUT")
-    ),
-)
+# Every variable of the settings table, so that no test inherits the machine's configuration.
+_ENV = variable_names()
 
 
 @pytest.fixture(autouse=True)
@@ -69,9 +44,9 @@ def clean_emitter(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[N
     for name in _ENV:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("OTEL_VALGEN_DIR", str(tmp_path / "sink"))
-    _api._reset_for_testing()
+    _process.reset_for_testing()
     yield
-    _api._reset_for_testing()
+    _process.reset_for_testing()
 
 
 class OtlpHttpReceiver(OtlpHttpStandIn):
@@ -97,24 +72,8 @@ def otlp_http() -> Iterator[OtlpHttpReceiver]:
     receiver.server.server_close()
 
 
-class _LogsService(logs_service_pb2_grpc.LogsServiceServicer):
-    def __init__(self) -> None:
-        self.requests: list[logs_service_pb2.ExportLogsServiceRequest] = []
-
-    def Export(self, request: Any, context: Any) -> logs_service_pb2.ExportLogsServiceResponse:
-        self.requests.append(request)
-        return logs_service_pb2.ExportLogsServiceResponse()
-
-
 @pytest.fixture
-def otlp_grpc() -> Iterator[tuple[str, _LogsService]]:
-    """An OTLP/gRPC receiver on a free loopback port: (endpoint, service)."""
-    import grpc
-
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-    service = _LogsService()
-    logs_service_pb2_grpc.add_LogsServiceServicer_to_server(service, server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    yield f"http://127.0.0.1:{port}", service
-    server.stop(grace=None)
+def otlp_grpc() -> Iterator[tuple[str, OtlpGrpcStandIn]]:
+    """An OTLP/gRPC receiver on a free loopback port: (endpoint URL, the stand-in)."""
+    with otlp_grpc_stand_in() as stand_in:
+        yield f"http://{stand_in.endpoint}", stand_in

@@ -174,7 +174,7 @@ def test_nothing_configured_uses_the_environment(monkeypatch: pytest.MonkeyPatch
 def test_an_internal_error_never_reaches_the_caller(monkeypatch: pytest.MonkeyPatch) -> None:
     """If the emitter itself breaks, the call returns a default and counts the error."""
     vg.configure(run_id="r")
-    emitter = vg._api._emitter
+    emitter = vg._process._emitter
     assert emitter is not None
 
     def broken(*args: Any, **kwargs: Any) -> int:

@@ -18,13 +18,13 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from otel_valgen._cli_support import OperationalError, ValgenCommand
-from otel_valgen.cli import main
 from otel_valgen.otlp_json import to_otlp_json
+from otel_valgen.tools._support import OperationalError, ValgenCommand
+from otel_valgen.tools.cli import main
 from tests.wandb_exporter.conftest import step_request
 
 REPO = Path(__file__).resolve().parent.parent
-RUN_CLI = "import sys; from otel_valgen.cli import main; main(prog_name='otel-valgen')"
+RUN_CLI = "import sys; from otel_valgen.tools.cli import main; main(prog_name='otel-valgen')"
 
 
 @pytest.fixture

@@ -12,9 +12,9 @@ from click.testing import CliRunner
 
 import otel_valgen as vg
 from otel_valgen import contract
-from otel_valgen.cli import main
 from otel_valgen.reader import Generation, ReadError, read_paths
 from otel_valgen.sampling import SortKey, bottom_k, sample_key
+from otel_valgen.tools.cli import main
 
 
 def _emit(directory: Path, run_id: str = "run-a", steps: int = 2, n: int = 40, k: int = 5) -> None:
@@ -127,7 +127,7 @@ def test_records_from_several_processes_merge_to_the_single_process_choice(tmp_p
             mine = ids[part::3]
             vg.log_generations(mine, ["o"] * len(mine), None, sample_ids=mine)
         vg.shutdown()
-        vg._api._reset_for_testing(keep_stats=True)
+        vg._process.reset_for_testing(keep_stats=True)
     generations = [r for r in read_paths([tmp_path], print) if isinstance(r, Generation)]
     assert len(generations) == 3 * 7
     result = CliRunner().invoke(main, ["show", str(tmp_path), "--format", "json"])

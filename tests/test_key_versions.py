@@ -11,24 +11,24 @@ from click.testing import CliRunner
 
 import otel_valgen as vg
 from otel_valgen import contract
-from otel_valgen.cli import main
 from otel_valgen.reader import Generation, ReadError, read_paths, records_from_request
 from otel_valgen.sampling import KEY_VERSION, LEGACY_KEY_VERSION, SortKey, bottom_k, sample_key
 from otel_valgen.selection import select_steps
 from otel_valgen.testing import capture_records
+from otel_valgen.tools.cli import main
 
 SEED = 42
 IDS = [f"p{i}/0" for i in range(40)]
 
 
-def _generation(sample_id: str, version: int | None, *, keyed: bool = True) -> dict[str, Any]:
+def otlp_generation(sample_id: str, version: int | None, *, keyed: bool = True, count: int = 6) -> dict[str, Any]:
     """An OTLP/JSON generation record as an SDK of key ``version`` sends it (None: an old SDK)."""
     attributes: dict[str, Any] = {
         contract.RUN_ID: "r",
         contract.STEP: 1,
         contract.SAMPLE_ID: sample_id,
         contract.SEED: SEED,
-        contract.SAMPLE_COUNT: 6,
+        contract.SAMPLE_COUNT: count,
     }
     if keyed:
         attributes[contract.SAMPLE_KEY] = sample_key(SEED, sample_id, version or LEGACY_KEY_VERSION)
@@ -72,7 +72,7 @@ def test_the_sdk_sends_version_2_keys() -> None:
 @pytest.mark.parametrize("keyed", [True, False])
 def test_old_files_are_sampled_with_version_1(keyed: bool) -> None:
     """Records without valgen.key_version (earlier releases) are version 1, keyed or not."""
-    generations = _read([_generation(sid, None, keyed=keyed) for sid in IDS])
+    generations = _read([otlp_generation(sid, None, keyed=keyed) for sid in IDS])
     assert all(g.key_version is None for g in generations)
     (step,) = select_steps(generations)
     assert [g.sample_id for g in step.generations] == _oracle(LEGACY_KEY_VERSION)
@@ -81,7 +81,7 @@ def test_old_files_are_sampled_with_version_1(keyed: bool) -> None:
 @pytest.mark.parametrize("keyed", [True, False])
 def test_version_2_files_are_sampled_with_version_2(keyed: bool) -> None:
     """Records with valgen.key_version 2 are compared by version-2 keys, sent or computed."""
-    (step,) = select_steps(_read([_generation(sid, KEY_VERSION, keyed=keyed) for sid in IDS]))
+    (step,) = select_steps(_read([otlp_generation(sid, KEY_VERSION, keyed=keyed) for sid in IDS]))
     assert [g.sample_id for g in step.generations] == _oracle(KEY_VERSION)
     assert _oracle(KEY_VERSION) != _oracle(LEGACY_KEY_VERSION)  # the test tells the versions apart
 
@@ -90,7 +90,7 @@ def test_version_2_files_are_sampled_with_version_2(keyed: bool) -> None:
 def test_a_step_mixing_versions_uses_its_first_generations_version(first: int | None) -> None:
     """The other version's keys are recomputed from seed and id: the bottom-k of all in the first's version."""
     other = None if first == KEY_VERSION else KEY_VERSION
-    requests = [_generation(sid, first) for sid in IDS[:20]] + [_generation(sid, other) for sid in IDS[20:]]
+    requests = [otlp_generation(sid, first) for sid in IDS[:20]] + [otlp_generation(sid, other) for sid in IDS[20:]]
     (step,) = select_steps(_read(requests))
     assert [g.sample_id for g in step.generations] == _oracle(first or LEGACY_KEY_VERSION)
 
@@ -98,7 +98,7 @@ def test_a_step_mixing_versions_uses_its_first_generations_version(first: int | 
 @pytest.mark.parametrize("version", ["3", 0, 3])
 def test_unknown_key_versions_are_skipped_with_a_warning(tmp_path: Path, version: Any) -> None:
     """A generation of a key version this release does not know is reported and left out."""
-    request = _generation("p0/0", None)
+    request = otlp_generation("p0/0", None)
     log = request["resourceLogs"][0]["scopeLogs"][0]["logRecords"][0]
     log["attributes"].append(
         {
@@ -107,7 +107,7 @@ def test_unknown_key_versions_are_skipped_with_a_warning(tmp_path: Path, version
         }
     )
     path = tmp_path / "unknown.jsonl"
-    path.write_text(json.dumps(_generation("p1/0", None)) + "\n" + json.dumps(request) + "\n", encoding="utf-8")
+    path.write_text(json.dumps(otlp_generation("p1/0", None)) + "\n" + json.dumps(request) + "\n", encoding="utf-8")
     errors: list[ReadError] = []
     generations = [r for r in read_paths([path], errors.append) if isinstance(r, Generation)]
     assert [g.sample_id for g in generations] == ["p1/0"]

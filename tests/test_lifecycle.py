@@ -11,13 +11,14 @@ import time
 from typing import Any
 
 import pytest
+from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter
 
 import otel_valgen as vg
-from otel_valgen import _api, contract
+from otel_valgen import _process, contract
 from otel_valgen.reader import EndRecord, Generation, ProgressRecord, StartRecord, records_from_request
 from otel_valgen.sampling import SortKey, bottom_k, sample_key
 from otel_valgen.selection import select_steps
-from otel_valgen.testing import capture_records
+from otel_valgen.testing import capture_records, record_to_dict
 from tests.conftest import REPO, OtlpHttpReceiver
 from tests.e2e.harness import wait_for
 
@@ -96,13 +97,15 @@ def test_reconfiguring_keeps_counting_attempts() -> None:
     with capture_records(run_id="r", count=2, launch_id="L", progress_interval_s=0) as records:
         with vg.validation(step=3):
             vg.log_generations(["q"], ["a"], None)
-        emitter = _api._emitter
+        emitter = _process._emitter
         assert emitter is not None
-        exporter = emitter.pipeline.exporter._inner
-        _api._install_for_testing(emitter.settings, exporter)  # type: ignore[arg-type]
+        second = InMemoryLogRecordExporter()  # type: ignore[no-untyped-call]
+        _process.install_for_testing(emitter.settings, second)  # shuts the first emitter (and exporter) down
         with vg.validation(step=3):
             vg.log_generations(["q"], ["a"], None)
-    assert [r["attributes"][contract.ATTEMPT] for r in _of(records, contract.EVENT_VALIDATION_END)] == ["L.1", "L.2"]
+        later = [record_to_dict(record) for record in second.get_finished_logs()]
+    ends = _of([*records, *later], contract.EVENT_VALIDATION_END)
+    assert [r["attributes"][contract.ATTEMPT] for r in ends] == ["L.1", "L.2"]
 
 
 def test_each_process_is_its_own_launch_unless_told() -> None:
@@ -262,13 +265,13 @@ def test_no_sigterm_handler_is_installed_outside_the_main_thread(monkeypatch: py
     import signal
     import threading
 
-    monkeypatch.setattr(_api, "_sigterm_installed", False)
+    monkeypatch.setattr(_process, "_sigterm_installed", False)
     before = signal.getsignal(signal.SIGTERM)
     errors: list[BaseException] = []
 
     def install() -> None:
         try:
-            _api._install_sigterm_handler()
+            _process._install_sigterm_handler()
         except BaseException as error:  # pragma: no cover - the assertion below reports it
             errors.append(error)
 
@@ -277,7 +280,7 @@ def test_no_sigterm_handler_is_installed_outside_the_main_thread(monkeypatch: py
     worker.join()
     assert errors == []
     assert signal.getsignal(signal.SIGTERM) is before
-    assert _api._sigterm_installed is False
+    assert _process._sigterm_installed is False
 
 
 # -- block-less calls: each is a complete part ------------------------------------------------

@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import otel_valgen as vg
-from otel_valgen import _api, contract
+from otel_valgen import _process, contract
 from otel_valgen.sampling import SortKey, bottom_k, sample_key
 from otel_valgen.testing import capture_records
 
@@ -31,7 +31,7 @@ def _emit_as_processes(
                 vg.log_generations(part, ["out"] * len(part), [0.5] * len(part), sample_ids=part)
                 cut, turn = cut + size, turn + 1
         records.extend(got)
-        _api._reset_for_testing()
+        _process.reset_for_testing()
     return records
 
 

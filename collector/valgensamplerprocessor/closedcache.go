@@ -23,7 +23,7 @@ type closedEntry struct {
 	late int64
 }
 
-// lateReport is the pending valgen.step.late record of a closed group: the group_by values
+// lateReport is the pending valgen.step.late record of a closed group: the step attributes' values
 // and attempt of its first late record, that record's resource, the cumulative late count.
 type lateReport struct {
 	attrs    pcommon.Map
@@ -62,16 +62,9 @@ func (c *closedGroups) add(key string) int {
 	return slot
 }
 
-// oldestFirst lists the remembered keys from the oldest to the newest.
-func (c *closedGroups) oldestFirst() []string {
-	out := make([]string, 0, len(c.ring))
-	out = append(out, c.ring[c.next:]...)
-	return append(out, c.ring[:c.next]...)
-}
-
 // markLate counts a late record if the group is a remembered closed one, and queues the
-// group's late report (built from the record's group_by attributes, attempt and resource).
-func (c *closedGroups) markLate(key string, lr plog.LogRecord, res pcommon.Resource, groupBy []string) bool {
+// group's late report (built from the record's step attributes, attempt and resource).
+func (c *closedGroups) markLate(key string, lr plog.LogRecord, res pcommon.Resource) bool {
 	e, ok := c.entries[key]
 	if !ok {
 		return false
@@ -81,7 +74,7 @@ func (c *closedGroups) markLate(key string, lr plog.LogRecord, res pcommon.Resou
 	if !queued {
 		r = &lateReport{attrs: pcommon.NewMap(), resource: pcommon.NewResource()}
 		attrs := lr.Attributes()
-		for _, name := range groupBy {
+		for _, name := range stepAttributes {
 			if v, present := attrs.Get(name); present {
 				v.CopyTo(r.attrs.PutEmpty(name))
 			}

@@ -29,14 +29,7 @@ const (
 	defaultLateRecords       = LateRecordsDrop
 )
 
-// defaultGroupBy returns the attributes that identify a validation step.
-func defaultGroupBy() []string {
-	return []string{attrRunID, attrStep}
-}
-
 var (
-	errEmptyGroupBy         = errors.New("group_by must name at least one attribute")
-	errInvalidGroupByEntry  = errors.New("group_by entries must be non-empty and distinct")
 	errInvalidCount         = errors.New("count must be > 0")
 	errInvalidMaxCount      = errors.New("max_count must be >= count")
 	errInvalidDecisionWait  = errors.New("decision_wait must be > 0")
@@ -50,8 +43,6 @@ var (
 
 // Config defines the configuration of the valgen_sampler processor.
 type Config struct {
-	// GroupBy lists the record attributes whose values identify a group (a validation step).
-	GroupBy []string `mapstructure:"group_by"`
 	// Count is the number of records kept per group when a record carries no valgen.sample_count.
 	Count int `mapstructure:"count"`
 	// MaxCount caps the valgen.sample_count that records may ask for.
@@ -83,7 +74,6 @@ var _ component.Config = (*Config)(nil)
 
 func createDefaultConfig() component.Config {
 	return &Config{
-		GroupBy:           defaultGroupBy(),
 		Count:             defaultCount,
 		MaxCount:          defaultMaxCount,
 		Seed:              defaultSeed,
@@ -98,16 +88,6 @@ func createDefaultConfig() component.Config {
 // Validate checks every field that can be checked before the processor starts.
 func (cfg *Config) Validate() error {
 	var errs []error
-	if len(cfg.GroupBy) == 0 {
-		errs = append(errs, errEmptyGroupBy)
-	}
-	seen := make(map[string]struct{}, len(cfg.GroupBy))
-	for _, key := range cfg.GroupBy {
-		if _, dup := seen[key]; dup || key == "" {
-			errs = append(errs, fmt.Errorf("%w: %q", errInvalidGroupByEntry, key))
-		}
-		seen[key] = struct{}{}
-	}
 	if cfg.Count <= 0 {
 		errs = append(errs, fmt.Errorf("%w, got %d", errInvalidCount, cfg.Count))
 	}

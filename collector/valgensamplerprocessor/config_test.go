@@ -4,6 +4,8 @@
 package valgensamplerprocessor
 
 import (
+	"encoding/json"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -16,6 +18,16 @@ import (
 
 	"github.com/otel-valgen/otel-valgen/collector/valgensamplerprocessor/internal/metadata"
 )
+
+// TestGroupByIsRefused checks that a config still naming group_by (removed: every component
+// groups by run and step) fails to load with the key named, instead of being ignored.
+func TestGroupByIsRefused(t *testing.T) {
+	cm, err := confmaptest.LoadConf(filepath.Join("testdata", "config.yaml"))
+	require.NoError(t, err)
+	sub, err := cm.Sub(component.NewIDWithName(metadata.Type, "group_by").String())
+	require.NoError(t, err)
+	require.ErrorContains(t, sub.Unmarshal(NewFactory().CreateDefaultConfig()), "group_by")
+}
 
 // TestLoadConfig checks that testdata/config.yaml decodes into the expected configs.
 func TestLoadConfig(t *testing.T) {
@@ -34,7 +46,6 @@ func TestLoadConfig(t *testing.T) {
 		{
 			id: component.NewIDWithName(metadata.Type, "custom"),
 			expected: &Config{
-				GroupBy:           []string{"valgen.run_id", "valgen.step", "valgen.data_source"},
 				Count:             8,
 				MaxCount:          32,
 				Seed:              7,
@@ -91,9 +102,6 @@ func TestValidateConfig(t *testing.T) {
 		wantErr error
 	}{
 		{"default", valid(func(*Config) {}), nil},
-		{"empty group_by", valid(func(c *Config) { c.GroupBy = nil }), errEmptyGroupBy},
-		{"blank group_by entry", valid(func(c *Config) { c.GroupBy = []string{"a", ""} }), errInvalidGroupByEntry},
-		{"duplicate group_by entry", valid(func(c *Config) { c.GroupBy = []string{"a", "a"} }), errInvalidGroupByEntry},
 		{"zero count", valid(func(c *Config) { c.Count = 0 }), errInvalidCount},
 		{"max_count below count", valid(func(c *Config) { c.MaxCount = c.Count - 1 }), errInvalidMaxCount},
 		{"zero decision_wait", valid(func(c *Config) { c.DecisionWait = 0 }), errInvalidDecisionWait},
@@ -119,4 +127,19 @@ func TestValidateConfig(t *testing.T) {
 			require.ErrorContains(t, err, tt.wantErr.Error())
 		})
 	}
+}
+
+// TestDefaultsAreTheSharedOnes checks count and seed against testdata/defaults.json, which the
+// Python library and collector-config/collector.yaml are checked against too.
+func TestDefaultsAreTheSharedOnes(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", "..", "testdata", "defaults.json"))
+	require.NoError(t, err)
+	var shared struct {
+		Count int    `json:"count"`
+		Seed  uint64 `json:"seed"`
+	}
+	require.NoError(t, json.Unmarshal(data, &shared))
+	cfg := createDefaultConfig().(*Config)
+	require.Equal(t, shared.Count, cfg.Count)
+	require.Equal(t, shared.Seed, cfg.Seed)
 }

@@ -126,11 +126,9 @@ func (g *group) addGeneration(gen generation, lr plog.LogRecord, at origin, src 
 	case g.kept == nil:
 		g.k = gen.k
 		g.kept = newBottomK[keptRecord](gen.k)
-	case gen.k < g.k:
-		// The group keeps the smallest k asked for: shrinking is exact, so the result does not
-		// depend on the order in which records with different counts arrive.
-		g.k = gen.k
-		g.kept.shrink(gen.k)
+	case stepK(g.k, gen.k) < g.k:
+		g.k = stepK(g.k, gen.k)
+		g.kept.shrink(g.k)
 	}
 	g.kept.offer(gen.order, func() keptRecord { return at.keep(lr) })
 }
@@ -163,4 +161,12 @@ func (g *group) totals() (seen, missing int64) {
 		missing += max(0, state.end.emitted-state.received)
 	}
 	return seen, missing
+}
+
+// stepK is a group's k once a record asks for asked: the smallest k asked for wins. Shrinking
+// a bottom-k is exact and growing one is not, so the kept set does not depend on the order in
+// which records with different counts arrive. otel_valgen.sampling.step_k is the same rule, and
+// testdata/sampling/k_rule.json the cases both suites check.
+func stepK(current, asked int) int {
+	return min(current, asked)
 }

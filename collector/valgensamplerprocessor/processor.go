@@ -12,7 +12,7 @@ import (
 
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/consumer"
-	"go.opentelemetry.io/collector/extension/xextension/storage"
+	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/plog"
 	"go.opentelemetry.io/collector/processor"
 	"go.uber.org/zap"
@@ -20,7 +20,9 @@ import (
 	"github.com/otel-valgen/otel-valgen/collector/valgensamplerprocessor/internal/metadata"
 )
 
-// samplerProcessor holds the open groups and closes them; sampler.go routes the records.
+// samplerProcessor takes the valgen records out of the batches it gets into their groups (one
+// per validation step and attempt), keeps each group's bottom-k and sends a group downstream
+// when it closes (lifecycle.go says when).
 type samplerProcessor struct {
 	cfg       *Config
 	id        component.ID
@@ -34,9 +36,7 @@ type samplerProcessor struct {
 	groups map[string]*group
 	seq    uint64
 	closed *closedGroups
-	store  *groupStore // nil without storage (or before Start, after Shutdown)
-
-	persistMu sync.Mutex // orders the storage writes; taken while holding mu, then mu is released
+	store  stateStore // memoryStore without storage (and after Shutdown)
 
 	lifecycle sync.Mutex // guards cancel
 	cancel    context.CancelFunc
@@ -60,6 +60,7 @@ func newSamplerProcessor(cfg *Config, next consumer.Logs, set processor.Settings
 		tick:      tickInterval(cfg.DecisionWait),
 		groups:    make(map[string]*group),
 		closed:    newClosedGroups(cfg.ClosedGroupsCache),
+		store:     memoryStore{},
 	}, nil
 }
 
@@ -79,9 +80,13 @@ func (p *samplerProcessor) Start(ctx context.Context, host component.Host) error
 		return nil
 	}
 	if p.cfg.Storage != nil {
-		if err := p.startStorage(ctx, host); err != nil {
+		store, err := p.openStorage(ctx, host)
+		if err != nil {
 			return err
 		}
+		p.mu.Lock()
+		p.store = store
+		p.mu.Unlock()
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	p.cancel = cancel
@@ -121,41 +126,168 @@ func (p *samplerProcessor) Shutdown(ctx context.Context) error {
 	out := plog.NewLogs()
 	now := p.now()
 	p.reportLate(out, now)
-	if store := p.store; store != nil {
-		p.store = nil
-		err := p.persistAll(ctx, store)
-		if err == nil {
-			p.mu.Unlock()
-			p.emit(ctx, out)
-			return store.client.Close(ctx)
-		}
-		p.logger.Error("open valgen groups could not be stored; flushing them downstream instead",
-			zap.Int("groups", len(p.groups)), zap.Error(err))
-		// Try to forget them in storage too, so that a restart does not send them again.
-		forget := []*storage.Operation{storage.SetOperation(storageKeyIndex, encodeIndex(nil))}
-		for key := range p.groups {
-			forget = append(forget, storage.DeleteOperation(groupStorageKey(key)))
-		}
-		defer func() {
-			if err := store.client.Batch(ctx, forget...); err != nil {
-				p.storageError(ctx, storageOpWrite, err)
-			}
-			_ = store.client.Close(ctx)
-		}()
-	}
+	store := p.store
+	p.store = memoryStore{}
 	var st stats
-	for _, g := range p.groupsByAge() {
-		p.closeGroup(g, closedShutdown, now, out, &st)
+	if !store.keepAll(ctx, p) {
+		for _, g := range p.groupsByAge() {
+			p.closeGroup(g, closedShutdown, now, out, &st, store)
+		}
+		// Forget them in storage too, so that a restart does not send them again.
+		_ = store.save(ctx, p, nil)()
 	}
 	p.mu.Unlock()
 	st.record(ctx, p.telemetry)
 	p.emit(ctx, out)
-	return nil
+	return store.close(ctx)
 }
 
 // Capabilities says that the processor removes and annotates records of the batches it gets.
 func (*samplerProcessor) Capabilities() consumer.Capabilities {
 	return consumer.Capabilities{MutatesData: true}
+}
+
+// batch is the state of one ConsumeLogs call while it holds the processor's lock.
+type batch struct {
+	now     time.Time
+	out     plog.Logs
+	st      stats
+	touched []*group
+}
+
+// ConsumeLogs takes the generation, start, progress and end records out of ld into their groups, forwards
+// everything else at once, then sends the groups that this batch completed and that close at once (completeNow).
+func (p *samplerProcessor) ConsumeLogs(ctx context.Context, ld plog.Logs) error {
+	b := &batch{out: plog.NewLogs()}
+	p.mu.Lock()
+	b.now = p.now()
+	ld.ResourceLogs().RemoveIf(func(rl plog.ResourceLogs) bool {
+		emptied := false
+		rl.ScopeLogs().RemoveIf(func(sl plog.ScopeLogs) bool {
+			records := sl.LogRecords()
+			before := records.Len()
+			at := origin{rl: rl, sl: sl}
+			records.RemoveIf(func(lr plog.LogRecord) bool { return p.take(lr, at, b) })
+			removed := records.Len() < before && records.Len() == 0
+			emptied = emptied || removed
+			return removed
+		})
+		return emptied && rl.ScopeLogs().Len() == 0
+	})
+	for _, g := range b.touched {
+		if p.groups[g.key] == g && g.completeNow() {
+			p.closeGroup(g, closedComplete, b.now, b.out, &b.st, p.store)
+		}
+	}
+	// With storage, what this call took is stored before it returns (and before the closed
+	// groups go downstream), so that records the receiver acknowledges survive a crash. A failed
+	// write is logged and counted, and the next write rewrites the whole state.
+	wait := p.store.save(ctx, p, b.touched)
+	p.mu.Unlock()
+	_ = wait()
+
+	b.st.record(ctx, p.telemetry)
+	var err error
+	if ld.LogRecordCount() > 0 {
+		err = p.next.ConsumeLogs(ctx, ld)
+	}
+	p.emit(ctx, b.out)
+	return err
+}
+
+// take handles one record and reports whether it leaves the batch. Callers hold p.mu.
+func (p *samplerProcessor) take(lr plog.LogRecord, at origin, b *batch) bool {
+	name := eventName(lr)
+	if !isSampled(name) {
+		return false
+	}
+	attrs := lr.Attributes()
+	var gen generation
+	var info endInfo
+	var reason string
+	switch name {
+	case eventGeneration:
+		b.st.received++
+		gen, reason = parseGeneration(attrs, p.cfg)
+	case eventStart:
+		info, reason = parseStart(attrs)
+	case eventProgress:
+		info, reason = parseProgress(attrs)
+	default:
+		info, reason = parseEnd(attrs)
+	}
+	if reason != "" {
+		b.st.drop(reason)
+		return true
+	}
+
+	key := groupKey(attrs)
+	g, open := p.groups[key]
+	if open {
+		// A group whose time is up closes before it takes more, whether or not a tick has
+		// run yet: the record is then late, as it would be after the tick.
+		if why := g.closeReason(b.now, p.cfg); why != "" {
+			p.closeGroup(g, why, b.now, b.out, &b.st, p.store)
+			open = false
+		}
+	}
+	if !open {
+		if p.closed.markLate(key, lr, at.rl.Resource()) {
+			b.st.late++
+			if name == eventGeneration && p.cfg.LateRecords == LateRecordsForward {
+				attrs.PutBool(attrLate, true)
+				return false
+			}
+			b.st.drop(reasonLate)
+			return true
+		}
+		g = p.open(key, lr, at.rl.Resource(), b)
+	}
+	src := sourceOf(attrs, at.rl.Resource())
+	switch name {
+	case eventGeneration:
+		rekeyed := g.rekeyed
+		g.addGeneration(gen, lr, at, src, b.now)
+		if rekeyed == 0 && g.rekeyed > 0 {
+			p.logger.Warn("a valgen step mixes sampling key versions; keys of the other version are recomputed",
+				zap.String("group", g.key), zap.Int64("key_version", g.keyVersion))
+		}
+	case eventStart:
+		g.addStart(info, lr, src, b.now)
+	case eventProgress:
+		g.addProgress(info, lr, src, b.now)
+	default:
+		g.addEnd(info, lr, src, b.now)
+	}
+	if n := len(b.touched); n == 0 || b.touched[n-1] != g {
+		b.touched = append(b.touched, g)
+	}
+	return true
+}
+
+// open starts a group, first closing the oldest one when max_groups are open.
+func (p *samplerProcessor) open(key string, lr plog.LogRecord, res pcommon.Resource, b *batch) *group {
+	if len(p.groups) >= p.cfg.MaxGroups {
+		if oldest := p.oldestGroup(); oldest != nil {
+			p.closeGroup(oldest, closedMaxGroups, b.now, b.out, &b.st, p.store)
+		}
+	}
+	p.seq++
+	g := newGroup(key, p.seq, lr, res, b.now)
+	p.groups[key] = g
+	p.store.opened()
+	b.st.openDelta++
+	return g
+}
+
+func (p *samplerProcessor) oldestGroup() *group {
+	var oldest *group
+	for _, g := range p.groups {
+		if oldest == nil || g.seq < oldest.seq {
+			oldest = g
+		}
+	}
+	return oldest
 }
 
 // closeExpired closes the groups whose time is up (see group.closeReason) and sends the late
@@ -167,11 +299,13 @@ func (p *samplerProcessor) closeExpired(ctx context.Context) {
 	now := p.now()
 	for _, g := range p.groupsByAge() {
 		if reason := g.closeReason(now, p.cfg); reason != "" {
-			p.closeGroup(g, reason, now, out, &st)
+			p.closeGroup(g, reason, now, out, &st, p.store)
 		}
 	}
 	p.reportLate(out, now)
-	_ = p.persist(ctx, p.takeOps(nil)) // releases p.mu; failures are logged, counted and retried
+	wait := p.store.save(ctx, p, nil)
+	p.mu.Unlock()
+	_ = wait() // a failed write is logged and counted, and the next one rewrites the whole state
 	st.record(ctx, p.telemetry)
 	p.emit(ctx, out)
 }
@@ -184,12 +318,9 @@ func (p *samplerProcessor) reportLate(out plog.Logs, now time.Time) {
 		return
 	}
 	appendLateReports(out, reports, now)
-	if p.store == nil {
-		return
-	}
 	for key, r := range reports {
 		if e, ok := p.closed.entries[key]; ok {
-			p.store.setLate(e.slot, r.late)
+			p.store.lateCounted(e.slot, r.late)
 		}
 	}
 }
@@ -204,13 +335,11 @@ func (p *samplerProcessor) groupsByAge() []*group {
 	return list
 }
 
-// closeGroup removes a group, remembers it as closed and appends its output. Callers hold p.mu.
-func (p *samplerProcessor) closeGroup(g *group, reason string, now time.Time, out plog.Logs, st *stats) {
+// closeGroup removes a group, remembers it as closed, notes it in store and appends its
+// output. Callers hold p.mu.
+func (p *samplerProcessor) closeGroup(g *group, reason string, now time.Time, out plog.Logs, st *stats, store stateStore) {
 	delete(p.groups, g.key)
-	slot := p.closed.add(g.key)
-	if p.store != nil {
-		p.store.forgetGroup(g.key, slot)
-	}
+	store.closed(g.key, p.closed.add(g.key))
 	st.close(reason, appendClosed(out, g, reason, now))
 }
 

@@ -201,10 +201,14 @@ func parseEnd(attrs pcommon.Map) (endInfo, string) {
 	return end, ""
 }
 
-// groupKey builds an unambiguous key from the group_by attribute values (type and value)
+// stepAttributes identify a validation step, here as in every other component (the
+// summary, otel-valgen show, the exporters): a group is one (run, step, attempt).
+var stepAttributes = []string{attrRunID, attrStep}
+
+// groupKey builds an unambiguous key from the step attributes' values (type and value)
 // followed by the record's attempt, so that two attempts of one step never share a group.
-func groupKey(attrs pcommon.Map, groupBy []string) string {
-	return groupByKey(attrs, groupBy) + attemptKey(attemptOf(attrs))
+func groupKey(attrs pcommon.Map) string {
+	return stepKey(attrs) + attemptKey(attemptOf(attrs))
 }
 
 // attemptKey is the part of a group key that names the attempt ("" for legacy records).
@@ -221,10 +225,10 @@ func attemptOf(attrs pcommon.Map) string {
 	return ""
 }
 
-// groupByKey encodes the group_by attribute values, as keys did before attempts existed.
-func groupByKey(attrs pcommon.Map, groupBy []string) string {
+// stepKey encodes the step attributes' values, as keys did before attempts existed.
+func stepKey(attrs pcommon.Map) string {
 	var b strings.Builder
-	for _, name := range groupBy {
+	for _, name := range stepAttributes {
 		v, ok := attrs.Get(name)
 		if !ok {
 			b.WriteString("-|")

@@ -158,10 +158,8 @@ func kill(h *harness) {
 		h.p.cancel = nil
 	}
 	h.p.mu.Lock()
-	if h.p.store != nil {
-		_ = h.p.store.client.Close(context.Background()) // the dead process's files are closed; nothing more is written
-	}
-	h.p.store = nil // so that the test's cleanup Shutdown neither stores nor flushes anything
+	_ = h.p.store.close(context.Background()) // the dead process's files are closed; nothing more is written
+	h.p.store = memoryStore{}                 // so that the test's cleanup Shutdown neither stores nor flushes anything
 	h.p.groups = map[string]*group{}
 	h.p.mu.Unlock()
 }

@@ -20,7 +20,7 @@ import logging
 import sys
 from typing import Final
 
-from otel_valgen import _api, _stats
+from otel_valgen import _process, _stats
 
 _logger = logging.getLogger("otel_valgen")
 
@@ -48,8 +48,8 @@ def publish(step: object) -> None:
             return
         _internal_kv_put(key, json.dumps({"step": step}), overwrite=True, namespace=NAMESPACE)
     except Exception:
-        _api._stats_registry.add(_stats.INTERNAL_ERRORS)
-        _api._stats_registry.warn("trainer_step_publish_failed", "could not publish the trainer's step %r", step)
+        _process.counters.add(_stats.INTERNAL_ERRORS)
+        _process.counters.warn("trainer_step_publish_failed", "could not publish the trainer's step %r", step)
 
 
 def read() -> int | None:
@@ -66,6 +66,6 @@ def read() -> int | None:
         step = json.loads(raw).get("step")
         return step if isinstance(step, int) else None
     except Exception:
-        _api._stats_registry.add(_stats.INTERNAL_ERRORS)
-        _api._stats_registry.warn("trainer_step_read_failed", "could not read the trainer's published step")
+        _process.counters.add(_stats.INTERNAL_ERRORS)
+        _process.counters.warn("trainer_step_read_failed", "could not read the trainer's published step")
         return None

@@ -29,8 +29,8 @@ from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, Final
 
 import otel_valgen as vg
-from otel_valgen import _api
-from otel_valgen._settings import OTEL_VALGEN_VERL, env_bool
+from otel_valgen import _process
+from otel_valgen._env import OTEL_VALGEN_VERL, env_bool
 from otel_valgen.integrations import _trainer_step
 
 __all__ = ["ValGenerationsMixin", "ValidationGenerationsLogger", "install", "log_val_generations"]
@@ -89,7 +89,7 @@ def _validate_in_block(validate: Callable[..., Any], trainer: object, args: Any,
     active = _active.get()
     if active is not None and active[0] == id(trainer):  # already inside (mixin over a patched base)
         return validate(*args, **kwargs)
-    target = _api._never_raise(None)(_target)(trainer)
+    target = _process.never_raise(None)(_target)(trainer)
     if target is None:
         return validate(*args, **kwargs)
     with vg.validation(step=target.step, source=target.source, count=target.count):  # type: ignore[arg-type]
@@ -100,7 +100,7 @@ def _validate_in_block(validate: Callable[..., Any], trainer: object, args: Any,
             _active.reset(token)
 
 
-@_api._never_raise(None)
+@_process.never_raise(None)
 def _route(trainer: object, inputs: Sequence[Any], outputs: Sequence[Any], scores: Sequence[Any]) -> None:
     """Replaces verl's ``_maybe_log_val_generations``: send every generation, the sampler keeps k."""
     active = _active.get()

@@ -7,9 +7,7 @@ tests never clash with a collector or a Loki already running on the default port
 from __future__ import annotations
 
 import os
-import signal
 import socket
-import subprocess
 import time
 import urllib.error
 import urllib.request
@@ -23,6 +21,7 @@ from opentelemetry.proto.common.v1 import common_pb2
 from opentelemetry.proto.logs.v1 import logs_pb2
 
 from tests.support.otlp_http import OtlpHttpStandIn, otlp_http_stand_in
+from tests.support.process import ServerProcess, launch
 from tests.support.require import require_or_skip
 
 REPO = Path(__file__).resolve().parents[2]
@@ -68,48 +67,16 @@ def http_ok(url: str) -> bool:
         return False
 
 
-@dataclass
-class Process:
-    """A started server process with its log file."""
-
-    name: str
-    popen: subprocess.Popen[bytes]
-    log_path: Path
-
-    def log_tail(self, lines: int = 30) -> str:
-        """The last lines of its log, for failure messages."""
-        text = self.log_path.read_text(encoding="utf-8", errors="replace")
-        return "\n".join(text.splitlines()[-lines:])
-
-    def stop(self, timeout_s: float = 20.0) -> None:
-        """SIGTERM, then SIGKILL after `timeout_s`."""
-        if self.popen.poll() is None:
-            self.popen.send_signal(signal.SIGTERM)
-            try:
-                self.popen.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait(5)
-
-
 @contextmanager
 def started(
     name: str, args: list[str], env: dict[str, str], workdir: Path, ready_url: str, timeout_s: float
-) -> Iterator[Process]:
+) -> Iterator[ServerProcess]:
     """Run `args` until the block ends; wait until `ready_url` answers 200."""
-    workdir.mkdir(parents=True, exist_ok=True)
-    log_path = workdir / f"{name}.log"
-    with log_path.open("ab") as log:
-        popen = subprocess.Popen(args, env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT, cwd=workdir)
-    process = Process(name, popen, log_path)
+    process = ServerProcess(
+        name, launch(name, args, {**os.environ, **env}, workdir, f"{name}.log"), workdir / f"{name}.log"
+    )
     try:
-        deadline = time.monotonic() + timeout_s
-        while not http_ok(ready_url):
-            if popen.poll() is not None:
-                raise AssertionError(f"{name} exited with {popen.returncode}:\n{process.log_tail()}")
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{name} not ready after {timeout_s}s:\n{process.log_tail()}")
-            time.sleep(0.2)
+        process.wait_ready(lambda: http_ok(ready_url), timeout_s)
         yield process
     finally:
         process.stop()
@@ -119,7 +86,7 @@ def started(
 class Collector:
     """A running collector's addresses."""
 
-    process: Process
+    process: ServerProcess
     grpc_endpoint: str
     http_endpoint: str
     file_path: Path

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import pytest
 
 import otel_valgen as vg
-from otel_valgen import _api
+from otel_valgen import _process
 from otel_valgen.sampling import SortKey, bottom_k, sample_key
 
 SERVICE = "deploy-test"
@@ -41,7 +41,7 @@ def _job_process(http_endpoint: str, *, presample: bool, launch_id: str | None =
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("OTEL_SERVICE_NAME", SERVICE)
         patch.delenv("OTEL_RESOURCE_ATTRIBUTES", raising=False)
-        _api._reset_for_testing()
+        _process.reset_for_testing()
         try:
             vg.configure(
                 run_id=RUN_ID,
@@ -53,7 +53,7 @@ def _job_process(http_endpoint: str, *, presample: bool, launch_id: str | None =
             )
             yield
         finally:
-            _api._reset_for_testing()
+            _process.reset_for_testing()
 
 
 def run_job(http_endpoint: str) -> Job:

@@ -93,10 +93,10 @@ def test_collector_image_paths_match_its_environment() -> None:
     assert "VALGEN_FILE_PATH=/var/lib/otelcol-valgen/files/valgen.jsonl" in env
 
 
-def test_wandb_exporter_image_installs_this_package_with_wandb() -> None:
-    """The exporter image installs this repository's package with its wandb extra into a venv it copies."""
+def test_wandb_exporter_image_installs_this_package_with_the_exporter_extra() -> None:
+    """The exporter image installs this repository's package with its exporter extra into a venv it copies."""
     steps = _instructions(DOCKER / "wandb-exporter.Dockerfile")
-    assert any(keyword == "RUN" and 'pip install ".[wandb]"' in args for keyword, args in steps)
+    assert any(keyword == "RUN" and 'pip install ".[exporter]"' in args for keyword, args in steps)
     assert not any("WANDB_API_KEY" in args for _, args in steps), "the key is a run-time secret"
     ignored = (DOCKER / "wandb-exporter.Dockerfile.dockerignore").read_text(encoding="utf-8").split()
     assert {"!pyproject.toml", "!otel_valgen/", "!docker/wandb-exporter-entrypoint.sh"} <= set(ignored)

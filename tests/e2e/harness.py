@@ -10,22 +10,21 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
-import subprocess
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
-from concurrent import futures
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from opentelemetry.proto.collector.logs.v1 import logs_service_pb2, logs_service_pb2_grpc
+from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
 
 from otel_valgen.otlp_json import to_otlp_json
+from tests.support.otlp_grpc import otlp_grpc_stand_in
 from tests.support.otlp_http import otlp_http_stand_in
+from tests.support.process import ServerProcess, launch
 
 REPO = Path(__file__).resolve().parents[2]
 COLLECTOR_BIN = REPO / "build" / "otelcol-valgen"
@@ -110,23 +109,8 @@ class StandIn:
 @contextmanager
 def wandb_stand_in() -> Iterator[StandIn]:
     """OTLP/gRPC logs server standing in for the wandb exporter service; endpoint is host:port."""
-    import grpc
-
-    stand_in = StandIn(endpoint=f"127.0.0.1:{free_port()}")
-
-    class Service(logs_service_pb2_grpc.LogsServiceServicer):
-        def Export(self, request: Any, context: Any) -> logs_service_pb2.ExportLogsServiceResponse:
-            stand_in.requests.append(request)
-            return logs_service_pb2.ExportLogsServiceResponse()
-
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-    logs_service_pb2_grpc.add_LogsServiceServicer_to_server(Service(), server)
-    server.add_insecure_port(stand_in.endpoint)
-    server.start()
-    try:
-        yield stand_in
-    finally:
-        server.stop(grace=None)
+    with otlp_grpc_stand_in(f"127.0.0.1:{free_port()}") as server:
+        yield StandIn(endpoint=server.endpoint, requests=server.requests)
 
 
 @contextmanager
@@ -137,44 +121,38 @@ def loki_stand_in() -> Iterator[StandIn]:
 
 
 @dataclass
-class Collector:
+class Collector(ServerProcess):
     """A running otelcol-valgen process and the addresses it listens on."""
 
-    name: str
-    process: subprocess.Popen[bytes]
-    log_path: Path
     grpc_endpoint: str
     http_endpoint: str
     file_path: Path
+    health_port: int = 0
+    metrics_port: int = 0
 
-    def log_tail(self, lines: int = 40) -> str:
-        """The last lines of the collector's own log, for failure messages."""
-        text = self.log_path.read_text(encoding="utf-8", errors="replace")
-        return "\n".join(text.splitlines()[-lines:])
-
-    def stop(self, timeout_s: float = 20.0) -> int:
-        """Stop it as an operator would (SIGTERM), so that open groups are flushed."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(5)
-        return int(self.process.returncode)
+    def healthy(self) -> bool:
+        """True while its health check answers 200."""
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.health_port}/", timeout=1) as response:
+                return int(response.status) == 200
+        except OSError:
+            return False
 
 
-def start_collector(
-    state: Path, name: str, configs: list[str], env: dict[str, str], feature_gates: tuple[str, ...] = ()
+def launch_collector(
+    home: Path,
+    name: str,
+    configs: list[str],
+    env: dict[str, str],
+    ports: tuple[int, int, int, int],
+    feature_gates: tuple[str, ...] = (),
+    extra_args: tuple[str, ...] = (),
 ) -> Collector:
-    """Start otelcol-valgen with shipped configs on free loopback ports; wait until healthy.
+    """Start otelcol-valgen on ``ports`` (gRPC, HTTP, health, metrics) with its queue, file and log in ``home``.
 
-    Its queue and file live in ``state/name``, so a restart under the same name keeps them.
-    A config given as an absolute path is used as it is (a test's own config).
+    A config given as an absolute path is used as it is (a test's own config). It does not wait.
     """
-    home = state / name
-    home.mkdir(parents=True, exist_ok=True)
-    grpc_port, http_port, health_port, metrics_port = (free_port() for _ in range(4))
+    grpc_port, http_port, health_port, metrics_port = ports
     grpc_endpoint, http_endpoint = f"127.0.0.1:{grpc_port}", f"127.0.0.1:{http_port}"
     file_path = home / "valgen.jsonl"
     full_env = {
@@ -197,31 +175,28 @@ def start_collector(
         feature_gates = (*feature_gates, AUTH_FEATURE_GATE)
     if feature_gates:
         args.append(f"--feature-gates={','.join(feature_gates)}")
-    log_path = home / "collector.log"
-    with log_path.open("ab") as log:
-        process = subprocess.Popen(args, env=full_env, stdout=log, stderr=subprocess.STDOUT, cwd=home)
-    collector = Collector(name, process, log_path, grpc_endpoint, http_endpoint, file_path)
+    args += extra_args
+    process = launch(name, args, full_env, home, "collector.log")
+    return Collector(
+        name, process, home / "collector.log", grpc_endpoint, http_endpoint, file_path, health_port, metrics_port
+    )
+
+
+def start_collector(
+    state: Path, name: str, configs: list[str], env: dict[str, str], feature_gates: tuple[str, ...] = ()
+) -> Collector:
+    """Start otelcol-valgen with shipped configs on free loopback ports; wait until healthy.
+
+    Its queue and file live in ``state/name``, so a restart under the same name keeps them.
+    """
+    ports = (free_port(), free_port(), free_port(), free_port())
+    collector = launch_collector(state / name, name, configs, env, ports, feature_gates)
     try:
-        _wait_healthy(collector, health_port)
-    except Exception:
+        collector.wait_ready(collector.healthy)
+    except BaseException:
         collector.stop()
         raise
     return collector
-
-
-def _wait_healthy(collector: Collector, health_port: int, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if collector.process.poll() is not None:
-            raise RuntimeError(f"{collector.name} exited early:\n{collector.log_tail()}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{health_port}/", timeout=1) as response:
-                if response.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.1)
-    raise RuntimeError(f"{collector.name} not healthy after {timeout_s}s:\n{collector.log_tail()}")
 
 
 def wait_for(condition: Callable[[], bool], timeout_s: float = 30.0, what: str = "condition") -> None:

@@ -15,10 +15,10 @@ import pytest
 from click.testing import CliRunner
 
 import otel_valgen as vg
-from otel_valgen import _api
+from otel_valgen import _process
 from otel_valgen._framing import ZSTD_MAGIC
-from otel_valgen.cli import main
 from otel_valgen.reader import Generation, ReadError, read_paths
+from otel_valgen.tools.cli import main
 from tests.e2e import harness
 from tests.support.require import require_or_skip
 
@@ -74,7 +74,7 @@ def _emit(endpoint: str, sink: Path) -> None:
             )
         vg.flush()
     vg.shutdown()
-    _api._reset_for_testing()  # this runs once per module, outside the per-test reset
+    _process.reset_for_testing()  # this runs once per module, outside the per-test reset
 
 
 def _write_files(tmp_path: Path, feature_gates: tuple[str, ...]) -> Path:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import otel_valgen as vg
-from otel_valgen import _api, contract
+from otel_valgen import _process, contract
 from tests.e2e.harness import REPO, free_port, wait_for
 from tests.faults.conftest import Collectors, RunningCollector, file_records, metric_sum
 
@@ -90,7 +90,7 @@ def test_http_json_reaches_the_collector(
     _step("json-run", 2)
     wait_for(lambda: len(_kept(collector, "json-run", 2)) == 3, 30, "the step's 3 generations in the file")
     assert "not supported" not in caplog.text
-    emitter = _api._emitter
+    emitter = _process._emitter
     assert emitter is not None
     assert emitter.pipeline.description.startswith("OTLP/HTTP JSON ")
 
@@ -98,7 +98,7 @@ def test_http_json_reaches_the_collector(
 def _resend(spool: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_EXPORTER_OTLP")}
     return subprocess.run(
-        [sys.executable, "-m", "otel_valgen.cli", "resend", str(spool)],
+        [sys.executable, "-m", "otel_valgen.tools.cli", "resend", str(spool)],
         capture_output=True,
         text=True,
         cwd=REPO,

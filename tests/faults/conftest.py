@@ -7,23 +7,21 @@ message when the binary is absent (``make collector`` builds it).
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 import subprocess
 import urllib.request
 from collections.abc import Iterator
-from concurrent import futures
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.e2e import harness
 from tests.e2e.conftest import loki_stand_in, wandb_stand_in  # noqa: F401 (shared fixtures)
 from tests.e2e.harness import Collector, Record, StandIn, records_of_json
+from tests.support.otlp_grpc import otlp_grpc_stand_in
 from tests.support.require import require_or_skip
 
 
@@ -52,29 +50,13 @@ def metric_sum(values: dict[str, float], name: str, **labels: str) -> float:
     return total
 
 
-def healthy(port: int) -> bool:
-    """True when the health_check extension answers 200."""
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=2) as response:
-            return bool(response.status == 200)
-    except OSError:
-        return False
-
-
 @dataclass
 class RunningCollector(Collector):
-    """A collector with the ports of its health check and its own Prometheus metrics."""
-
-    health_port: int = 0
-    metrics_port: int = 0
+    """A collector whose own Prometheus metrics the fault tests read."""
 
     def metrics(self) -> dict[str, float]:
         """Its current Prometheus metrics."""
         return metrics(self.metrics_port)
-
-    def healthy(self) -> bool:
-        """True while its health check answers 200."""
-        return healthy(self.health_port)
 
 
 @dataclass
@@ -94,46 +76,21 @@ class Collectors:
         extra_args: list[str] | None = None,
     ) -> RunningCollector:
         """Start ``name`` on free loopback ports (same name = same queue, file and log); wait until healthy."""
-        home = self.state / name
-        home.mkdir(parents=True, exist_ok=True)
         if name not in self.ports:  # a restart under the same name listens where emitters already send
             self.ports[name] = tuple(harness.free_port() for _ in range(4))
         grpc_port, http_port, health, metrics_port = self.ports[name]
-        file_path = home / "valgen.jsonl"
-        full_env = {
-            **os.environ,
-            "VALGEN_OTLP_GRPC_ENDPOINT": f"127.0.0.1:{grpc_port}",
-            "VALGEN_OTLP_HTTP_ENDPOINT": f"127.0.0.1:{http_port}",
-            "VALGEN_HEALTH_ENDPOINT": f"127.0.0.1:{health}",
-            "VALGEN_METRICS_PORT": str(metrics_port),
-            "VALGEN_STATE_DIR": str(home),
-            "VALGEN_FILE_PATH": str(file_path),
-            "VALGEN_BATCH_TIMEOUT": "200ms",
-            **env,
-        }
-        args = [str(harness.COLLECTOR_BIN)]
-        for config in configs or ["collector.yaml"]:
-            args += ["--config", str(harness.CONFIG_DIR / config)]
-        args += extra_args or []
-        log_path = home / "collector.log"
-        with log_path.open("ab") as log:
-            process = subprocess.Popen(args, env=full_env, stdout=log, stderr=subprocess.STDOUT, cwd=home)
-        collector = RunningCollector(
+        launched = harness.launch_collector(
+            self.state / name,
             name,
-            process,
-            log_path,
-            f"127.0.0.1:{grpc_port}",
-            f"127.0.0.1:{http_port}",
-            Path(full_env["VALGEN_FILE_PATH"]),
-            health,
-            metrics_port,
+            configs or ["collector.yaml"],
+            env,
+            (grpc_port, http_port, health, metrics_port),
+            extra_args=tuple(extra_args or ()),
         )
+        collector = RunningCollector(**vars(launched))
         self.started.append(collector)
         if wait:
-            harness.wait_for(
-                lambda: healthy(health) or process.poll() is not None, 30, f"{name} healthy:\n{collector.log_tail()}"
-            )
-            assert process.poll() is None, f"{name} exited early:\n{collector.log_tail()}"
+            collector.wait_ready(collector.healthy)
         return collector
 
     @staticmethod
@@ -166,24 +123,8 @@ def collectors(tmp_path: Path) -> Iterator[Collectors]:
 @contextmanager
 def grpc_stand_in_at(endpoint: str) -> Iterator[StandIn]:
     """An OTLP/gRPC logs stand-in on a given ``host:port``, so it can come up after the collector."""
-    import grpc
-    from opentelemetry.proto.collector.logs.v1 import logs_service_pb2, logs_service_pb2_grpc
-
-    stand_in = StandIn(endpoint=endpoint)
-
-    class Service(logs_service_pb2_grpc.LogsServiceServicer):
-        def Export(self, request: Any, context: Any) -> logs_service_pb2.ExportLogsServiceResponse:
-            stand_in.requests.append(request)
-            return logs_service_pb2.ExportLogsServiceResponse()
-
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-    logs_service_pb2_grpc.add_LogsServiceServicer_to_server(Service(), server)
-    server.add_insecure_port(endpoint)
-    server.start()
-    try:
-        yield stand_in
-    finally:
-        server.stop(grace=None)
+    with otlp_grpc_stand_in(endpoint) as server:
+        yield StandIn(endpoint=endpoint, requests=server.requests)
 
 
 def file_records(path: Path) -> list[Record]:

@@ -20,9 +20,9 @@ import pytest
 import xxhash
 from click.testing import CliRunner
 
-from otel_valgen import _api, contract
-from otel_valgen.cli import main as cli_main
+from otel_valgen import _process, contract
 from otel_valgen.sampling import SortKey, bottom_k, sample_key
+from otel_valgen.tools.cli import main as cli_main
 from tests.e2e import harness as e2e
 from tests.verl import harness
 from tests.verl.conftest import VerlFiles
@@ -82,7 +82,7 @@ def job(verl_files: VerlFiles, tmp_path_factory: pytest.TempPathFactory) -> Iter
                 yield FullyAsyncJob(components, collector, metrics_log, run_id)
             finally:
                 ray.shutdown()
-                _api._reset_for_testing()  # the driver's emitter, configured by the env hook
+                _process.reset_for_testing()  # the driver's emitter, configured by the env hook
                 collector.stop()
 
 

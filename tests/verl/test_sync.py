@@ -15,9 +15,9 @@ from typing import Any
 from click.testing import CliRunner
 
 import otel_valgen as vg
-from otel_valgen import _api
-from otel_valgen.cli import main as cli_main
+from otel_valgen import _process
 from otel_valgen.integrations import verl as vg_verl
+from otel_valgen.tools.cli import main as cli_main
 from tests.verl import harness
 from tests.verl.conftest import VerlFiles
 
@@ -55,7 +55,7 @@ def test_sync_trainer_validations_land_at_global_steps(verl_files: VerlFiles, tm
         harness.run_validate(trainer)
         assert vg.flush()
     finally:
-        _api._reset_for_testing()
+        _process.reset_for_testing()
     dumps = Path(config.trainer.validation_data_dir)
     assert sorted(p.name for p in dumps.glob("*.jsonl")) == ["0.jsonl", "3.jsonl"]  # verl's own dump still works
     shown = _show(sink)
@@ -79,7 +79,7 @@ def test_v1_trainer_hook_lands_at_global_steps(verl_files: VerlFiles, tmp_path: 
         harness.run_v1_log_val_generations(trainer, inputs, [f"answer {i}" for i in range(12)], [1.0] * 12)
         assert vg.flush()
     finally:
-        _api._reset_for_testing()
+        _process.reset_for_testing()
     shown = _show(sink)
     assert sorted(shown) == [5]
     assert shown[5]["seen"] == 12

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 import otel_valgen.wandb_exporter as package
 from otel_valgen.otlp_json import to_otlp_json
-from otel_valgen.wandb_exporter.cli import push_command, wandb_exporter_command
+from otel_valgen.tools.exporter_commands import push_command, wandb_exporter_command
 
 from .conftest import step_request, wait_for
 from .wandb_files import read_run
@@ -35,7 +35,7 @@ def test_commands_are_named_for_the_core_cli() -> None:
 
 def test_importing_the_cli_does_not_import_wandb_or_grpc() -> None:
     """``otel-valgen --help`` stays fast: the commands' module imports neither wandb nor grpc."""
-    code = "import sys, otel_valgen.wandb_exporter.cli; print('wandb' in sys.modules, 'grpc' in sys.modules)"
+    code = "import sys, otel_valgen.tools.exporter_commands; print('wandb' in sys.modules, 'grpc' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.split() == ["False", "False"]
 
@@ -60,7 +60,7 @@ def test_service_process_sigterm_flushes_and_exits_cleanly(wandb_dir: Path, tmp_
     """The service started as a process writes a received step and, on SIGTERM, spools the open one and exits 0."""
     port = _free_port()
     state = tmp_path / "state"
-    code = "from otel_valgen.wandb_exporter.cli import wandb_exporter_command as c; c()"
+    code = "from otel_valgen.tools.exporter_commands import wandb_exporter_command as c; c()"
     args = ["--http", f"127.0.0.1:{port}", "--grpc", "", "--layout", "verl", "--state-dir", str(state)]
     process = subprocess.Popen(
         [sys.executable, "-c", code, *args], cwd=ROOT, env=os.environ.copy(), stderr=subprocess.PIPE, text=True

@@ -30,11 +30,9 @@ from pathlib import Path
 
 import requests
 
-from otel_valgen._settings import (
+from otel_valgen._env import OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_EXPORTER_OTLP_LOGS_ENDPOINT, OTEL_EXPORTER_OTLP_PROTOCOL
+from otel_valgen._otlp_settings import (
     DEFAULT_PROTOCOL,
-    OTEL_EXPORTER_OTLP_ENDPOINT,
-    OTEL_EXPORTER_OTLP_LOGS_ENDPOINT,
-    OTEL_EXPORTER_OTLP_PROTOCOL,
     OtlpTransport,
     resolve_endpoint,
     resolve_protocol,

@@ -10,11 +10,13 @@ import logging
 import os
 import signal
 import threading
+from collections.abc import Callable
 from types import FrameType
+from typing import Any, TypeVar
 
 import click
 
-from otel_valgen._cli_support import OperationalError, ValgenCommand, report_read_error
+from otel_valgen.tools._support import OperationalError, ValgenCommand, report_read_error
 from otel_valgen.wandb_exporter.tables import LAYOUTS
 
 __all__ = ["push_command", "wandb_exporter_command"]
@@ -27,6 +29,8 @@ DEFAULT_TABLE_KEY = "val/generations"
 def _default_mode() -> str:
     return "offline" if os.environ.get("WANDB_MODE", "").lower() in ("offline", "dryrun") else "shared"
 
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 _layout = click.option("--layout", type=click.Choice(LAYOUTS), default="verl", show_default=True, help="Table layout.")
 _table_key = click.option("--table-key", default=DEFAULT_TABLE_KEY, show_default=True, help="Key of the table.")
@@ -54,6 +58,13 @@ def _address(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
     return value
 
 
+def _wandb_options(command: F) -> F:
+    """The options that say where and how steps are written to wandb, shared by both commands."""
+    for option in (_scalars, _entity, _project, _mode, _table_key, _layout):
+        command = option(command)
+    return command
+
+
 @click.command("wandb-exporter", cls=ValgenCommand)
 @click.option(
     "--http",
@@ -71,12 +82,7 @@ def _address(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
     callback=_address,
     help="OTLP/gRPC address ('' = off).",
 )
-@_layout
-@_table_key
-@_mode
-@_project
-@_entity
-@_scalars
+@_wandb_options
 @click.option(
     "--state-dir",
     default="./otel-valgen-exporter-state",
@@ -169,12 +175,7 @@ def wandb_exporter_command(
 
 @click.command("push", cls=ValgenCommand)
 @click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True))
-@_layout
-@_table_key
-@_mode
-@_project
-@_entity
-@_scalars
+@_wandb_options
 @click.option(
     "--count", type=click.IntRange(min=1), default=None, help="k per step (default: the records' sample count)."
 )

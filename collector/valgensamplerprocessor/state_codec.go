@@ -4,11 +4,212 @@
 package valgensamplerprocessor // import "github.com/otel-valgen/otel-valgen/collector/valgensamplerprocessor"
 
 import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
 	"time"
 
+	"go.opentelemetry.io/collector/extension/xextension/storage"
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/plog"
 )
+
+// Layout of the processor's state in its storage client (one client per processor ID):
+//
+//	open              JSON list of the open groups' keys (the index; storage clients need not list keys)
+//	group/<group key> one open group: its header record and its kept records, as OTLP protobuf
+//	closed            JSON closedMeta of the closed-groups ring
+//	closed/<slot>     the group key in that ring slot
+//	closed_late/<slot> the late count of that closed group (decimal), absent when 0
+//
+// Version 2 (attempts): group keys end with the attempt (attemptKey), group headers carry the
+// attempt, first-record time, attempt start and per-source start/progress figures. Version 1
+// groups and rings (no "version" in closed) load as attempt "" and are rewritten. A header
+// without key_version (stored before key versions) holds version-1 keys.
+// Open groups are written after every ConsumeLogs call that touched them, before it returns;
+// a group that closes is deleted in the same batch that puts its key in the closed ring.
+const (
+	storageKeyIndex        = "open"
+	storageKeyGroupPrefix  = "group/"
+	storageKeyClosedMeta   = "closed"
+	storageKeyClosedPrefix = "closed/"
+	storageKeyLatePrefix   = "closed_late/"
+
+	stateVersion   = 2
+	legacyVersion  = 1       // groups stored before attempts: still decoded
+	closedVersion  = 2       // closedMeta.Version of rings whose keys end with the attempt
+	maxClosedSlots = 1 << 24 // a stored ring claiming more slots is corrupt
+	stateScope     = "valgen_sampler.state"
+
+	// Attribute keys of a group's header record.
+	stateAttrVersion         = "version"
+	stateAttrKey             = "key"
+	stateAttrSeq             = "seq"
+	stateAttrK               = "k"
+	stateAttrRunID           = "run_id"
+	stateAttrStep            = "step"
+	stateAttrSourcesExpected = "sources_expected"
+	stateAttrLate            = "late"
+	stateAttrSources         = "sources"
+	stateAttrOrderKeys       = "order_keys"
+	stateAttrOrderIDs        = "order_ids"
+	stateAttrSourceName      = "name"
+	stateAttrSourceInstance  = "instance"
+	stateAttrSourceReceived  = "received"
+	stateAttrSourceEnded     = "ended"
+	stateAttrSourceSeen      = "seen"
+	stateAttrSourceEmitted   = "emitted"
+	stateAttrSourceDropped   = "dropped"
+	stateAttrAttempt         = "attempt"
+	stateAttrFirstSeen       = "first_seen"
+	stateAttrAttemptStart    = "attempt_start"
+	stateAttrSourceAnnounced = "announced"
+	stateAttrSourceProgress  = "progress_seen"
+	stateAttrKeyVersion      = "key_version"
+)
+
+// Values of the operation attribute of the storage-errors metric.
+const (
+	storageOpRead   = "read"
+	storageOpWrite  = "write"
+	storageOpDecode = "decode"
+)
+
+var errCorruptState = errors.New("corrupt stored state")
+
+func groupStorageKey(key string) string { return storageKeyGroupPrefix + key }
+func closedStorageKey(slot int) string  { return storageKeyClosedPrefix + strconv.Itoa(slot) }
+func closedLateStorageKey(slot int) string {
+	return storageKeyLatePrefix + strconv.Itoa(slot)
+}
+
+// lateOp stores the late count of ring slot slot (deleting it when 0).
+func lateOp(slot int, late int64) *storage.Operation {
+	if late == 0 {
+		return storage.DeleteOperation(closedLateStorageKey(slot))
+	}
+	return storage.SetOperation(closedLateStorageKey(slot), []byte(strconv.FormatInt(late, 10)))
+}
+
+// decodeLate reads a stored late count; absent is 0.
+func decodeLate(data []byte) (int64, error) {
+	if data == nil {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(string(data), 10, 64)
+	if err != nil || n < 0 {
+		return 0, corrupt("late count %q", data)
+	}
+	return n, nil
+}
+func corrupt(format string, a ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{errCorruptState}, a...)...)
+}
+
+// closedMeta describes the stored closed-groups ring.
+type closedMeta struct {
+	Version int `json:"version,omitempty"` // 0: a ring of legacy keys, without the attempt
+	Cap     int `json:"cap"`
+	Len     int `json:"len"`
+	Next    int `json:"next"`
+}
+
+// encodeGroup serialises a group: one ResourceLogs with the group's first resource and a
+// header record (counters, sources, sort keys of the kept records, first trace id, last-record
+// time), then one ResourceLogs per kept record with its own resource and scope. O(k).
+func encodeGroup(g *group) ([]byte, error) {
+	ld := plog.NewLogs()
+	rl := ld.ResourceLogs().AppendEmpty()
+	g.resource.CopyTo(rl.Resource())
+	sl := rl.ScopeLogs().AppendEmpty()
+	sl.Scope().SetName(stateScope)
+	lr := sl.LogRecords().AppendEmpty()
+	lr.SetTraceID(g.traceID)
+	lr.SetTimestamp(pcommon.Timestamp(g.lastSeen.UnixNano())) //nolint:gosec // times after 1970
+	attrs := lr.Attributes()
+	attrs.PutInt(stateAttrVersion, stateVersion)
+	attrs.PutStr(stateAttrKey, g.key)
+	attrs.PutInt(stateAttrSeq, int64(g.seq)) //nolint:gosec // sequence numbers stay far below 2^63
+	attrs.PutInt(stateAttrK, int64(g.k))
+	g.runID.CopyTo(attrs.PutEmpty(stateAttrRunID))
+	g.step.CopyTo(attrs.PutEmpty(stateAttrStep))
+	attrs.PutInt(stateAttrSourcesExpected, g.sourcesExpected)
+	attrs.PutInt(stateAttrLate, g.late)
+	attrs.PutStr(stateAttrAttempt, g.attempt)
+	attrs.PutInt(stateAttrFirstSeen, g.firstSeen.UnixNano())
+	attrs.PutInt(stateAttrAttemptStart, g.attemptStart)
+	attrs.PutInt(stateAttrKeyVersion, g.keyVersion)
+	sources := attrs.PutEmptySlice(stateAttrSources)
+	sources.EnsureCapacity(len(g.sources))
+	for id, state := range g.sources {
+		m := sources.AppendEmpty().SetEmptyMap()
+		m.PutStr(stateAttrSourceName, id.name)
+		m.PutStr(stateAttrSourceInstance, id.instance)
+		m.PutInt(stateAttrSourceReceived, state.received)
+		m.PutBool(stateAttrSourceEnded, state.ended)
+		m.PutInt(stateAttrSourceSeen, state.end.seen)
+		m.PutInt(stateAttrSourceEmitted, state.end.emitted)
+		m.PutInt(stateAttrSourceDropped, state.end.dropped)
+		m.PutBool(stateAttrSourceAnnounced, state.announced)
+		m.PutInt(stateAttrSourceProgress, state.progressSeen)
+	}
+	if g.kept != nil {
+		keys := attrs.PutEmptySlice(stateAttrOrderKeys)
+		ids := attrs.PutEmptySlice(stateAttrOrderIDs)
+		keys.EnsureCapacity(g.kept.len())
+		ids.EnsureCapacity(g.kept.len())
+		ld.ResourceLogs().EnsureCapacity(1 + g.kept.len())
+		for i := range g.kept.heap {
+			e := &g.kept.heap[i]
+			keys.AppendEmpty().SetInt(int64(e.order.key)) //nolint:gosec // keys are < 2^63
+			ids.AppendEmpty().SetStr(e.order.id)
+			krl := ld.ResourceLogs().AppendEmpty()
+			e.item.resource.CopyTo(krl.Resource())
+			krl.SetSchemaUrl(e.item.resourceSchema)
+			ksl := krl.ScopeLogs().AppendEmpty()
+			e.item.scope.CopyTo(ksl.Scope())
+			ksl.SetSchemaUrl(e.item.scopeSchema)
+			e.item.record.CopyTo(ksl.LogRecords().AppendEmpty())
+		}
+	}
+	m := plog.ProtoMarshaler{}
+	return m.MarshalLogs(ld)
+}
+
+func encodeIndex(groups map[string]*group) []byte {
+	keys := make([]string, 0, len(groups))
+	for key := range groups {
+		keys = append(keys, key)
+	}
+	data, _ := json.Marshal(keys) // a []string always marshals
+	return data
+}
+
+func decodeIndex(data []byte) ([]string, error) {
+	var keys []string
+	if err := json.Unmarshal(data, &keys); err != nil {
+		return nil, corrupt("open groups index: %v", err)
+	}
+	return keys, nil
+}
+
+func encodeClosedMeta(c *closedGroups) []byte {
+	data, _ := json.Marshal(closedMeta{Version: closedVersion, Cap: cap(c.ring), Len: len(c.ring), Next: c.next})
+	return data
+}
+
+func decodeClosedMeta(data []byte) (closedMeta, error) {
+	var meta closedMeta
+	if err := json.Unmarshal(data, &meta); err != nil {
+		return meta, corrupt("closed groups: %v", err)
+	}
+	if meta.Len < 0 || meta.Cap < meta.Len || meta.Cap > maxClosedSlots || meta.Next < 0 || (meta.Next > 0 && meta.Next >= meta.Len) ||
+		(meta.Next > 0 && meta.Len < meta.Cap) {
+		return meta, corrupt("closed groups: %+v", meta)
+	}
+	return meta, nil
+}
 
 // decodeGroup rebuilds a group from encodeGroup's bytes, checking everything it reads.
 // migrated reports a group stored before attempts (version 1): it gets attempt "", its

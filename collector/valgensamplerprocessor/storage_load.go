@@ -8,7 +8,36 @@ import (
 	"fmt"
 
 	"go.opentelemetry.io/collector/extension/xextension/storage"
+	"go.uber.org/zap"
 )
+
+// load reads the stored state into the processor and repairs what it could not read.
+// Callers hold p.mu.
+func (p *samplerProcessor) load(ctx context.Context, s *extensionStore) error {
+	var fix []*storage.Operation
+	closedFix, err := p.loadClosed(ctx, s.client)
+	if err != nil {
+		return err
+	}
+	fix = append(fix, closedFix...)
+	groupsFix, err := p.loadGroups(ctx, s.client)
+	if err != nil {
+		return err
+	}
+	fix = append(fix, groupsFix...)
+	if len(fix) > 0 {
+		if err := s.client.Batch(ctx, fix...); err != nil {
+			p.storageError(ctx, storageOpWrite, err)
+			s.resync.Store(true)
+		}
+	}
+	if n := len(p.groups); n > 0 {
+		p.telemetry.ValgenSamplerGroupsOpen.Add(ctx, int64(n))
+	}
+	p.logger.Info("valgen sampler state loaded from storage",
+		zap.Int("open_groups", len(p.groups)), zap.Int("closed_groups", len(p.closed.ring)))
+	return nil
+}
 
 // loadClosed restores the closed-groups ring; it returns the writes that repair the stored
 // ring when it was damaged or closed_groups_cache changed.

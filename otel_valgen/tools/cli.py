@@ -2,7 +2,7 @@
 
 Results go to stdout; progress and errors to stderr. Exit codes: 0 success; 1 an operational
 error, or some input could not be read (the rest was still used); 2 usage error; 3 nothing
-found. Errors are one line (``--verbose`` adds the traceback), see ``otel_valgen._cli_support``.
+found. Errors are one line (``--verbose`` adds the traceback), see ``otel_valgen.tools._support``.
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ from collections.abc import Sequence
 
 import click
 from rich.console import Console
-from rich.table import Table
 
-from otel_valgen._cli_support import OperationalError, ValgenGroup, report_read_error
 from otel_valgen.reader import ReadError, Record, read_paths
 from otel_valgen.selection import StepSelection, select_steps
+from otel_valgen.tools._support import OperationalError, ValgenGroup, report_read_error
+from otel_valgen.tools.render import render_tables
 
 EXIT_READ_ERRORS = 1
 EXIT_NOTHING_FOUND = 3
@@ -53,26 +53,6 @@ def _generation_json(selection: StepSelection) -> dict[str, object]:
             for g in selection.generations
         ],
     }
-
-
-def render_tables(selections: Sequence[StepSelection], console: Console, width: int = 60) -> None:
-    """Print one rich table per (run, step)."""
-    for selection in selections:
-        title = f"run {selection.run_id} · step {selection.step} · kept {selection.kept} of {selection.seen}"
-        if selection.attempts > 1:
-            title += f" · attempt {selection.attempt} (of {selection.attempts})"
-        if selection.late:
-            title += f" · {selection.late} late"
-        table = Table(title=title, show_lines=False)
-        table.add_column("#", justify="right", min_width=2, no_wrap=True)
-        table.add_column("source", overflow="ellipsis", no_wrap=True, max_width=14)
-        for column in ("input", "output"):
-            table.add_column(column, overflow="ellipsis", no_wrap=True, max_width=width)
-        table.add_column("score", justify="right", min_width=5, no_wrap=True)
-        for rank, g in enumerate(selection.generations, start=1):
-            score = "" if g.score is None else f"{g.score:.3g}"
-            table.add_row(str(rank), g.source or "", g.input, g.output, score)
-        console.print(table)
 
 
 def _write_csv(selections: Sequence[StepSelection]) -> None:
@@ -185,7 +165,7 @@ def demo(steps: int, count: int, prompts: int, responses: int, workers: int, dir
         raise OperationalError(
             "the demo runs on Ray, which is not installed", "install it: pip install 'otel-valgen[ray]'"
         ) from error
-    from otel_valgen.demo import run_demo
+    from otel_valgen.tools.demo import run_demo
 
     sys.exit(run_demo(steps, count, prompts, responses, workers, directory))
 
@@ -207,7 +187,7 @@ def resend(paths: tuple[str, ...], endpoint: str | None) -> None:
     """
     from pathlib import Path
 
-    from otel_valgen.resend import resend_paths, resolve_target
+    from otel_valgen.tools.resend import resend_paths, resolve_target
 
     try:
         target = resolve_target(endpoint)
@@ -232,7 +212,7 @@ def resend(paths: tuple[str, ...], endpoint: str | None) -> None:
 
 def _register_optional_commands() -> None:
     try:
-        from otel_valgen.wandb_exporter.cli import push_command, wandb_exporter_command
+        from otel_valgen.tools.exporter_commands import push_command, wandb_exporter_command
     except ImportError:  # the wandb exporter is optional
         return
     main.add_command(wandb_exporter_command)

@@ -1,0 +1,129 @@
+"""The environment variables this library reads, and how a value is read from the environment.
+
+A bad value in the environment is a library-side mistake that must not stop training: each
+reader logs it and returns the default.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Final
+
+_logger = logging.getLogger("otel_valgen")
+
+OTEL_VALGEN_RUN_ID: Final = "OTEL_VALGEN_RUN_ID"
+"""The training run's id. Unset: the process's wandb run (followed once it exists), else
+``WANDB_RUN_ID``, else ``OTEL_VALGEN_DEFAULT_RUN_ID``, else a generated id."""
+OTEL_VALGEN_DEFAULT_RUN_ID: Final = "OTEL_VALGEN_DEFAULT_RUN_ID"
+"""The run id of a process that has no other: ``runtime_env()`` forwards the driver's here, below
+a worker's own wandb run in precedence, so that an actor's later ``wandb.init`` still wins."""
+WANDB_RUN_ID: Final = "WANDB_RUN_ID"
+"""wandb's own run id variable (``wandb.init`` honours it): the run id when no wandb run exists yet."""
+WANDB_PROJECT: Final = "WANDB_PROJECT"
+WANDB_ENTITY: Final = "WANDB_ENTITY"
+OTEL_VALGEN_COUNT: Final = "OTEL_VALGEN_COUNT"
+"""k: how many generations to keep per (run, step). Default 64."""
+OTEL_VALGEN_SEED: Final = "OTEL_VALGEN_SEED"
+"""The sampling seed. Default 42."""
+OTEL_VALGEN_PRESAMPLE: Final = "OTEL_VALGEN_PRESAMPLE"
+"""Keep only the local bottom-k per step before sending (true/false). Default true."""
+OTEL_VALGEN_DIR: Final = "OTEL_VALGEN_DIR"
+"""Folder of the embedded file sink, used when no OTLP endpoint is set. Default ./valgen-data."""
+OTEL_VALGEN_SOURCE: Final = "OTEL_VALGEN_SOURCE"
+"""Default name of the emitting part (e.g. trainer, rollouter). Default "main"."""
+OTEL_VALGEN_MAX_FIELD_BYTES: Final = "OTEL_VALGEN_MAX_FIELD_BYTES"
+"""Longest input/output/ground truth sent, in UTF-8 bytes; longer is truncated. Default 65536."""
+OTEL_VALGEN_SPOOL: Final = "OTEL_VALGEN_SPOOL"
+"""Write records the collector did not accept to ``<OTEL_VALGEN_DIR>/spool`` (true/false). Default true."""
+OTEL_VALGEN_FLUSH_TIMEOUT: Final = "OTEL_VALGEN_FLUSH_TIMEOUT"
+"""Seconds the end of a step (or a block-less log_generations call) may block the caller while flushing. Default 10."""
+OTEL_VALGEN_VERL: Final = "OTEL_VALGEN_VERL"
+"""``false`` turns off the automatic verl integration (otel_valgen.integrations.verl). Default true."""
+OTEL_VALGEN_LAUNCH_ID: Final = "OTEL_VALGEN_LAUNCH_ID"
+"""This launch of the training job; part of every record's attempt.
+
+Default: ``ray-<job id>`` in a Ray job's processes (when the driver forwarded none), else a
+random id per process."""
+OTEL_VALGEN_PROGRESS_INTERVAL: Final = "OTEL_VALGEN_PROGRESS_INTERVAL"
+"""Seconds between progress records of an open block (0 = none). Default 5, at least 0.05."""
+OTEL_EXPORTER_OTLP_ENDPOINT: Final = "OTEL_EXPORTER_OTLP_ENDPOINT"
+"""Base URL of every signal: OTLP/HTTP logs go to ``<it>/v1/logs``; a gRPC target as it is."""
+OTEL_EXPORTER_OTLP_LOGS_ENDPOINT: Final = "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT"
+"""Where logs go, used as it is (no path appended); wins over OTEL_EXPORTER_OTLP_ENDPOINT."""
+OTEL_EXPORTER_OTLP_PROTOCOL: Final = "OTEL_EXPORTER_OTLP_PROTOCOL"
+OTEL_EXPORTER_OTLP_LOGS_PROTOCOL: Final = "OTEL_EXPORTER_OTLP_LOGS_PROTOCOL"
+# The transport settings: each signal-specific (LOGS) variable wins over its generic form.
+OTEL_EXPORTER_OTLP_HEADERS: Final = "OTEL_EXPORTER_OTLP_HEADERS"
+OTEL_EXPORTER_OTLP_LOGS_HEADERS: Final = "OTEL_EXPORTER_OTLP_LOGS_HEADERS"
+OTEL_EXPORTER_OTLP_CERTIFICATE: Final = "OTEL_EXPORTER_OTLP_CERTIFICATE"
+OTEL_EXPORTER_OTLP_LOGS_CERTIFICATE: Final = "OTEL_EXPORTER_OTLP_LOGS_CERTIFICATE"
+OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE: Final = "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE"
+OTEL_EXPORTER_OTLP_LOGS_CLIENT_CERTIFICATE: Final = "OTEL_EXPORTER_OTLP_LOGS_CLIENT_CERTIFICATE"
+OTEL_EXPORTER_OTLP_CLIENT_KEY: Final = "OTEL_EXPORTER_OTLP_CLIENT_KEY"
+OTEL_EXPORTER_OTLP_LOGS_CLIENT_KEY: Final = "OTEL_EXPORTER_OTLP_LOGS_CLIENT_KEY"
+OTEL_EXPORTER_OTLP_COMPRESSION: Final = "OTEL_EXPORTER_OTLP_COMPRESSION"
+OTEL_EXPORTER_OTLP_LOGS_COMPRESSION: Final = "OTEL_EXPORTER_OTLP_LOGS_COMPRESSION"
+OTEL_EXPORTER_OTLP_TIMEOUT: Final = "OTEL_EXPORTER_OTLP_TIMEOUT"
+"""Seconds, as every OTel Python exporter reads it (the specification says milliseconds)."""
+OTEL_EXPORTER_OTLP_LOGS_TIMEOUT: Final = "OTEL_EXPORTER_OTLP_LOGS_TIMEOUT"
+OTEL_EXPORTER_OTLP_INSECURE: Final = "OTEL_EXPORTER_OTLP_INSECURE"
+OTEL_EXPORTER_OTLP_LOGS_INSECURE: Final = "OTEL_EXPORTER_OTLP_LOGS_INSECURE"
+OTEL_SERVICE_NAME: Final = "OTEL_SERVICE_NAME"
+OTEL_RESOURCE_ATTRIBUTES: Final = "OTEL_RESOURCE_ATTRIBUTES"
+
+
+def env_int(name: str, default: int, minimum: int | None = None) -> int:
+    """An integer environment variable; a bad or too small value is logged and the default used."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        _logger.warning("otel_valgen: %s=%r is not an integer; using %d", name, raw, default)
+        return default
+    if minimum is not None and value < minimum:
+        _logger.warning("otel_valgen: %s=%d is below %d; using %d", name, value, minimum, default)
+        return default
+    return value
+
+
+def env_float(name: str, default: float) -> float:
+    """A number >= 0 from the environment; a bad value (NaN too) is logged and the default used."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:  # also rejects NaN
+        _logger.warning("otel_valgen: %s=%r is not a number >= 0; using %s", name, raw, default)
+        return default
+    return value
+
+
+def env_bool(name: str, default: bool) -> bool:
+    """A boolean variable as the OTel specification reads one; unset or empty is ``default``.
+
+    Only ``true`` (any case) is true. ``false`` (any case) is false, and so is every other
+    value, with a warning.
+    """
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    if raw.lower() == "true":
+        return True
+    if raw.lower() != "false":
+        _logger.warning("otel_valgen: %s=%r is neither true nor false; using false", name, raw)
+    return False
+
+
+def env_first(*names: str) -> tuple[str, str]:
+    """The first of ``names`` set to a non-empty value, and that value; ("", "") if none is."""
+    for name in names:
+        value = os.environ.get(name, "").strip()
+        if value:
+            return name, value
+    return "", ""

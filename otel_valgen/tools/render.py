@@ -1,0 +1,30 @@
+"""Rich tables of selected steps, for ``otel-valgen show`` and the demo."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rich.console import Console
+from rich.table import Table
+
+from otel_valgen.selection import StepSelection
+
+
+def render_tables(selections: Sequence[StepSelection], console: Console, width: int = 60) -> None:
+    """Print one rich table per (run, step)."""
+    for selection in selections:
+        title = f"run {selection.run_id} · step {selection.step} · kept {selection.kept} of {selection.seen}"
+        if selection.attempts > 1:
+            title += f" · attempt {selection.attempt} (of {selection.attempts})"
+        if selection.late:
+            title += f" · {selection.late} late"
+        table = Table(title=title, show_lines=False)
+        table.add_column("#", justify="right", min_width=2, no_wrap=True)
+        table.add_column("source", overflow="ellipsis", no_wrap=True, max_width=14)
+        for column in ("input", "output"):
+            table.add_column(column, overflow="ellipsis", no_wrap=True, max_width=width)
+        table.add_column("score", justify="right", min_width=5, no_wrap=True)
+        for rank, g in enumerate(selection.generations, start=1):
+            score = "" if g.score is None else f"{g.score:.3g}"
+            table.add_row(str(rank), g.source or "", g.input, g.output, score)
+        console.print(table)
