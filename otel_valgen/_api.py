@@ -228,4 +228,4 @@ def stats() -> dict[str, int]:
 def current_settings() -> Settings | None:
     """The settings in force (the run id following a wandb run started since), or None before configuration."""
     emitter = _process.current_emitter()
-    return _process.follow_wandb(emitter).settings if emitter is not None else None
+    return _process.follow_trackers(emitter).settings if emitter is not None else None

@@ -212,9 +212,10 @@ def resend(paths: tuple[str, ...], endpoint: str | None) -> None:
 
 def _register_optional_commands() -> None:
     try:
-        from otel_valgen.tools.exporter_commands import push_command, wandb_exporter_command
-    except ImportError:  # the wandb exporter is optional
+        from otel_valgen.tools.exporter_commands import exporter_command, push_command, wandb_exporter_command
+    except ImportError:  # the exporter is optional
         return
+    main.add_command(exporter_command)
     main.add_command(wandb_exporter_command)
     main.add_command(push_command)
 

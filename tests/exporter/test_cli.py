@@ -13,7 +13,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-import otel_valgen.wandb_exporter as package
+import otel_valgen.exporter as package
 from otel_valgen.otlp_json import to_otlp_json
 from otel_valgen.tools.exporter_commands import push_command, wandb_exporter_command
 
