@@ -55,9 +55,9 @@ def _request(run: str, step: int, *, summary: bool = True) -> Any:
 
 
 def _start(layout: str, state: str | None = None) -> tuple[Any, Any]:
-    from otel_valgen.wandb_exporter.server import ExporterServer
-    from otel_valgen.wandb_exporter.service import ExporterService, ServiceConfig
-    from otel_valgen.wandb_exporter.writer import WriterConfig
+    from otel_valgen.exporter.server import ExporterServer
+    from otel_valgen.exporter.service import ExporterService, ServiceConfig
+    from otel_valgen.exporter.backends.wandb import WriterConfig
 
     config = ServiceConfig(writer=WriterConfig(layout=layout, mode="offline"), state_dir=state, max_pending_steps=256)
     service = ExporterService(config)

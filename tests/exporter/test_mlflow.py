@@ -64,7 +64,7 @@ def trainer_run(server: MlflowServer, name: str) -> tuple[str, dict[str, str]]:
 
 
 def test_steps_land_in_the_jobs_run_as_tables_artifacts_and_metrics(server: MlflowServer, tmp_path: Path) -> None:
-    """k rows per step in the trainer's own run: load_table, verl's val_step{n}.json, metrics at the step."""
+    """K rows per step in the trainer's own run: load_table, verl's val_step{n}.json, metrics at the step."""
     run_id, resource = trainer_run(server, "exp-1")
     assert resource["mlflow.run_id"] == run_id
     service = service_for(server, tmp_path, ["mlflow"])
@@ -127,7 +127,8 @@ def test_an_mlflow_outage_holds_its_steps_without_blocking_tensorboard(server: M
         service.stop()
     stats = service.stats()["backends"]
     assert (stats["mlflow"]["written_steps"], stats["tensorboard"]["written_steps"]) == (4, 4)
-    assert stats["mlflow"]["outages"] == 1 and stats["tensorboard"]["outages"] == 0
+    assert stats["mlflow"]["outages"] == 1
+    assert stats["tensorboard"]["outages"] == 0
     assert sorted(read_texts(tmp_path / "boards" / "job", KEY)) == [1, 2, 3, 4]
     kept = mlflow.MlflowClient(server.uri).get_metric_history(run_id, f"{KEY}/kept")
     assert sorted(m.step for m in kept) == [1, 2, 3, 4]

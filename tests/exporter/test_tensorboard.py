@@ -42,7 +42,8 @@ def test_verl_text_per_step_and_scalars_in_the_jobs_folder(tmp_path: Path) -> No
     texts = read_texts(folder, KEY)
     assert sorted(texts) == [1, 2]
     assert texts[1].startswith("**Generation Results - Step 1**\n\n### Sample 1\n**Input:** q0\n\n")
-    assert texts[1].count("### Sample") == 3 and texts[2].count("### Sample") == 2
+    assert texts[1].count("### Sample") == 3
+    assert texts[2].count("### Sample") == 2
     assert "**Output:** a2@1\n\n**Score:** 0.5\n\n---\n\n" in texts[1]
     assert read_scalars(folder, f"{KEY}/seen") == {1: 20.0, 2: 20.0}
     assert read_scalars(folder, f"{KEY}/kept") == {1: 3.0, 2: 2.0}
@@ -84,4 +85,5 @@ def test_extra_columns_appear_in_the_text(tmp_path: Path) -> None:
         log.attributes.add(key=f"{contract.EVENT_PREFIX}extra.acc").value.double_value = float(i)
     run(tmp_path, request(*logs, summary("ex", 1, 2), resource={"tensorboard.log_dir": "x"}))
     text = read_texts(tmp_path / "x", KEY)[1]
-    assert "**acc:** 0.0" in text and "**acc:** 1.0" in text
+    assert "**acc:** 0.0" in text
+    assert "**acc:** 1.0" in text
