@@ -123,7 +123,7 @@ def _configs(options: dict[str, Any], max_runs: int = 16) -> dict[str, Any]:
 
     configs: dict[str, Any] = {
         "mlflow": MlflowConfig(
-            tracking_uri=options["mlflow_tracking_uri"],
+            tracking_uri=options["mlflow_tracking_uri"] or None,
             experiment=options["mlflow_experiment"],
             table_key=options["table_key"],
             scalars=options["scalars"],
