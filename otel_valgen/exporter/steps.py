@@ -98,7 +98,7 @@ SUMMARY_SCALARS = (
     ("late", contract.LATE),
     ("missing", contract.MISSING),
 )
-SUMMARY_FLOAT_SCALARS = (("score_mean", "valgen.score.mean"),)
+SUMMARY_FLOAT_SCALARS = (("score_mean", contract.SCORE_MEAN),)
 
 
 def summary_scalars(summary: Mapping[str, Any] | None) -> dict[str, float]:
