@@ -1,5 +1,5 @@
 #!/bin/sh
-# Starts `otel-valgen wandb-exporter` with the given arguments. With no WANDB_API_KEY and no
+# Starts `otel-valgen exporter` with the given arguments. With no WANDB_API_KEY and no
 # WANDB_MODE in the environment, the service writes offline runs under $WANDB_DIR (sync
 # them later with `wandb sync`) instead of failing to log in. The key is never printed.
 set -eu
@@ -7,4 +7,4 @@ if [ -z "${WANDB_API_KEY:-}" ] && [ -z "${WANDB_MODE:-}" ]; then
   export WANDB_MODE=offline
   echo "wandb-exporter: WANDB_API_KEY is not set; writing offline runs under ${WANDB_DIR:-.}" >&2
 fi
-exec otel-valgen wandb-exporter "$@"
+exec otel-valgen exporter "$@"

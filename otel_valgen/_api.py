@@ -7,12 +7,13 @@ counted, logged warning, never a failed training step.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import Any
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Final
 
-from otel_valgen import _process, _stats
+from otel_valgen import _process, _stats, contract
 from otel_valgen._process import never_raise
-from otel_valgen._records import Batch
+from otel_valgen._records import Batch, ExtraColumns
 from otel_valgen._sanitize import clean_step
 from otel_valgen._settings import Settings, resolve_settings
 
@@ -90,6 +91,60 @@ def _as_list(values: Any, name: str) -> Sequence[Any] | None:
     return values if isinstance(values, Sequence) else list(values)
 
 
+_EXTRA_NAME: Final = re.compile(contract.EXTRA_NAME_PATTERN)
+_NAMES_LISTED: Final = 5
+
+
+def _listed(names: list[str]) -> str:
+    """The first few of ``names`` for a warning, and how many more there are."""
+    shown = ", ".join(names[:_NAMES_LISTED])
+    return shown + (f" and {len(names) - _NAMES_LISTED} more" if len(names) > _NAMES_LISTED else "")
+
+
+def _extra_columns(extra: object) -> dict[str, Any]:
+    """The extra columns a call may send: valid names, at most ``MAX_EXTRA_COLUMNS``, in the mapping's order.
+
+    Every other column is dropped whole, counted in ``extra_columns_dropped`` and named in one
+    warning for the call. A column given as None is no column, as for the other optional columns.
+    """
+    if extra is None:
+        return {}
+    if not isinstance(extra, Mapping):
+        _process.counters.add(_stats.EXTRA_COLUMNS_DROPPED)
+        _process.counters.warn(
+            "extra_columns_dropped",
+            "log_generations: extra must map column names to values, not a %s; no extra column sent",
+            type(extra).__name__,
+        )
+        return {}
+    columns: dict[str, Any] = {}
+    invalid: list[str] = []
+    over: list[str] = []
+    for name, values in extra.items():
+        if not isinstance(name, str) or _EXTRA_NAME.fullmatch(name) is None:
+            invalid.append(repr(name)[:80])
+        elif values is None:
+            continue
+        elif len(columns) < contract.MAX_EXTRA_COLUMNS:
+            columns[name] = values
+        else:
+            over.append(name)
+    if invalid or over:
+        _process.counters.add(_stats.EXTRA_COLUMNS_DROPPED, len(invalid) + len(over))
+        problems = []
+        if invalid:
+            problems.append(f"invalid names {_listed(invalid)} (a name is 1 to 64 of A-Z a-z 0-9 _ . / -)")
+        if over:
+            problems.append(f"more than {contract.MAX_EXTRA_COLUMNS} columns: {_listed(over)}")
+        _process.counters.warn(
+            "extra_columns_dropped",
+            "log_generations: %d extra column(s) dropped: %s",
+            len(invalid) + len(over),
+            "; ".join(problems),
+        )
+    return columns
+
+
 @never_raise(0)
 def log_generations(
     inputs: Iterable[Any],
@@ -102,6 +157,7 @@ def log_generations(
     data_sources: Iterable[Any] | None = None,
     source: str | None = None,
     count: int | None = None,
+    extra: Mapping[str, Iterable[Any]] | None = None,
 ) -> int:
     """Record validation generations of one step; call any number of times, any batch size.
 
@@ -121,6 +177,12 @@ def log_generations(
         source: the emitting part; defaults to the block's source, then the configured one.
         count: k for this step, when it differs from the configured one. When calls or
             blocks of one step ask for different k, the smallest wins (docs/architecture.md).
+        extra: more columns, ``{name: one value per generation}`` (e.g. TRL's reward functions,
+            verl's ``reward_extra_info``), each sent as ``valgen.extra.<name>``. Values are
+            bools, ints, finite floats or texts (numpy/torch scalars converted, texts repaired
+            and cut like the others); any other value is left out of its record. A name is 1
+            to 64 of ``A-Z a-z 0-9 _ . / -``; columns with other names, and columns past the
+            32nd, are dropped. A column of the wrong length drops the call, as for ``scores``.
 
     Returns:
         How many generations were accepted (0 when the batch was dropped; see ``stats()``).
@@ -128,6 +190,7 @@ def log_generations(
     """
     block = _process.current_block.get()
     emitter = _process.active_emitter()
+    extras = {f"extra[{name}]": (name, values) for name, values in _extra_columns(extra).items()}
     raw = {
         "inputs": inputs,
         "outputs": outputs,
@@ -135,6 +198,7 @@ def log_generations(
         "ground_truths": ground_truths,
         "sample_ids": sample_ids,
         "data_sources": data_sources,
+        **{label: values for label, (_, values) in extras.items()},
     }
     try:
         columns = {name: _as_list(values, name) for name, values in raw.items()}
@@ -172,6 +236,12 @@ def log_generations(
         ground_truths=columns["ground_truths"],
         sample_ids=columns["sample_ids"],
         data_sources=columns["data_sources"],
+        extra=ExtraColumns(
+            keys=tuple(contract.EXTRA_PREFIX + name for name, _ in extras.values()),
+            columns=tuple(columns[label] or () for label in extras),
+        )
+        if extras
+        else None,
     )
     if same_step is None:  # block-less: a complete part by itself, delivered before returning
         return emitter.log_part(resolved_step, name, batch, step_count)
@@ -228,4 +298,4 @@ def stats() -> dict[str, int]:
 def current_settings() -> Settings | None:
     """The settings in force (the run id following a wandb run started since), or None before configuration."""
     emitter = _process.current_emitter()
-    return _process.follow_wandb(emitter).settings if emitter is not None else None
+    return _process.follow_trackers(emitter).settings if emitter is not None else None

@@ -21,6 +21,7 @@ source's repeated end records, so the step is complete and exact whichever end a
 from __future__ import annotations
 
 import logging
+import math
 import sys
 import threading
 import time
@@ -37,6 +38,7 @@ from otel_valgen import _stats, contract
 from otel_valgen._keys import BatchKeyer
 from otel_valgen._pipeline import Pipeline
 from otel_valgen._records import Batch, PendingRecord, RecordBuilder, candidates
+from otel_valgen._sanitize import score_stats
 from otel_valgen._settings import Settings
 from otel_valgen._tracing import derived_context
 from otel_valgen.sampling import BottomK, step_k
@@ -60,6 +62,8 @@ class StepState:
     seen: int = 0
     emitted: int = 0
     dropped: int = 0
+    score_count: int = 0  # generations seen with a valid score, and their sum (valgen.score.*)
+    score_sum: float = 0.0
     kept: BottomK[list[PendingRecord | None]] | None = None
     # Orders the progress thread against the end of the part: no progress record after the end.
     # It also serialises the block-less parts of one (step, source).
@@ -298,6 +302,16 @@ class Emitter:
         }
         if state.sources_expected is not None:
             attributes[contract.SOURCES_EXPECTED] = state.sources_expected
+        if math.isfinite(state.score_sum):
+            attributes[contract.SCORE_COUNT] = state.score_count
+            attributes[contract.SCORE_SUM] = state.score_sum
+        else:
+            self.stats.warn(
+                "score_sum_overflow",
+                "the scores of step %d (source %s) sum beyond a double; its end record carries no score statistics",
+                state.step,
+                state.source,
+            )
         self._emit_lifecycle(
             state,
             contract.EVENT_VALIDATION_END,
@@ -403,17 +417,22 @@ class Emitter:
     def log(self, state: StepState, batch: Batch) -> int:
         """Record one batch of generations; return how many were accepted.
 
-        Keys are computed for every generation; the texts are cleaned and the record built
-        only for those that (still) belong to the local bottom-k.
+        Keys are computed for every generation, and the count and sum of the valid scores over
+        the whole batch; the texts are cleaned and the record built only for those that (still)
+        belong to the local bottom-k.
         """
         size = len(batch.inputs)
         self.stats.add(_stats.GENERATIONS_SEEN, size)
+        scored, score_sum = score_stats(batch.scores)
         kept = state.kept
         if kept is None:
             with self._lock:
                 state.seen += size
+                state.score_count += scored
+                state.score_sum += score_sum
             for index, order in candidates(batch, self._keyer, None, None):
                 self._emit_generation(state, self._build(state, batch, index, order))
+            self._build.report_extra(batch)
             return size
         with self._lock:
             # The k-th key only falls as items are offered, so an earlier read is a safe filter.
@@ -422,6 +441,8 @@ class Emitter:
         slots: dict[int, list[PendingRecord | None]] = {}
         with self._lock:
             state.seen += size
+            state.score_count += scored
+            state.score_sum += score_sum
             orders = dict(found)
             for index, order in found:
                 if kept.would_keep(order):
@@ -432,6 +453,7 @@ class Emitter:
         for index, slot in slots.items():
             if id(slot) in alive:
                 slot[0] = self._build(state, batch, index, orders[index])
+        self._build.report_extra(batch)
         return size
 
     def _emit_generation(self, state: StepState, pending: PendingRecord) -> None:

@@ -9,9 +9,12 @@ import uuid
 from typing import Final
 
 from otel_valgen._env import (
+    MLFLOW_EXPERIMENT_NAME,
+    MLFLOW_RUN_ID,
     OTEL_VALGEN_DEFAULT_RUN_ID,
     OTEL_VALGEN_LAUNCH_ID,
     OTEL_VALGEN_RUN_ID,
+    TENSORBOARD_DIR,
     WANDB_ENTITY,
     WANDB_PROJECT,
     WANDB_RUN_ID,
@@ -55,6 +58,40 @@ def wandb_resource(origin: str) -> dict[str, str]:
         return {}
     keys = ("wandb.project", "wandb.entity", "wandb.run_id")
     return {key: str(value) for key, value in zip(keys, values, strict=True) if value}
+
+
+def mlflow_resource() -> dict[str, str]:
+    """``mlflow.*`` resource attributes: the active MLflow run's, else ``MLFLOW_RUN_ID``'s (never imports mlflow)."""
+    out: dict[str, str] = {}
+    mlflow = sys.modules.get("mlflow")
+    run = None
+    if mlflow is not None:
+        try:
+            run = mlflow.active_run()
+        except Exception:  # an MLflow too old or half imported: the environment will do
+            run = None
+    info = getattr(run, "info", None)
+    run_id = getattr(info, "run_id", None) or os.environ.get(MLFLOW_RUN_ID, "").strip()
+    if run_id:
+        out["mlflow.run_id"] = str(run_id)
+    experiment_id = getattr(info, "experiment_id", None)
+    if experiment_id:
+        out["mlflow.experiment_id"] = str(experiment_id)
+    experiment_name = os.environ.get(MLFLOW_EXPERIMENT_NAME, "").strip()
+    if experiment_name:
+        out["mlflow.experiment_name"] = experiment_name
+    return out
+
+
+def tensorboard_resource() -> dict[str, str]:
+    """``tensorboard.log_dir``: ``TENSORBOARD_DIR`` as the job set it (the folder verl's logger writes to)."""
+    folder = os.environ.get(TENSORBOARD_DIR, "").strip()
+    return {"tensorboard.log_dir": folder} if folder else {}
+
+
+def tracker_resource(origin: str) -> dict[str, str]:
+    """The resource attributes naming the job's run in every tracker it uses (wandb, MLflow, TensorBoard)."""
+    return wandb_resource(origin) | mlflow_resource() | tensorboard_resource()
 
 
 _process_launch_id: str | None = None

@@ -24,7 +24,7 @@ from opentelemetry.sdk._logs.export import LogRecordExporter
 
 from otel_valgen import _stats
 from otel_valgen._emitter import Emitter, StepState
-from otel_valgen._settings import Settings, follow_wandb_run, resolve_settings
+from otel_valgen._settings import Settings, follow_tracker_runs, resolve_settings
 
 
 class OpenBlock(Protocol):
@@ -183,24 +183,30 @@ def install(settings: Settings, exporter: LogRecordExporter | None = None) -> Em
     return emitter
 
 
-def follow_wandb(emitter: Emitter) -> Emitter:
-    """Move to this process's wandb run when the run id was not set explicitly and none is open.
+def follow_trackers(emitter: Emitter) -> Emitter:
+    """Move to this process's tracker runs (``follow_tracker_runs``) when no step is open.
 
-    A run started after the emitter (verl's trainer calls ``wandb.init`` in its actor) then
-    names the records of every step opened from then on.
+    A run started after the emitter (verl's trainer calls ``wandb.init`` or
+    ``mlflow.start_run`` in its actor) then names the records of every step opened from then on.
     """
     try:
-        followed = follow_wandb_run(emitter.settings)
+        followed = follow_tracker_runs(emitter.settings)
         if followed is None or emitter.has_open_steps():
             return emitter
         with _lock:
             if _emitter is not emitter:  # another thread moved it already, or shut it down
                 return _emitter or emitter
-        _logger.info("otel_valgen: run id %s follows the wandb run (was %s)", followed.run_id, emitter.settings.run_id)
+        _logger.info(
+            "otel_valgen: run id %s, tracker runs %s (was %s, %s)",
+            followed.run_id,
+            followed.resource_attributes,
+            emitter.settings.run_id,
+            emitter.settings.resource_attributes,
+        )
         return install(followed)
     except Exception:
         counters.add(_stats.INTERNAL_ERRORS)
-        _logger.exception("otel_valgen: following the wandb run failed; keeping run id %s", emitter.settings.run_id)
+        _logger.exception("otel_valgen: following the tracker runs failed; keeping run id %s", emitter.settings.run_id)
         return emitter
 
 
@@ -208,7 +214,7 @@ def active_emitter() -> Emitter | None:
     """The emitter, configured from the environment on first use; None after shutdown."""
     emitter = _emitter
     if emitter is not None:
-        return follow_wandb(emitter)
+        return follow_trackers(emitter)
     with _lock:
         if _shut_down:
             return None

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final, NamedTuple, Protocol
 
 import xxhash
@@ -18,7 +19,7 @@ from opentelemetry.util.types import AnyValue
 
 from otel_valgen import _stats, contract
 from otel_valgen._keys import BatchKeyer
-from otel_valgen._sanitize import CleanText, clean_score, clean_text
+from otel_valgen._sanitize import CleanText, clean_extra, clean_score, clean_text
 from otel_valgen._settings import Settings
 from otel_valgen.sampling import HEX_DIGITS, KEY_VERSION, Order
 
@@ -45,6 +46,15 @@ class StepIdentity(Protocol):
 
 
 @dataclass(frozen=True)
+class ExtraColumns:
+    """A call's extra columns (names already checked), and the values its records had to omit."""
+
+    keys: tuple[str, ...]  # the attribute of each column: valgen.extra.<name>
+    columns: tuple[Sequence[Any], ...]
+    invalid: Counter[str] = field(default_factory=Counter)  # why -> values omitted, over the call's records
+
+
+@dataclass(frozen=True)
 class Batch:
     """One call's columns, already checked for equal lengths."""
 
@@ -54,6 +64,7 @@ class Batch:
     ground_truths: Sequence[Any] | None
     sample_ids: Sequence[Any] | None
     data_sources: Sequence[Any] | None
+    extra: ExtraColumns | None = None
 
 
 def _utf8(value: object) -> bytes:
@@ -206,19 +217,12 @@ class RecordBuilder:
             truth = clean_text(batch.ground_truths[index], max_bytes)
             body[contract.BODY_GROUND_TRUTH] = truth.text
             texts.append((contract.GROUND_TRUTH_LENGTH, truth))
-        replaced = 0
+        replaced = self._add_extra(batch, index, attributes, sample_id)
         for length_key, text in texts:
             replaced += text.replaced_chars
             if text.original_length is not None:
                 attributes[length_key] = text.original_length
-                self.stats.add(_stats.TRUNCATED_FIELDS)
-                self.stats.warn(
-                    "truncated",
-                    "a field of %s was %d bytes; truncated to %d",
-                    sample_id,
-                    text.original_length,
-                    max_bytes,
-                )
+                self._truncated(sample_id, text.original_length)
         if replaced:
             attributes[contract.REPLACED_CHARS] = replaced
             self.stats.add(_stats.REPLACED_CHARS, replaced)
@@ -236,3 +240,49 @@ class RecordBuilder:
         if batch.data_sources is not None and batch.data_sources[index] is not None:
             attributes[contract.DATA_SOURCE] = clean_text(batch.data_sources[index], 1024).text
         return PendingRecord(time.time_ns(), body, attributes)
+
+    def _truncated(self, sample_id: str, original_length: int) -> None:
+        self.stats.add(_stats.TRUNCATED_FIELDS)
+        self.stats.warn(
+            "truncated",
+            "a field of %s was %d bytes; truncated to %d",
+            sample_id,
+            original_length,
+            self.settings.max_field_bytes,
+        )
+
+    def _add_extra(self, batch: Batch, index: int, attributes: dict[str, AnyValue], sample_id: str) -> int:
+        """Put generation ``index``'s extra values in ``attributes``; return the characters replaced.
+
+        A value that cannot be sent is left out and tallied in ``batch.extra.invalid``, which
+        ``report_extra`` counts and warns about once per call. Text values are repaired and
+        truncated like the body's texts (the marker ends the text; no original-length attribute).
+        """
+        extra = batch.extra
+        if extra is None:
+            return 0
+        replaced = coerced = 0
+        for key, column in zip(extra.keys, extra.columns, strict=True):
+            value = clean_extra(column[index], self.settings.max_field_bytes)
+            coerced += value.coerced
+            if value.value is None:
+                extra.invalid[value.invalid or "invalid"] += 1
+                continue
+            attributes[key] = value.value
+            if value.text is not None:
+                replaced += value.text.replaced_chars
+                if value.text.original_length is not None:
+                    self._truncated(sample_id, value.text.original_length)
+        self.stats.add(_stats.COERCED_VALUES, coerced)
+        return replaced
+
+    def report_extra(self, batch: Batch) -> None:
+        """Count the extra values the records of one call omitted, and warn once for the call."""
+        extra = batch.extra
+        if extra is None or not extra.invalid:
+            return
+        omitted = sum(extra.invalid.values())
+        self.stats.add(_stats.EXTRA_VALUES_INVALID, omitted)
+        reasons = ", ".join(f"{reason}: {n}" for reason, n in sorted(extra.invalid.items()))
+        self.stats.warn("invalid_extra_value", "%d extra value(s) left out of their records (%s)", omitted, reasons)
+        extra.invalid.clear()

@@ -11,17 +11,24 @@
 | score ``None``                        | no score attribute                                         |
 | score NaN / inf / not a number        | no score attribute, ``valgen.score_invalid`` says why      |
 | numpy / torch scalars, 0-d arrays     | converted with ``.item()``                                  |
+| extra value bool / int / finite float | sent as it is (an int beyond int64 is invalid)             |
+| extra value text (``str``, ``bytes``) | like the text fields above                                 |
+| extra value NaN / inf / None / other  | omitted from the record (``invalid`` says why)             |
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 TRUNCATION_MARKER: Final = "…[truncated]"
 _MARKER_BYTES: Final = len(TRUNCATION_MARKER.encode("utf-8"))
 _REPLACEMENT: Final = "\ufffd"
+_INT64_MIN: Final = -(1 << 63)
+_INT64_MAX: Final = (1 << 63) - 1
+_PLAIN_NUMBERS: Final = frozenset({float, int})
 
 
 @dataclass(frozen=True)
@@ -85,6 +92,23 @@ class CleanScore:
     coerced: bool = False
 
 
+def _non_finite(number: float) -> str | None:
+    """Why ``number`` cannot be sent as a finite double (``nan``, ``inf``, ``-inf``), or None."""
+    if math.isnan(number):
+        return "nan"
+    if math.isinf(number):
+        return "inf" if number > 0 else "-inf"
+    return None
+
+
+def _as_float(plain: object) -> float | None:
+    """``float(plain)`` for a number-like object (an unwrapped scalar, a numeric string), else None."""
+    try:
+        return float(plain)  # type: ignore[arg-type]
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
 def clean_score(value: object) -> CleanScore:
     """Return ``value`` as a finite float, or None with the reason it is invalid."""
     if value is None:
@@ -93,23 +117,82 @@ def clean_score(value: object) -> CleanScore:
         number = value
         coerced = False
     else:
-        plain = _unwrap_scalar(value)
         coerced = True
-        if isinstance(plain, str):
-            try:
-                number = float(plain)
-            except ValueError:
-                return CleanScore(None, "not_a_number", coerced)
-        else:
-            try:
-                number = float(plain)  # type: ignore[arg-type]
-            except (TypeError, ValueError, OverflowError):
-                return CleanScore(None, "not_a_number", coerced)
-    if math.isnan(number):
-        return CleanScore(None, "nan", coerced)
-    if math.isinf(number):
-        return CleanScore(None, "inf" if number > 0 else "-inf", coerced)
+        converted = _as_float(_unwrap_scalar(value))
+        if converted is None:
+            return CleanScore(None, "not_a_number", coerced)
+        number = converted
+    invalid = _non_finite(number)
+    if invalid is not None:
+        return CleanScore(None, invalid, coerced)
     return CleanScore(number, None, coerced)
+
+
+def score_stats(scores: Sequence[Any] | None) -> tuple[int, float]:
+    """How many of ``scores`` are valid (``clean_score``) and their sum (``math.fsum``).
+
+    One pass in C for the usual column of plain floats or ints that are all finite; any other
+    column is cleaned value by value. The sum is inf when the valid scores overflow a double.
+    """
+    if not scores:
+        return 0, 0.0
+    if set(map(type, scores)) <= _PLAIN_NUMBERS:
+        try:
+            total = math.fsum(scores)
+        except (OverflowError, ValueError):  # ints beyond a double, or inf and -inf together
+            total = math.nan
+        if math.isfinite(total):  # a NaN or an infinity among them makes the sum non-finite
+            return len(scores), total
+    valid = [score for score in (clean_score(value).value for value in scores) if score is not None]
+    try:
+        return len(valid), math.fsum(valid)
+    except OverflowError:
+        return len(valid), math.inf
+
+
+ExtraValue = bool | int | float | str
+
+
+@dataclass(frozen=True)
+class CleanExtra:
+    """An extra column's value ready for its ``valgen.extra.<name>`` attribute, or why there is none."""
+
+    value: ExtraValue | None
+    invalid: str | None = None
+    text: CleanText | None = None  # set for text values: what was repaired
+    coerced: bool = False
+
+
+def clean_extra(value: object, max_bytes: int) -> CleanExtra:  # noqa: PLR0911 (one return per kind of value)
+    """Return ``value`` as a bool, int64, finite float or valid text, or None with the reason it is invalid.
+
+    numpy/torch scalars and 0-d arrays are unwrapped (``.item()``) as scores are; text follows
+    ``clean_text`` (repaired, cut at ``max_bytes``); other number-like objects become floats.
+    """
+    kind = type(value)
+    plain = value if kind is bool or kind is int or kind is float or kind is str else _unwrap_scalar(value)
+    coerced = plain is not value
+    if plain is None:
+        return CleanExtra(None, "none", coerced=coerced)
+    if isinstance(plain, bool):
+        return CleanExtra(bool(plain), coerced=coerced)
+    if isinstance(plain, int):
+        if not _INT64_MIN <= plain <= _INT64_MAX:
+            return CleanExtra(None, "int_out_of_range", coerced=coerced)
+        return CleanExtra(int(plain), coerced=coerced)
+    if isinstance(plain, str | bytes | bytearray | memoryview):
+        text = clean_text(plain, max_bytes)
+        return CleanExtra(text.text, text=text, coerced=coerced)
+    number = plain if isinstance(plain, float) else None
+    if number is None and getattr(plain, "ndim", 0) == 0:  # not an array: a number-like object
+        number = _as_float(plain)
+        coerced = True
+    if number is None:
+        return CleanExtra(None, "unsupported_type", coerced=coerced)
+    invalid = _non_finite(number)
+    if invalid is not None:
+        return CleanExtra(None, invalid, coerced=coerced)
+    return CleanExtra(float(number), coerced=coerced)
 
 
 def clean_step(value: object) -> int | None:

@@ -22,7 +22,7 @@ from otel_valgen._identity import (
     RUN_ID_EXPLICIT,
     resolve_launch_id,
     resolve_run_id,
-    wandb_resource,
+    tracker_resource,
     wandb_run,
 )
 from otel_valgen._otlp_settings import (
@@ -91,6 +91,13 @@ SETTINGS: Final[tuple[Setting, ...]] = (
         None,
         "unset",
         "wandb's own; the run id (and its resource attributes) while no wandb run exists.",
+    ),
+    Setting(
+        (env.MLFLOW_RUN_ID, env.MLFLOW_EXPERIMENT_NAME, env.TENSORBOARD_DIR),
+        None,
+        "unset",
+        "MLflow's and verl's own; the `mlflow.*` and `tensorboard.log_dir` resource attributes that name "
+        "the job's runs for the exporter (an active MLflow run wins over `MLFLOW_RUN_ID`).",
     ),
     Setting(
         (env.OTEL_VALGEN_COUNT,), "count", "`64`", "*k*: generations kept per step.", read=_count, default=DEFAULT_COUNT
@@ -303,18 +310,26 @@ def _argument_or_env(argument: str, value: Any, accept: Callable[[Any], bool], w
     return _from_env(argument)
 
 
-def follow_wandb_run(settings: Settings) -> Settings | None:
-    """``settings`` moved to this process's active wandb run, or None.
+def follow_tracker_runs(settings: Settings) -> Settings | None:
+    """``settings`` moved to the tracker runs this process has now, or None when nothing changed.
 
-    None when there is no wandb run, it is the one already followed, or the run id was set
-    explicitly (argument, ``OTEL_VALGEN_RUN_ID``).
+    The run id follows a wandb run started after ``configure`` unless it was set explicitly
+    (argument, ``OTEL_VALGEN_RUN_ID``); the resource attributes follow every tracker's run
+    (a wandb or MLflow run started later), so the exporter writes into the job's own runs.
     """
-    if settings.run_id_origin in RUN_ID_EXPLICIT:
-        return None
     wandb_id = getattr(wandb_run(), "id", None)
-    if not wandb_id or (str(wandb_id) == settings.run_id and settings.run_id_origin == "wandb"):
+    moves = (
+        settings.run_id_origin not in RUN_ID_EXPLICIT
+        and bool(wandb_id)
+        and not (str(wandb_id) == settings.run_id and settings.run_id_origin == "wandb")
+    )
+    if moves:
+        resource = tracker_resource("wandb")
+        return replace(settings, run_id=str(wandb_id), run_id_origin="wandb", resource_attributes=resource)
+    resource = tracker_resource(settings.run_id_origin)
+    if resource == settings.resource_attributes:
         return None
-    return replace(settings, run_id=str(wandb_id), run_id_origin="wandb", resource_attributes=wandb_resource("wandb"))
+    return replace(settings, resource_attributes=resource)
 
 
 def _resolve_progress_interval(interval_s: float | None) -> float:
@@ -371,7 +386,7 @@ def resolve_settings(
         spool=bool(_argument_or_env("spool", spool, lambda v: True)),
         launch_id=resolve_launch_id(launch_id),
         progress_interval_s=_resolve_progress_interval(progress_interval_s),
-        resource_attributes=wandb_resource(origin),
+        resource_attributes=tracker_resource(origin),
         transport=resolve_transport(),
     )
 

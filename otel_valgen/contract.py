@@ -44,12 +44,23 @@ INPUT_LENGTH: Final = "valgen.input.original_length"  # int: set when input was 
 OUTPUT_LENGTH: Final = "valgen.output.original_length"
 GROUND_TRUTH_LENGTH: Final = "valgen.ground_truth.original_length"
 REPLACED_CHARS: Final = "valgen.replaced_chars"  # int: undecodable chars replaced by U+FFFD
+# Extra columns of a generation (``log_generations(..., extra={name: values})``): one attribute
+# ``valgen.extra.<name>`` per column, a bool, int, finite double or string. A name is 1 to 64
+# characters of [A-Za-z0-9_./-] (EXTRA_NAME_PATTERN); a call sends at most MAX_EXTRA_COLUMNS.
+EXTRA_PREFIX: Final = "valgen.extra."
+EXTRA_NAME_PATTERN: Final = r"[A-Za-z0-9_./-]{1,64}"
+MAX_EXTRA_COLUMNS: Final = 32
 
 # End-of-source and summary attributes.
 SEEN: Final = "valgen.seen"  # int: generations the source (or the group) saw
 EMITTED: Final = "valgen.emitted"  # int: generation records the source sent
 DROPPED: Final = "valgen.dropped"  # int: generations the source dropped (bad input)
 SOURCES_EXPECTED: Final = "valgen.sources_expected"  # int, optional
+# Score statistics over every generation a source saw (not only the kept ones), on end records
+# (cumulative, like valgen.seen) and, summed over the ended sources, on the step summary.
+SCORE_COUNT: Final = "valgen.score.count"  # int: generations with a finite score
+SCORE_SUM: Final = "valgen.score.sum"  # double: the sum of those scores
+SCORE_MEAN: Final = "valgen.score.mean"  # double, summary only: sum / count, absent when count is 0
 KEPT: Final = "valgen.kept"
 SOURCES: Final = "valgen.sources"  # sources that sent anything for the step
 SOURCES_ENDED: Final = "valgen.sources_ended"  # of those, the ones that sent their end record

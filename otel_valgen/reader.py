@@ -18,10 +18,12 @@ from typing import Any
 
 from otel_valgen import contract
 from otel_valgen._framing import Message, TruncatedFile, messages, unframe
+from otel_valgen._sanitize import ExtraValue
 from otel_valgen.sampling import KEY_VERSIONS
 
 __all__ = [
     "EndRecord",
+    "ExtraValue",
     "Generation",
     "LateReport",
     "ProgressRecord",
@@ -58,6 +60,8 @@ class Generation:
     late: bool = False
     timestamp: int = 0
     instance: str = ""
+    # The extra columns (valgen.extra.<name> attributes), by name: bool, int, float or str.
+    extra: dict[str, ExtraValue] = field(default_factory=dict, compare=False)
 
 
 @dataclass(frozen=True)
@@ -74,6 +78,10 @@ class EndRecord:
     sources_expected: int | None = None
     attempt: str = ""
     timestamp: int = 0
+    # valgen.score.count / valgen.score.sum: the valid scores of everything the source saw (so
+    # far: cumulative, like seen); None on end records of SDKs that did not send them.
+    score_count: int | None = None
+    score_sum: float | None = None
 
 
 @dataclass(frozen=True)
@@ -139,6 +147,21 @@ class Summary:
         value = self.attributes.get(contract.CLOSED_REASON)
         return value if isinstance(value, str) else ""
 
+    @property
+    def score_count(self) -> int | None:
+        """Generations of the ended sources with a valid score (all they saw, not only the kept); None if unreported."""
+        return _opt_int(self.attributes.get(contract.SCORE_COUNT))
+
+    @property
+    def score_sum(self) -> float | None:
+        """The sum of those scores; None if unreported."""
+        return _opt_float(self.attributes.get(contract.SCORE_SUM))
+
+    @property
+    def score_mean(self) -> float | None:
+        """Their mean; None when no score was counted."""
+        return _opt_float(self.attributes.get(contract.SCORE_MEAN))
+
 
 @dataclass(frozen=True)
 class ReadError:
@@ -188,6 +211,16 @@ def _opt_float(value: Any) -> float | None:
     if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
         return float(value)
     return None
+
+
+def _extra(attrs: dict[str, Any]) -> dict[str, ExtraValue]:
+    """The extra columns of a generation: its ``valgen.extra.<name>`` attributes of a scalar type."""
+    prefix = contract.EXTRA_PREFIX
+    return {
+        key[len(prefix) :]: value
+        for key, value in attrs.items()
+        if key.startswith(prefix) and len(key) > len(prefix) and isinstance(value, bool | int | float | str)
+    }
 
 
 def _timestamp(log: dict[str, Any]) -> int:
@@ -246,6 +279,8 @@ def _record(log: dict[str, Any], resource: dict[str, Any]) -> Record | None:  # 
             sources_expected=_opt_int(attrs.get(contract.SOURCES_EXPECTED)),
             attempt=attempt,
             timestamp=timestamp,
+            score_count=_opt_int(attrs.get(contract.SCORE_COUNT)),
+            score_sum=_opt_float(attrs.get(contract.SCORE_SUM)),
         )
     if event != contract.EVENT_GENERATION:
         return None
@@ -282,6 +317,7 @@ def _record(log: dict[str, Any], resource: dict[str, Any]) -> Record | None:  # 
         late=attrs.get(contract.LATE) is True,
         timestamp=timestamp,
         instance=instance,
+        extra=_extra(attrs),
     )
 
 

@@ -17,6 +17,10 @@ Two kinds of files:
   record timestamp. A source that sent several end records (block-less parts, each with its
   cumulative counts) counts with the largest of them, as in the collector.
 
+Score statistics (``score_count``, ``score_sum``, ``score_mean``) cover every generation the
+sources saw, not only the kept ones: from the summary for collector output, else from the end
+records (``score_totals``), by the rule the collector's summary follows.
+
 The records of an attempt are compared under one key version (``valgen.key_version``, absent
 is 1): that of its first generation; a generation of another version gets its key recomputed
 from its seed and sample id, as in the collector.
@@ -27,15 +31,25 @@ part of a selection.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import math
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from fractions import Fraction
 from typing import Protocol, TypeVar
 
 from otel_valgen._settings import DEFAULT_COUNT, DEFAULT_SEED
 from otel_valgen.reader import EndRecord, Generation, LateReport, ProgressRecord, Record, StartRecord, Summary
 from otel_valgen.sampling import LEGACY_KEY_VERSION, BottomK, SortKey, sample_key, step_k
 
-__all__ = ["AttemptSelection", "StepSelection", "attempt_rank", "choose_attempt", "select_attempts", "select_steps"]
+__all__ = [
+    "AttemptSelection",
+    "StepSelection",
+    "attempt_rank",
+    "choose_attempt",
+    "score_totals",
+    "select_attempts",
+    "select_steps",
+]
 
 COMPLETE = "complete"
 
@@ -82,6 +96,15 @@ class StepSelection:
     complete: bool = False
     attempts: int = 1
     late: int = 0
+    score_count: int | None = None  # None: no source reported score statistics
+    score_sum: float | None = None  # None also when the sum overflows a double
+
+    @property
+    def score_mean(self) -> float | None:
+        """The mean score over every generation seen (not only the kept), or None when none was counted."""
+        if not self.score_count or self.score_sum is None:
+            return None
+        return self.score_sum / self.score_count
 
     @property
     def seen(self) -> int:
@@ -155,14 +178,25 @@ def _offer(group: _Attempt, record: Generation, count: int | None, max_count: in
     group.selector.offer(sort_key_of(record, seed, group.key_version), record)
 
 
+def _score_pair(end: EndRecord) -> tuple[int, float] | None:
+    """An end record's (score count, score sum), when it carries both, valid."""
+    if end.score_count is None or end.score_sum is None or end.score_count < 0 or not math.isfinite(end.score_sum):
+        return None
+    return end.score_count, end.score_sum
+
+
 def _larger_end(known: EndRecord | None, end: EndRecord) -> EndRecord:
     """Repeated end records of one source (block-less parts, redeliveries): the largest counts.
 
     Each end record of a source counts everything it did so far in that attempt, so the
     largest is the latest whatever order the records are read in (the collector does the same).
+    The score count and sum travel as a pair: those of the record with the larger count (on a
+    tie, the larger sum), never one record's count with another's sum.
     """
     if known is None:
         return end
+    pairs = [pair for pair in (_score_pair(known), _score_pair(end)) if pair is not None]
+    score_count, score_sum = max(pairs) if pairs else (None, None)
     return replace(
         end,
         seen=max(known.seen, end.seen),
@@ -170,7 +204,29 @@ def _larger_end(known: EndRecord | None, end: EndRecord) -> EndRecord:
         dropped=max(known.dropped, end.dropped),
         sources_expected=max(known.sources_expected or 0, end.sources_expected or 0) or None,
         timestamp=min(known.timestamp, end.timestamp),
+        score_count=score_count,
+        score_sum=score_sum,
     )
+
+
+def score_totals(ends: Mapping[tuple[str, str], EndRecord]) -> tuple[int, float | None] | None:
+    """A step's score count and sum over its ended sources (each source's largest end record).
+
+    Sources whose end records carry no score statistics (earlier SDKs) are left out; None when
+    none carries them. The sum is the sources' sums added exactly, then rounded to the nearest
+    double, so it does not depend on their order (the collector adds them exactly too); None
+    when it does not fit a double. testdata/sampling/score_stats.json holds the cases both
+    suites check.
+    """
+    pairs = [pair for pair in map(_score_pair, ends.values()) if pair is not None]
+    if not pairs:
+        return None
+    exact = sum((Fraction(score_sum) for _, score_sum in pairs), Fraction(0))
+    try:
+        total: float | None = float(exact)  # int / int: correctly rounded, ties to even
+    except OverflowError:
+        total = None
+    return sum(n for n, _ in pairs), total
 
 
 def _add(group: _Attempt, record: Record, count: int | None, max_count: int | None, seed: int) -> None:
@@ -218,8 +274,11 @@ def _finish(group: _Attempt, collector: bool, count: int | None, seed: int) -> S
             attempt_start=summary.attempt_start if summary is not None else (group.first or 0),
             complete=summary is not None and summary.closed_reason == COMPLETE,
             late=late,
+            score_count=summary.score_count if summary is not None else None,
+            score_sum=summary.score_sum if summary is not None else None,
         )
     ended = set(group.ends)
+    scores = score_totals(group.ends)
     known = group.starts | ended
     complete = bool(known) and group.starts <= ended and len(ended) >= (group.sources_expected or 0)
     return StepSelection(
@@ -234,6 +293,8 @@ def _finish(group: _Attempt, collector: bool, count: int | None, seed: int) -> S
         attempt_start=group.first or 0,
         complete=complete,
         late=group.late,
+        score_count=scores[0] if scores is not None else None,
+        score_sum=scores[1] if scores is not None else None,
     )
 
 

@@ -74,6 +74,7 @@ def test_show_json_prints_bottom_k_per_step_in_key_order(tmp_path: Path) -> None
             "ground_truth",
             "data_source",
             "source",
+            "extra",
         }
 
 

@@ -2,7 +2,7 @@
 
 Wings: the library (``otel_valgen`` minus the two below) that training jobs install; the tools
 (``otel_valgen.tools``, the ``otel-valgen`` command); the exporter service
-(``otel_valgen.wandb_exporter``). Arrows: tools -> service (the command launches it),
+(``otel_valgen.exporter``). Arrows: tools -> service (the command launches it),
 tools -> library, service -> library. Every import counts, lazy ones inside functions too.
 """
 
@@ -17,7 +17,7 @@ from tests.conftest import REPO
 
 PACKAGE = REPO / "otel_valgen"
 TOOLS = "otel_valgen.tools"
-SERVICE = "otel_valgen.wandb_exporter"
+SERVICE = "otel_valgen.exporter"
 ALLOWED = {("tools", "library"), ("tools", "service"), ("service", "library")}
 
 
@@ -130,7 +130,7 @@ def test_the_wings_are_where_the_checks_look() -> None:
     graph = _graph()
     assert {wing(name) for name in graph} == {"library", "tools", "service"}
     assert "otel_valgen.tools.cli" in graph
-    assert "otel_valgen.wandb_exporter.service" in graph
+    assert "otel_valgen.exporter.service" in graph
 
 
 def test_the_command_without_its_extra_says_what_to_install() -> None:

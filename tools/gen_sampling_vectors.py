@@ -10,7 +10,9 @@ import json
 import random
 from pathlib import Path
 
+from otel_valgen.reader import EndRecord
 from otel_valgen.sampling import KEY_VERSIONS, SortKey, bottom_k, id_hash, mix64, sample_key, seed_lane, step_k
+from otel_valgen.selection import select_steps
 
 OUT = Path(__file__).resolve().parent.parent / "testdata" / "sampling"
 
@@ -148,12 +150,86 @@ def bottom_k_cases() -> dict[str, object]:
     }
 
 
+# Score statistics: (name, end records as (source, instance, score count, score sum) with None
+# for a record without them, expected (count, sum, mean) with None for an absent attribute).
+# The expected figures are worked out by hand; score_stats_cases checks the Python rule agrees.
+_SCORE_CASES: list[tuple[str, list[tuple[str, str, int | None, float | None]], tuple[object, object, object]]] = [
+    ("one_source", [("trainer", "i-1", 4, 2.0)], (4, 2.0, 0.5)),
+    ("two_sources", [("trainer", "i-1", 3, 1.5), ("rollouter", "i-2", 1, 0.25)], (4, 1.75, 0.4375)),
+    ("one_name_two_instances", [("worker", "i-1", 2, 1.0), ("worker", "i-2", 2, 0.5)], (4, 1.5, 0.375)),
+    (
+        "cumulative_parts_keep_the_largest_count",
+        [("task", "i-1", 1, 0.5), ("task", "i-1", 3, 2.0), ("task", "i-1", 6, 2.5)],
+        (6, 2.5, 2.5 / 6),
+    ),
+    (
+        "negative_scores_pair_count_and_sum",
+        [("task", "i-1", 2, -1.0), ("task", "i-1", 4, -3.5)],
+        (4, -3.5, -0.875),
+    ),
+    ("equal_counts_keep_the_larger_sum", [("task", "i-1", 3, 1.0), ("task", "i-1", 3, 2.0)], (3, 2.0, 2.0 / 3)),
+    ("no_valid_score", [("trainer", "i-1", 0, 0.0)], (0, 0.0, None)),
+    (
+        "sources_without_statistics",
+        [("trainer", "i-1", None, None), ("rollouter", "i-2", None, None)],
+        (None, None, None),
+    ),
+    ("with_and_without_statistics", [("trainer", "i-1", None, None), ("rollouter", "i-2", 2, 1.0)], (2, 1.0, 0.5)),
+    ("sum_is_exact", [("a", "i-1", 1, 1e16), ("b", "i-1", 1, 1.0), ("c", "i-1", 1, -1e16)], (3, 1.0, 1.0 / 3)),
+    (
+        "sum_is_exact_past_an_intermediate_overflow",
+        [("a", "i-1", 1, 1e308), ("b", "i-1", 1, 1e308), ("c", "i-1", 1, -1e308)],
+        (3, 1e308, 1e308 / 3),
+    ),
+    ("sum_overflows", [("a", "i-1", 1, 1e308), ("b", "i-1", 1, 1e308)], (2, None, None)),
+]
+
+
+def score_stats_cases() -> dict[str, object]:
+    """The step's score statistics from its sources' end records, as the summary carries them."""
+    cases: list[dict[str, object]] = []
+    for name, ends, (count, total, mean) in _SCORE_CASES:
+        records = [
+            {"source": source, "instance": instance, "seen": 10, "emitted": 0}
+            | ({"score_count": n, "score_sum": value} if n is not None else {})
+            for source, instance, n, value in ends
+        ]
+        for order in (ends, ends[::-1]):
+            (step,) = select_steps(
+                EndRecord("r", 1, source, instance, 10, 0, score_count=n, score_sum=value)
+                for source, instance, n, value in order
+            )
+            assert (step.score_count, step.score_sum, step.score_mean) == (count, total, mean), name
+        cases.append(
+            {
+                "name": name,
+                "end_records": records,
+                "expected": {"score_count": count, "score_sum": total, "score_mean": mean},
+            }
+        )
+    return {
+        "description": (
+            "Each case: the valgen.validation.end records of one step (source, service.instance.id, "
+            "valgen.seen, valgen.emitted, and valgen.score.count / valgen.score.sum when present), in "
+            "any order; expected: the valgen.score.count, valgen.score.sum and valgen.score.mean of "
+            "the step summary, null when the attribute is absent. A source's repeated end records are "
+            "cumulative: the (count, sum) of the one with the largest count counts (a tie: the larger "
+            "sum). The step's count adds the sources' counts; its sum is their sums added exactly, then "
+            "rounded to the nearest double (absent when that overflows); mean = sum / count, absent "
+            "when count is 0. Sources without the attributes are left out; all of them absent: no "
+            "attribute at all."
+        ),
+        "cases": cases,
+    }
+
+
 def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     for name, payload in (
         ("key_vectors.json", key_vectors()),
         ("bottom_k.json", bottom_k_cases()),
         ("k_rule.json", k_rule_cases()),
+        ("score_stats.json", score_stats_cases()),
     ):
         path = OUT / name
         path.write_text(json.dumps(payload, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")

@@ -133,13 +133,15 @@ func (g *group) addGeneration(gen generation, lr plog.LogRecord, at origin, src 
 	g.kept.offer(gen.order, func() keptRecord { return at.keep(lr) })
 }
 
-// addEnd records a source's end of step; a repeated end record keeps the largest counts.
+// addEnd records a source's end of step; a repeated end record keeps the largest counts (and
+// the score statistics of the one with the largest score count, see scoreStats.larger).
 func (g *group) addEnd(end endInfo, lr plog.LogRecord, src sourceID, now time.Time) {
 	state := g.touch(lr, src, now)
 	state.ended = true
 	state.end.seen = max(state.end.seen, end.seen)
 	state.end.emitted = max(state.end.emitted, end.emitted)
 	state.end.dropped = max(state.end.dropped, end.dropped)
+	state.end.scores = state.end.scores.larger(end.scores)
 	g.sourcesExpected = max(g.sourcesExpected, end.sourcesExpected)
 }
 

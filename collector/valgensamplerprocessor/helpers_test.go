@@ -90,6 +90,10 @@ type rec struct {
 	traceID    byte
 	// end records (expected, valgen.sources_expected, also on start records)
 	seen, emitted, expected int64
+	// valgen.score.count and valgen.score.sum on an end record, when scored
+	scored     bool
+	scoreCount int64
+	scoreSum   float64
 }
 
 // logsOf builds one ResourceLogs per record, with service.instance.id as the resource.
@@ -120,6 +124,10 @@ func appendRec(lrs plog.LogRecordSlice, r rec) plog.LogRecord {
 		attrs.PutInt(attrEmitted, r.emitted)
 		if r.expected > 0 {
 			attrs.PutInt(attrSourcesExpected, r.expected)
+		}
+		if r.scored {
+			attrs.PutInt(attrScoreCount, r.scoreCount)
+			attrs.PutDouble(attrScoreSum, r.scoreSum)
 		}
 		return lr
 	}
@@ -207,6 +215,17 @@ func strOf(t *testing.T, lr plog.LogRecord, key string) string {
 	v, ok := lr.Attributes().Get(key)
 	require.Truef(t, ok, "attribute %s missing", key)
 	return v.AsString()
+}
+
+// doubleOf returns a double attribute, and whether the record has it.
+func doubleOf(t *testing.T, lr plog.LogRecord, key string) (float64, bool) {
+	t.Helper()
+	v, ok := lr.Attributes().Get(key)
+	if !ok {
+		return 0, false
+	}
+	require.Equal(t, pcommon.ValueTypeDouble, v.Type(), key)
+	return v.Double(), true
 }
 
 func sliceOf(t *testing.T, lr plog.LogRecord, key string) []any {

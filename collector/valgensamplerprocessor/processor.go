@@ -123,7 +123,7 @@ func (p *samplerProcessor) Shutdown(ctx context.Context) error {
 	p.lifecycle.Unlock()
 
 	p.mu.Lock()
-	out := plog.NewLogs()
+	out := &outbox{}
 	now := p.now()
 	p.reportLate(out, now)
 	store := p.store
@@ -150,7 +150,7 @@ func (*samplerProcessor) Capabilities() consumer.Capabilities {
 // batch is the state of one ConsumeLogs call while it holds the processor's lock.
 type batch struct {
 	now     time.Time
-	out     plog.Logs
+	out     *outbox
 	st      stats
 	touched []*group
 }
@@ -158,7 +158,7 @@ type batch struct {
 // ConsumeLogs takes the generation, start, progress and end records out of ld into their groups, forwards
 // everything else at once, then sends the groups that this batch completed and that close at once (completeNow).
 func (p *samplerProcessor) ConsumeLogs(ctx context.Context, ld plog.Logs) error {
-	b := &batch{out: plog.NewLogs()}
+	b := &batch{out: &outbox{}}
 	p.mu.Lock()
 	b.now = p.now()
 	ld.ResourceLogs().RemoveIf(func(rl plog.ResourceLogs) bool {
@@ -293,7 +293,7 @@ func (p *samplerProcessor) oldestGroup() *group {
 // closeExpired closes the groups whose time is up (see group.closeReason) and sends the late
 // reports of the closed groups that received late records since the last tick.
 func (p *samplerProcessor) closeExpired(ctx context.Context) {
-	out := plog.NewLogs()
+	out := &outbox{}
 	var st stats
 	p.mu.Lock()
 	now := p.now()
@@ -312,12 +312,12 @@ func (p *samplerProcessor) closeExpired(ctx context.Context) {
 
 // reportLate appends the pending valgen.step.late records and queues the storage writes of
 // the late counts they report. Callers hold p.mu.
-func (p *samplerProcessor) reportLate(out plog.Logs, now time.Time) {
+func (p *samplerProcessor) reportLate(out *outbox, now time.Time) {
 	reports := p.closed.takeReports()
 	if len(reports) == 0 {
 		return
 	}
-	appendLateReports(out, reports, now)
+	appendLateReports(out.add(), reports, now)
 	for key, r := range reports {
 		if e, ok := p.closed.entries[key]; ok {
 			p.store.lateCounted(e.slot, r.late)
@@ -337,19 +337,37 @@ func (p *samplerProcessor) groupsByAge() []*group {
 
 // closeGroup removes a group, remembers it as closed, notes it in store and appends its
 // output. Callers hold p.mu.
-func (p *samplerProcessor) closeGroup(g *group, reason string, now time.Time, out plog.Logs, st *stats, store stateStore) {
+func (p *samplerProcessor) closeGroup(g *group, reason string, now time.Time, out *outbox, st *stats, store stateStore) {
 	delete(p.groups, g.key)
 	store.closed(g.key, p.closed.add(g.key))
-	st.close(reason, appendClosed(out, g, reason, now))
+	st.close(reason, appendClosed(out.add(), g, reason, now))
 }
 
-// emit sends closed groups downstream; it is called without holding p.mu.
-func (p *samplerProcessor) emit(ctx context.Context, out plog.Logs) {
-	if out.LogRecordCount() == 0 {
-		return
-	}
-	if err := p.next.ConsumeLogs(ctx, out); err != nil {
-		p.logger.Error("failed to send closed valgen groups downstream",
-			zap.Int("records", out.LogRecordCount()), zap.Error(err))
+// outbox holds what one call sends downstream: each closed group in its own plog.Logs, so that
+// every closed step (its kept records and its summary) reaches the next consumer as one
+// request, which the exporter service writes without buffering (README: "One closed step per
+// request").
+type outbox struct {
+	logs []plog.Logs
+}
+
+// add starts the next request.
+func (o *outbox) add() plog.Logs {
+	ld := plog.NewLogs()
+	o.logs = append(o.logs, ld)
+	return ld
+}
+
+// emit sends the closed groups downstream, one ConsumeLogs call each; it is called without
+// holding p.mu.
+func (p *samplerProcessor) emit(ctx context.Context, out *outbox) {
+	for _, ld := range out.logs {
+		if ld.LogRecordCount() == 0 {
+			continue
+		}
+		if err := p.next.ConsumeLogs(ctx, ld); err != nil {
+			p.logger.Error("failed to send a closed valgen group downstream",
+				zap.Int("records", ld.LogRecordCount()), zap.Error(err))
+		}
 	}
 }

@@ -46,6 +46,9 @@ const (
 	attrAttemptStart    = "valgen.attempt_start"
 	attrSourcesAnnounce = "valgen.sources_announced"
 	attrSourcesMissing  = "valgen.sources_missing"
+	attrScoreCount      = "valgen.score.count"
+	attrScoreSum        = "valgen.score.sum"
+	attrScoreMean       = "valgen.score.mean"
 )
 
 // Reasons attached to the dropped-records metric.
@@ -88,6 +91,7 @@ type generation struct {
 type endInfo struct {
 	seen, emitted, dropped int64
 	sourcesExpected        int64 // 0 when the record does not say
+	scores                 scoreStats
 }
 
 // checkCommon verifies the attributes that every sampled record must carry.
@@ -197,6 +201,9 @@ func parseEnd(attrs pcommon.Map) (endInfo, string) {
 	}
 	if end.seen < 0 || end.emitted < 0 || end.dropped < 0 || end.sourcesExpected < 0 {
 		return endInfo{}, reasonInvalidAttribute
+	}
+	if end.scores, reason = parseScoreStats(attrs); reason != "" {
+		return endInfo{}, reason
 	}
 	return end, ""
 }

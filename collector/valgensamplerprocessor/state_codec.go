@@ -26,7 +26,9 @@ import (
 // Version 2 (attempts): group keys end with the attempt (attemptKey), group headers carry the
 // attempt, first-record time, attempt start and per-source start/progress figures. Version 1
 // groups and rings (no "version" in closed) load as attempt "" and are rewritten. A header
-// without key_version (stored before key versions) holds version-1 keys.
+// without key_version (stored before key versions) holds version-1 keys. A source's
+// score_count and score_sum are there when its end records carried score statistics; a source
+// stored before they existed loads without them.
 // Open groups are written after every ConsumeLogs call that touched them, before it returns;
 // a group that closes is deleted in the same batch that puts its key in the closed ring.
 const (
@@ -67,6 +69,8 @@ const (
 	stateAttrSourceAnnounced = "announced"
 	stateAttrSourceProgress  = "progress_seen"
 	stateAttrKeyVersion      = "key_version"
+	stateAttrSourceScoreN    = "score_count" // with score_sum, only for sources that reported score statistics
+	stateAttrSourceScoreSum  = "score_sum"
 )
 
 // Values of the operation attribute of the storage-errors metric.
@@ -153,6 +157,10 @@ func encodeGroup(g *group) ([]byte, error) {
 		m.PutInt(stateAttrSourceDropped, state.end.dropped)
 		m.PutBool(stateAttrSourceAnnounced, state.announced)
 		m.PutInt(stateAttrSourceProgress, state.progressSeen)
+		if state.end.scores.reported {
+			m.PutInt(stateAttrSourceScoreN, state.end.scores.count)
+			m.PutDouble(stateAttrSourceScoreSum, state.end.scores.sum)
+		}
 	}
 	if g.kept != nil {
 		keys := attrs.PutEmptySlice(stateAttrOrderKeys)
@@ -378,6 +386,11 @@ func decodeSources(attrs pcommon.Map, g *group, version int64) error {
 			}
 			state.announced, state.progressSeen = announced.Bool(), progress.Int()
 		}
+		scores, reason := readScoreStats(m, stateAttrSourceScoreN, stateAttrSourceScoreSum)
+		if reason != "" {
+			return corrupt("source %d: score statistics", i)
+		}
+		state.end.scores = scores
 		if _, dup := g.sources[id]; dup {
 			return corrupt("source %d repeated", i)
 		}

@@ -462,7 +462,9 @@ func TestStorageEncodeRoundTrip(t *testing.T) {
 	for _, n := range []int{0, 1, 5, 40} {
 		t.Run(fmt.Sprintf("%d records", n), func(t *testing.T) {
 			h := newHarness(t, func(c *Config) { c.Count = 7 })
-			h.consume(t, logsOf(append(stepRecords(1, "A", n, 0), endRec(1, "B", 9, 8, 3))...))
+			scored := endRec(1, "C", 4, 0, 3)
+			scored.scored, scored.scoreCount, scored.scoreSum = true, 3, -0.75
+			h.consume(t, logsOf(append(stepRecords(1, "A", n, 0), endRec(1, "B", 9, 8, 3), scored)...))
 			require.Len(t, h.p.groups, 1)
 			var g *group
 			for _, g = range h.p.groups {

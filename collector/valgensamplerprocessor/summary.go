@@ -85,6 +85,15 @@ func appendSummary(out plog.Logs, g *group, kept int, reason string, now time.Ti
 	attrs.PutInt(attrLate, g.late) // 0: late records come after the close, see appendLateReports
 	attrs.PutInt(attrMissing, missing)
 	attrs.PutStr(attrClosedReason, reason)
+	if count, sum, reported, fits := g.scoreTotals(); reported {
+		attrs.PutInt(attrScoreCount, count)
+		if fits {
+			attrs.PutDouble(attrScoreSum, sum)
+		}
+		if fits && count > 0 {
+			attrs.PutDouble(attrScoreMean, sum/float64(count))
+		}
+	}
 }
 
 // appendLateReports appends one valgen.step.late record per closed group that received late

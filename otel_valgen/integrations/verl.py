@@ -25,7 +25,7 @@ import contextvars
 import dataclasses
 import functools
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence, Sized
 from typing import Any, ClassVar, Final
 
 import otel_valgen as vg
@@ -177,16 +177,36 @@ def log_val_generations(
     data_sources: Sequence[Any] | None = None,
     sources_expected: int | None = None,
     count: int | None = None,
+    extra: Mapping[str, Sequence[Any]] | None = None,
 ) -> bool:
     """Emit one validation's generations at the trainer's ``step`` and end this source's part.
 
+    ``extra`` takes verl's ``reward_extra_info`` (``{name: one value per generation}``) as it is:
+    each column travels as ``valgen.extra.<name>`` (``vg.log_generations`` has the rules). An
+    empty column is left out, as verl's own check allows one (``len 0 or n``).
     Returns whether the step's records were confirmed sent (never raises).
     """
     with vg.validation(step=step, source=source, sources_expected=sources_expected, count=count) as block:
         vg.log_generations(
-            inputs, outputs, scores, ground_truths=ground_truths, sample_ids=sample_ids, data_sources=data_sources
+            inputs,
+            outputs,
+            scores,
+            ground_truths=ground_truths,
+            sample_ids=sample_ids,
+            data_sources=data_sources,
+            extra=_filled_columns(extra),
         )
     return bool(block.flushed)
+
+
+def _filled_columns(extra: Any) -> Any:
+    """The extra columns without the empty ones: verl's reward_extra_info may hold columns of length 0."""
+    try:
+        if isinstance(extra, Mapping):
+            return {name: values for name, values in extra.items() if not isinstance(values, Sized) or len(values)}
+    except Exception:  # an odd mapping: log_generations judges it as it is, and never raises
+        _logger.debug("otel_valgen: could not filter the extra columns", exc_info=True)
+    return extra
 
 
 def _get_param_version(trainer: Any) -> Any:

@@ -18,7 +18,7 @@ from rich.console import Console
 from otel_valgen.reader import ReadError, Record, read_paths
 from otel_valgen.selection import StepSelection, select_steps
 from otel_valgen.tools._support import OperationalError, ValgenGroup, report_read_error
-from otel_valgen.tools.render import render_tables
+from otel_valgen.tools.render import extra_names, render_tables
 
 EXIT_READ_ERRORS = 1
 EXIT_NOTHING_FOUND = 3
@@ -30,7 +30,7 @@ def main() -> None:
     """Validation generations of training jobs as OpenTelemetry log records."""
 
 
-def _generation_json(selection: StepSelection) -> dict[str, object]:
+def _generation_json(selection: StepSelection, extras: Sequence[str]) -> dict[str, object]:
     return {
         "run_id": selection.run_id,
         "step": selection.step,
@@ -39,6 +39,9 @@ def _generation_json(selection: StepSelection) -> dict[str, object]:
         "late": selection.late,
         "seen": selection.seen,
         "kept": selection.kept,
+        "score_count": selection.score_count,
+        "score_sum": selection.score_sum,
+        "score_mean": selection.score_mean,
         "generations": [
             {
                 "sample_id": g.sample_id,
@@ -49,16 +52,18 @@ def _generation_json(selection: StepSelection) -> dict[str, object]:
                 "ground_truth": g.ground_truth,
                 "data_source": g.data_source,
                 "source": g.source,
+                "extra": {name: g.extra.get(name) for name in extras},
             }
             for g in selection.generations
         ],
     }
 
 
-def _write_csv(selections: Sequence[StepSelection]) -> None:
+def _write_csv(selections: Sequence[StepSelection], extras: Sequence[str]) -> None:
     writer = csv.writer(sys.stdout)
     writer.writerow(
         ["run_id", "step", "rank", "sample_id", "source", "data_source", "input", "output", "score", "ground_truth"]
+        + [f"extra.{name}" for name in extras]
     )
     for selection in selections:
         for rank, g in enumerate(selection.generations, start=1):
@@ -74,6 +79,7 @@ def _write_csv(selections: Sequence[StepSelection]) -> None:
                     g.output,
                     g.score,
                     g.ground_truth,
+                    *(g.extra.get(name) for name in extras),
                 ]
             )
 
@@ -122,11 +128,12 @@ def show(
         return (run_id is None or record.run_id == run_id) and (step is None or record.step == step)
 
     selections = select_steps((r for r in read_paths(paths, report) if wanted(r)), count=count, seed=seed)
+    extras = extra_names(selections)
     if output_format == "json":
         for selection in selections:
-            click.echo(json.dumps(_generation_json(selection), ensure_ascii=False))
+            click.echo(json.dumps(_generation_json(selection, extras), ensure_ascii=False))
     elif output_format == "csv":
-        _write_csv(selections)
+        _write_csv(selections, extras)
     else:
         render_tables(selections, Console())
     if not selections:
@@ -212,9 +219,10 @@ def resend(paths: tuple[str, ...], endpoint: str | None) -> None:
 
 def _register_optional_commands() -> None:
     try:
-        from otel_valgen.tools.exporter_commands import push_command, wandb_exporter_command
-    except ImportError:  # the wandb exporter is optional
+        from otel_valgen.tools.exporter_commands import exporter_command, push_command, wandb_exporter_command
+    except ImportError:  # the exporter is optional
         return
+    main.add_command(exporter_command)
     main.add_command(wandb_exporter_command)
     main.add_command(push_command)
 

@@ -1,7 +1,8 @@
-"""The ``wandb-exporter`` and ``push`` commands (registered on ``otel-valgen`` by the core CLI).
+"""The ``exporter`` (alias ``wandb-exporter``) and ``push`` commands, registered on ``otel-valgen``.
 
-wandb and grpc are imported inside the commands, so ``otel-valgen --help`` stays fast.
-The wandb API key is read by wandb itself from ``WANDB_API_KEY``; it is never logged here.
+Tracker libraries and grpc are imported inside the commands, so ``otel-valgen --help`` stays
+fast. Credentials are read by the trackers themselves from their environment
+(``WANDB_API_KEY``, ``MLFLOW_TRACKING_TOKEN``, ...); they are never logged here.
 """
 
 from __future__ import annotations
@@ -16,10 +17,10 @@ from typing import Any, TypeVar
 
 import click
 
+from otel_valgen.exporter.tables import LAYOUTS
 from otel_valgen.tools._support import OperationalError, ValgenCommand, report_read_error
-from otel_valgen.wandb_exporter.tables import LAYOUTS
 
-__all__ = ["push_command", "wandb_exporter_command"]
+__all__ = ["exporter_command", "push_command", "wandb_exporter_command"]
 
 DEFAULT_HTTP = "127.0.0.1:4418"
 DEFAULT_GRPC = "127.0.0.1:4417"
@@ -49,7 +50,7 @@ _OFFLINE_FIX = "or pass --wandb-mode offline and `wandb sync` the run files late
 def _address(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
     """Check a ``HOST:PORT`` option ('' is off); grpc is imported only when the service runs."""
     if value:
-        from otel_valgen.wandb_exporter.server import parse_address
+        from otel_valgen.exporter.server import parse_address
 
         try:
             parse_address(value)
@@ -58,93 +59,176 @@ def _address(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
     return value
 
 
-def _wandb_options(command: F) -> F:
-    """The options that say where and how steps are written to wandb, shared by both commands."""
-    for option in (_scalars, _entity, _project, _mode, _table_key, _layout):
+def _backends(_ctx: click.Context, _param: click.Parameter, value: str) -> list[str]:
+    from otel_valgen.exporter.backends import parse_backends
+
+    try:
+        return parse_backends(value)
+    except ValueError as error:
+        raise click.BadParameter(str(error)) from error
+
+
+_backend = click.option(
+    "--backend",
+    "backends",
+    envvar="VALGEN_EXPORTER_BACKENDS",
+    default="wandb",
+    show_default=True,
+    callback=_backends,
+    help="Comma-separated trackers to write to: wandb, mlflow, tensorboard [env: VALGEN_EXPORTER_BACKENDS].",
+)
+_tensorboard_dir = click.option(
+    "--tensorboard-dir",
+    envvar="VALGEN_TENSORBOARD_DIR",
+    default=".",
+    show_default=True,
+    help="TensorBoard: the folder the exporter may write under; records' tensorboard.log_dir is taken inside it.",
+)
+_mlflow_uri = click.option(
+    "--mlflow-tracking-uri",
+    envvar="MLFLOW_TRACKING_URI",
+    default=None,
+    help="MLflow: the tracking server [env: MLFLOW_TRACKING_URI].",
+)
+_mlflow_experiment = click.option(
+    "--mlflow-experiment",
+    default="otel-valgen",
+    show_default=True,
+    help="MLflow: the experiment of runs made for records without mlflow.run_id.",
+)
+
+
+def _tracker_options(command: F) -> F:
+    """The options that say where and how steps are written, shared by both commands."""
+    for option in (
+        _mlflow_experiment,
+        _mlflow_uri,
+        _tensorboard_dir,
+        _scalars,
+        _entity,
+        _project,
+        _mode,
+        _table_key,
+        _layout,
+        _backend,
+    ):
         command = option(command)
     return command
 
 
-@click.command("wandb-exporter", cls=ValgenCommand)
-@click.option(
-    "--http",
-    "http_address",
-    default=DEFAULT_HTTP,
-    show_default=True,
-    callback=_address,
-    help="OTLP/HTTP address ('' = off).",
-)
-@click.option(
-    "--grpc",
-    "grpc_address",
-    default=DEFAULT_GRPC,
-    show_default=True,
-    callback=_address,
-    help="OTLP/gRPC address ('' = off).",
-)
-@_wandb_options
-@click.option(
-    "--state-dir",
-    default="./otel-valgen-exporter-state",
-    show_default=True,
-    help="Ledger of written steps and spool of open steps, kept across restarts ('' = memory only).",
-)
-@click.option("--step-timeout", type=float, default=120.0, show_default=True, help="Seconds to wait for a summary.")
-@click.option("--max-open-steps", type=int, default=256, show_default=True, help="Open (run, step) groups at most.")
-@click.option("--max-bytes", type=int, default=256 * 1024 * 1024, show_default=True, help="Buffered bytes at most.")
-@click.option("--max-runs", type=int, default=16, show_default=True, help="wandb attachments kept open at once.")
-@click.option("--retry-after", type=float, default=5.0, show_default=True, help="Retry-After while wandb fails.")
-@click.option(
-    "--log-level",
-    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], case_sensitive=False),
-    default="INFO",
-    show_default=True,
-    help="Python logging level.",
-)
-def wandb_exporter_command(
+def _configs(options: dict[str, Any], max_runs: int = 16) -> dict[str, Any]:
+    """Each backend's config from the command's options."""
+    from otel_valgen.exporter.backends.mlflow import MlflowConfig
+    from otel_valgen.exporter.backends.tensorboard import TensorBoardConfig
+
+    configs: dict[str, Any] = {
+        "mlflow": MlflowConfig(
+            tracking_uri=options["mlflow_tracking_uri"] or None,
+            experiment=options["mlflow_experiment"],
+            table_key=options["table_key"],
+            scalars=options["scalars"],
+        ),
+        "tensorboard": TensorBoardConfig(
+            root=options["tensorboard_dir"], table_key=options["table_key"], scalars=options["scalars"]
+        ),
+    }
+    if "wandb" in options["backends"]:
+        from otel_valgen.exporter.backends.wandb import WriterConfig
+
+        configs["wandb"] = WriterConfig(
+            layout=options["layout"],
+            table_key=options["table_key"],
+            mode=options["wandb_mode"] or _default_mode(),
+            max_runs=max_runs,
+            scalars=options["scalars"],
+            project=options["project"],
+            entity=options["entity"],
+        )
+    return configs
+
+
+def _exporter_command(name: str, summary: str) -> click.Command:
+    @click.command(name, cls=ValgenCommand, help=summary)
+    @click.option(
+        "--http",
+        "http_address",
+        default=DEFAULT_HTTP,
+        show_default=True,
+        callback=_address,
+        help="OTLP/HTTP address ('' = off).",
+    )
+    @click.option(
+        "--grpc",
+        "grpc_address",
+        default=DEFAULT_GRPC,
+        show_default=True,
+        callback=_address,
+        help="OTLP/gRPC address ('' = off).",
+    )
+    @_tracker_options
+    @click.option(
+        "--state-dir",
+        default="./otel-valgen-exporter-state",
+        show_default=True,
+        help="Per backend: the ledger of written steps and the spool of unwritten ones ('' = memory only).",
+    )
+    @click.option("--max-runs", type=int, default=16, show_default=True, help="wandb attachments kept open at once.")
+    @click.option(
+        "--max-pending-steps",
+        type=click.IntRange(min=1),
+        default=64,
+        show_default=True,
+        help="Steps a backend may hold unwritten (while it is down) before requests are refused with 503.",
+    )
+    @click.option("--retry-after", type=float, default=5.0, show_default=True, help="Retry-After while refusing.")
+    @click.option(
+        "--log-level",
+        type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], case_sensitive=False),
+        default="INFO",
+        show_default=True,
+        help="Python logging level.",
+    )
+    def command(
+        http_address: str,
+        grpc_address: str,
+        state_dir: str,
+        max_runs: int,
+        max_pending_steps: int,
+        retry_after: float,
+        log_level: str,
+        **options: Any,
+    ) -> None:
+        _serve(http_address, grpc_address, state_dir, max_runs, max_pending_steps, retry_after, log_level, options)
+
+    return command
+
+
+def _serve(
     http_address: str,
     grpc_address: str,
-    layout: str,
-    table_key: str,
-    wandb_mode: str | None,
-    project: str | None,
-    entity: str | None,
-    scalars: bool,
     state_dir: str,
-    step_timeout: float,
-    max_open_steps: int,
-    max_bytes: int,
     max_runs: int,
+    max_pending_steps: int,
     retry_after: float,
     log_level: str,
+    options: dict[str, Any],
 ) -> None:
-    """Receive sampled generations over OTLP and write them into their wandb runs."""
-    from otel_valgen.wandb_exporter.buffer import BufferLimits
-    from otel_valgen.wandb_exporter.server import ExporterServer, ListenError
-    from otel_valgen.wandb_exporter.service import ExporterService, ServiceConfig
-    from otel_valgen.wandb_exporter.writer import WriterConfig
+    """Run the service until SIGTERM or SIGINT."""
+    from otel_valgen.exporter.backends import create_backends
+    from otel_valgen.exporter.server import ExporterServer, ListenError
+    from otel_valgen.exporter.service import ExporterService, ServiceConfig
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if not http_address and not grpc_address:
         raise click.UsageError("give --http or --grpc an address")
+    config = ServiceConfig(state_dir=state_dir or None, retry_after_s=retry_after, max_pending_steps=max_pending_steps)
     try:
-        config = ServiceConfig(
-            writer=WriterConfig(
-                layout=layout,
-                table_key=table_key,
-                mode=wandb_mode or _default_mode(),
-                max_runs=max_runs,
-                scalars=scalars,
-            ),
-            limits=BufferLimits(max_open_steps=max_open_steps, max_bytes=max_bytes, step_timeout_s=step_timeout),
-            state_dir=state_dir or None,
-            project=project,
-            entity=entity,
-            retry_after_s=retry_after,
-        )
-    except ValueError as error:
-        raise click.UsageError(str(error)) from error
-    service = ExporterService(config)
+        backends = create_backends(options["backends"], config.state_dir, _configs(options, max_runs))
+    except ImportError as error:
+        raise OperationalError(
+            f"a backend's library is missing: {error}", "pip install 'otel-valgen[exporter]'"
+        ) from error
+    service = ExporterService(config, backends)
     server = ExporterServer(service, http=http_address or None, grpc_address=grpc_address or None)
     service.start()
     try:
@@ -155,14 +239,13 @@ def wandb_exporter_command(
             str(error), f"stop the process that listens there, or pass --{error.protocol} a free HOST:PORT ('' = off)"
         ) from error
     click.echo(
-        f"wandb-exporter: http={http_address or 'off'} grpc={grpc_address or 'off'} "
-        f"layout={layout} mode={config.writer.mode}",
+        f"exporter: http={http_address or 'off'} grpc={grpc_address or 'off'} backends={','.join(options['backends'])}",
         err=True,
     )
     done = threading.Event()
 
     def _stop(signum: int, _frame: FrameType | None) -> None:
-        logging.getLogger("otel_valgen.wandb_exporter").info("signal %d: shutting down", signum)
+        logging.getLogger("otel_valgen.exporter").info("signal %d: shutting down", signum)
         done.set()
 
     signal.signal(signal.SIGTERM, _stop)
@@ -170,48 +253,44 @@ def wandb_exporter_command(
     done.wait()
     server.stop()
     service.stop()
-    click.echo(f"wandb-exporter stopped: {service.stats()}", err=True)
+    click.echo(f"exporter stopped: {service.stats()}", err=True)
+
+
+exporter_command = _exporter_command(
+    "exporter", "Receive sampled generations over OTLP and write them into their runs in each tracker."
+)
+wandb_exporter_command = _exporter_command(
+    "wandb-exporter", "Alias of `exporter` (its earlier name; the backend defaults to wandb)."
+)
 
 
 @click.command("push", cls=ValgenCommand)
 @click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True))
-@_wandb_options
+@_tracker_options
 @click.option(
     "--count", type=click.IntRange(min=1), default=None, help="k per step (default: the records' sample count)."
 )
 @click.option("--state-dir", default=None, help="Ledger folder, so that pushing again adds nothing.")
-def push_command(
-    paths: tuple[str, ...],
-    layout: str,
-    table_key: str,
-    wandb_mode: str | None,
-    project: str | None,
-    entity: str | None,
-    scalars: bool,
-    count: int | None,
-    state_dir: str | None,
-) -> None:
-    """Write generations from OTLP files to wandb (backfill).
+def push_command(paths: tuple[str, ...], count: int | None, state_dir: str | None, **options: Any) -> None:
+    """Write generations from OTLP files to the trackers (backfill).
 
-    Reads every file layout ``otel-valgen show`` reads. Without --wandb-mode offline (or
-    WANDB_MODE=offline) it needs wandb credentials: WANDB_API_KEY or ``wandb login``.
+    Reads every file layout ``otel-valgen show`` reads. wandb without --wandb-mode offline (or
+    WANDB_MODE=offline) needs credentials: WANDB_API_KEY or ``wandb login``.
     """
-    from otel_valgen.wandb_exporter.push import push_paths
-    from otel_valgen.wandb_exporter.writer import WriterConfig, WriterUnavailable
+    from otel_valgen.exporter.backends import BackendUnavailable, create_backends
+    from otel_valgen.exporter.push import push_paths
 
-    config = WriterConfig(layout=layout, table_key=table_key, mode=wandb_mode or _default_mode(), scalars=scalars)
     try:
-        report = push_paths(
-            paths,
-            config,
-            count=count,
-            state_dir=state_dir,
-            project=project,
-            entity=entity,
-            on_error=report_read_error,
-        )
-    except WriterUnavailable as error:
-        raise OperationalError(str(error), f"set WANDB_API_KEY (or run `wandb login`), {_OFFLINE_FIX}") from error
+        backends = create_backends(options["backends"], state_dir, _configs(options))
+        report = push_paths(paths, backends, count=count, on_error=report_read_error)
+    except ImportError as error:
+        raise OperationalError(
+            f"a backend's library is missing: {error}", "pip install 'otel-valgen[exporter]'"
+        ) from error
+    except BackendUnavailable as error:
+        raise OperationalError(
+            str(error), f"check the tracker's address and credentials (wandb: set WANDB_API_KEY, {_OFFLINE_FIX})"
+        ) from error
     click.echo(f"pushed {report.steps} steps ({report.rows} rows); {report.steps_skipped} already written")
     if report.errors:
         click.echo(f"{len(report.errors)} part(s) of the input could not be read (see the warnings above)", err=True)

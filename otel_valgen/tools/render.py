@@ -7,13 +7,30 @@ from collections.abc import Sequence
 from rich.console import Console
 from rich.table import Table
 
+from otel_valgen.reader import ExtraValue
 from otel_valgen.selection import StepSelection
 
 
+def extra_names(selections: Sequence[StepSelection]) -> list[str]:
+    """The extra columns of the shown generations: every name any of them has, sorted."""
+    return sorted({name for selection in selections for g in selection.generations for name in g.extra})
+
+
+def _cell(value: ExtraValue | None) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.3g}"
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
 def render_tables(selections: Sequence[StepSelection], console: Console, width: int = 60) -> None:
-    """Print one rich table per (run, step)."""
+    """Print one rich table per (run, step), with the extra columns of every shown step."""
+    extras = extra_names(selections)
     for selection in selections:
         title = f"run {selection.run_id} · step {selection.step} · kept {selection.kept} of {selection.seen}"
+        if selection.score_mean is not None:
+            title += f" · mean score {selection.score_mean:.3g} over {selection.score_count}"
         if selection.attempts > 1:
             title += f" · attempt {selection.attempt} (of {selection.attempts})"
         if selection.late:
@@ -24,7 +41,9 @@ def render_tables(selections: Sequence[StepSelection], console: Console, width: 
         for column in ("input", "output"):
             table.add_column(column, overflow="ellipsis", no_wrap=True, max_width=width)
         table.add_column("score", justify="right", min_width=5, no_wrap=True)
+        for name in extras:
+            table.add_column(name, justify="right", overflow="ellipsis", no_wrap=True, max_width=width // 2)
         for rank, g in enumerate(selection.generations, start=1):
             score = "" if g.score is None else f"{g.score:.3g}"
-            table.add_row(str(rank), g.source or "", g.input, g.output, score)
+            table.add_row(str(rank), g.source or "", g.input, g.output, score, *(_cell(g.extra.get(n)) for n in extras))
         console.print(table)

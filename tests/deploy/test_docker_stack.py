@@ -160,7 +160,7 @@ def test_file_volume_holds_k_records_per_step_as_show_chooses(stack: Stack, job:
 
 def test_exporter_volume_holds_the_offline_run_with_k_rows_per_step(stack: Stack, job: Job, tmp_path: Path) -> None:
     """Without WANDB_API_KEY the exporter writes an offline run into its volume: verl's table, k generations a step."""
-    from tests.wandb_exporter.wandb_files import read_run
+    from tests.exporter.wandb_files import read_run
 
     _wait_for_summaries(stack, tmp_path, job.steps)
 

@@ -24,7 +24,7 @@ class ExporterProcess:
 
     def written_steps(self, run_id: str) -> list[int]:
         """Steps of ``run_id`` the ledger says were written (one entry per write)."""
-        ledger = self.state_dir / "ledger.jsonl"
+        ledger = self.state_dir / "wandb" / "ledger.jsonl"
         if not ledger.exists():
             return []
         steps = []

@@ -14,9 +14,9 @@ import otel_valgen as vg
 from otel_valgen.sampling import SortKey, bottom_k, sample_key
 from tests.e2e.harness import StandIn, free_port, wait_for
 from tests.e2e.steps import by_step
+from tests.exporter.wandb_files import read_run
 from tests.faults.conftest import Collectors, file_records
 from tests.faults.exporter import start_exporter
-from tests.wandb_exporter.wandb_files import read_run
 
 RUN_ID = "faults-wandb-down"
 K = 3

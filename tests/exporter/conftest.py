@@ -122,3 +122,17 @@ def wait_for(predicate: Any, timeout_s: float = 20.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError("condition not met in time")
         time.sleep(0.02)
+
+
+def wandb_backend(layout: str = "rows", state_dir: Path | None = None, backend_class: Any = None) -> Any:
+    """An offline wandb backend with its ledger in ``state_dir`` (memory when None)."""
+    from otel_valgen.exporter.backends.wandb import WandbBackend, WriterConfig
+    from otel_valgen.exporter.ledger import Ledger, ledger_dir
+
+    cls = backend_class or WandbBackend
+    return cls(WriterConfig(layout=layout, mode="offline"), Ledger(ledger_dir(state_dir, "wandb")))
+
+
+def written(service: Any, backend: str = "wandb") -> int:
+    """Steps ``backend`` has written so far."""
+    return int(service.stats()["backends"][backend]["written_steps"])

@@ -20,12 +20,12 @@ from google.protobuf.json_format import MessageToJson
 from google.rpc.status_pb2 import Status
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceResponse
 
-from otel_valgen.wandb_exporter.decode import MalformedPayload, decode_body, decode_request
-from otel_valgen.wandb_exporter.service import ExporterService, Outcome, Unavailable
+from otel_valgen.exporter.decode import MalformedPayload, decode_body, decode_request
+from otel_valgen.exporter.service import ExporterService, Outcome, Unavailable
 
 __all__ = ["MAX_BODY_BYTES", "ExporterServer", "ListenError", "parse_address"]
 
-_logger = logging.getLogger("otel_valgen.wandb_exporter")
+_logger = logging.getLogger("otel_valgen.exporter")
 
 MAX_BODY_BYTES = 64 * 1024 * 1024
 """Largest request body accepted (HTTP) or message received (gRPC)."""

@@ -1,6 +1,6 @@
 """A stand-alone emitting process for the end-to-end test: one source's part of some steps.
 
-Usage: python -m tests.wandb_exporter.emit_steps ENDPOINT RUN_ID SOURCE STEPS(comma separated)
+Usage: python -m tests.exporter.emit_steps ENDPOINT RUN_ID SOURCE STEPS(comma separated)
 """
 
 from __future__ import annotations

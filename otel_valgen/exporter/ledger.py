@@ -1,9 +1,9 @@
-"""What has been written, per (run, step, attempt), optionally kept on disk.
+"""What one backend has written, per (run, step, attempt), optionally kept on disk.
 
-The ledger makes writes idempotent: a batch the collector retries, a step that closes twice,
-or records that arrive again after a restart never add rows. ``claim`` marks an attempt at the
-moment it closes (so a duplicate arriving before the write finishes is recognised);
-``commit`` records a finished write and appends it to ``ledger.jsonl`` in the state folder.
+Each backend has its own ledger (``<state dir>/<backend>/ledger.jsonl``), so that a step
+written to one backend and not yet to another is later written to the other only. The ledger
+makes writes idempotent: a request the collector retries, or records that arrive again after
+a restart, never add rows. ``commit`` records a finished write and appends it to the file.
 
 A step may be validated more than once (``valgen.attempt``: resume, retry). The ledger also
 remembers which attempt of each (run, step) is shown, so that the writer applies the shared
@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,9 +26,9 @@ from typing import Any
 
 from otel_valgen.selection import attempt_rank
 
-__all__ = ["Ledger", "ShownAttempt"]
+__all__ = ["Ledger", "ShownAttempt", "ledger_dir"]
 
-_logger = logging.getLogger("otel_valgen.wandb_exporter")
+_logger = logging.getLogger("otel_valgen.exporter")
 
 AttemptKey = tuple[str, int, str]
 
@@ -50,10 +51,9 @@ class Ledger:
 
     def __init__(self, state_dir: str | Path | None = None) -> None:
         self._lock = threading.Lock()
-        self._samples: dict[AttemptKey, set[str]] = {}  # claimed or committed
         self._committed: dict[AttemptKey, set[str]] = {}
         self._shown: dict[tuple[str, int], ShownAttempt] = {}
-        self._rows: dict[str, dict[int, list[Any]]] = {}
+        self._rows: dict[str, dict[int, Any]] = {}
         self._path = Path(state_dir) / "ledger.jsonl" if state_dir is not None else None
         if self._path is not None:
             self._path.parent.mkdir(parents=True, exist_ok=True)
@@ -72,8 +72,7 @@ class Ledger:
                 except (ValueError, KeyError, TypeError) as error:
                     _logger.warning("ledger %s line %d unreadable: %s", path, number, error)
 
-    def _record(self, key: AttemptKey, sample_ids: list[str], row: list[Any] | None, shown: ShownAttempt) -> None:
-        self._samples.setdefault(key, set()).update(sample_ids)
+    def _record(self, key: AttemptKey, sample_ids: list[str], row: Any, shown: ShownAttempt) -> None:
         self._committed.setdefault(key, set()).update(sample_ids)
         current = self._shown.get((key[0], key[1]))
         if current is not None and current.attempt == shown.attempt:
@@ -83,16 +82,6 @@ class Ledger:
         self._shown[(key[0], key[1])] = shown
         if row is not None:
             self._rows.setdefault(key[0], {})[key[1]] = row
-
-    def has_step(self, group: str, step: int, attempt: str = "") -> bool:
-        """Whether this attempt of (group, step) was written or is being written."""
-        with self._lock:
-            return (group, step, attempt) in self._samples
-
-    def has_sample(self, group: str, step: int, sample_id: str, attempt: str = "") -> bool:
-        """Whether this sample of the attempt was written or is being written."""
-        with self._lock:
-            return sample_id in self._samples.get((group, step, attempt), ())
 
     def is_committed(self, group: str, step: int, attempt: str = "") -> bool:
         """Whether a write of this attempt of (group, step) has finished."""
@@ -109,17 +98,20 @@ class Ledger:
         with self._lock:
             return self._shown.get((group, step))
 
-    def claim(self, group: str, step: int, sample_ids: list[str], attempt: str = "") -> None:
-        """Mark a closing attempt's samples as taken (in memory)."""
+    def superseded_by(self, group: str, step: int, candidate: ShownAttempt) -> ShownAttempt | None:
+        """The shown attempt of (group, step) when it is another one that the shared rule keeps over ``candidate``."""
         with self._lock:
-            self._samples.setdefault((group, step, attempt), set()).update(sample_ids)
+            shown = self._shown.get((group, step))
+        if shown is None or shown.attempt == candidate.attempt or shown.rank() < candidate.rank():
+            return None
+        return shown
 
     def commit(
         self,
         group: str,
         step: int,
         sample_ids: list[str],
-        row: list[Any] | None = None,
+        row: Any = None,
         shown: ShownAttempt | None = None,
     ) -> None:
         """Record a finished write of ``shown`` (default attempt ""); persist it with a state folder."""
@@ -135,7 +127,20 @@ class Ledger:
                 handle.flush()
                 os.fsync(handle.fileno())
 
-    def rows(self, group: str) -> list[list[Any]]:
-        """Return the verl rows written for this group so far (the shown attempt's per step), by step."""
+    def rows(self, group: str) -> dict[int, Any]:
+        """The verl rows written for this group so far (the shown attempt's), by step."""
         with self._lock:
-            return [row for _, row in sorted(self._rows.get(group, {}).items())]
+            return dict(self._rows.get(group, {}))
+
+
+def ledger_dir(state_dir: str | Path | None, backend: str) -> Path | None:
+    """``<state dir>/<backend>``; a wandb ledger of earlier versions (``<state dir>/ledger.jsonl``) moves there."""
+    if state_dir is None:
+        return None
+    folder = Path(state_dir) / backend
+    legacy = Path(state_dir) / "ledger.jsonl"
+    if backend == "wandb" and legacy.exists() and not (folder / "ledger.jsonl").exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        shutil.move(str(legacy), folder / "ledger.jsonl")
+        _logger.info("moved the wandb ledger to %s", folder)
+    return folder

@@ -6,27 +6,26 @@ import json
 from pathlib import Path
 
 from otel_valgen import contract
+from otel_valgen.exporter.push import push_paths
+from otel_valgen.exporter.service import ExporterService, ServiceConfig
+from otel_valgen.exporter.tables import ROW_COLUMNS
 from otel_valgen.otlp_json import to_otlp_json
-from otel_valgen.wandb_exporter.buffer import BufferLimits
-from otel_valgen.wandb_exporter.push import push_paths
-from otel_valgen.wandb_exporter.service import ExporterService, ServiceConfig
-from otel_valgen.wandb_exporter.tables import ROW_COLUMNS, verl_columns
-from otel_valgen.wandb_exporter.writer import WriterConfig
 
-from .conftest import generation, request, step_request, summary, wait_for
+from .conftest import generation, request, step_request, summary, wait_for, wandb_backend
 from .wandb_files import read_run
 
 KEY = "val/generations"
 
 
+def verl_columns(width: int) -> list[str]:
+    """The verl layout's columns: step, then input_i, output_i, score_i per sample."""
+    return ["step"] + [f"{name}_{i}" for i in range(1, width + 1) for name in ("input", "output", "score")]
+
+
 def run_service(layout: str, *requests: object, state_dir: Path | None = None) -> ExporterService:
     """Feed ``requests`` to an offline service, wait until written, stop it."""
-    config = ServiceConfig(
-        writer=WriterConfig(layout=layout, mode="offline"),
-        limits=BufferLimits(step_timeout_s=30),
-        state_dir=str(state_dir) if state_dir else None,
-    )
-    service = ExporterService(config)
+    config = ServiceConfig(state_dir=str(state_dir) if state_dir else None)
+    service = ExporterService(config, [wandb_backend(layout, state_dir)])
     service.start()
     for item in requests:
         service.accept(to_otlp_json(item))
@@ -63,7 +62,7 @@ def test_rows_layout_k_rows_per_step_in_rank_order(wandb_dir: Path) -> None:
     tables = read_run(wandb_dir, "run-r").tables(KEY)
     assert [step for step, _ in tables] == [5, 6]
     for step, table in tables:
-        assert table["columns"] == ROW_COLUMNS
+        assert table["columns"] == [*ROW_COLUMNS, "attempt"]
         assert len(table["data"]) == 4
         assert {row[0] for row in table["data"]} == {step}
     assert [row[1] for row in tables[0][1]["data"]] == ["s003", "s002", "s001", "s000"]
@@ -90,10 +89,9 @@ def test_push_backfills_bottom_k_and_twice_adds_nothing(wandb_dir: Path, tmp_pat
     """Push writes each step's bottom-k from OTLP-JSON files; a second push with the ledger adds nothing."""
     logs = [generation("run-p", 3, i) for i in range(6)]
     _write_otlp_json(tmp_path / "a.jsonl", request(*logs[:3]), request(*logs[3:]))
-    config = WriterConfig(layout="rows", mode="offline")
-    report = push_paths([tmp_path / "a.jsonl"], config, count=4, state_dir=tmp_path / "state")
+    report = push_paths([tmp_path / "a.jsonl"], [wandb_backend("rows", tmp_path / "state")], count=4)
     assert (report.steps, report.rows, report.errors) == (1, 4, [])
-    again = push_paths([tmp_path], config, count=4, state_dir=tmp_path / "state")
+    again = push_paths([tmp_path], [wandb_backend("rows", tmp_path / "state")], count=4)
     assert (again.steps, again.rows, again.steps_skipped) == (0, 0, 1)
     (table,) = [t for _, t in read_run(wandb_dir, "run-p").tables(KEY)]
     assert sorted(row[1] for row in table["data"]) == ["s000", "s001", "s002", "s003"]
@@ -103,22 +101,21 @@ def test_push_rows_layout_writes_and_counts_only_the_rows_not_written_before(wan
     """Rows layout: a later push whose bottom-k takes in new samples adds those rows only, and counts them."""
     logs = [generation("run-pr", 3, i) for i in range(6)]  # keys ascend with i
     _write_otlp_json(tmp_path / "late.jsonl", request(*logs[3:]))
-    config = WriterConfig(layout="rows", mode="offline")
-    first = push_paths([tmp_path / "late.jsonl"], config, count=4, state_dir=tmp_path / "state")
+    first = push_paths([tmp_path / "late.jsonl"], [wandb_backend("rows", tmp_path / "state")], count=4)
     assert (first.steps, first.rows) == (1, 3)
     _write_otlp_json(tmp_path / "early.jsonl", request(*logs[:3]))
     files = [tmp_path / "late.jsonl", tmp_path / "early.jsonl"]
-    again = push_paths(files, config, count=4, state_dir=tmp_path / "state")
+    again = push_paths(files, [wandb_backend("rows", tmp_path / "state")], count=4)
     assert (again.steps, again.rows, again.errors) == (1, 3, [])  # s003 of the bottom-4 was written already
     # (The two pushes may log to one offline run folder, named to the second: the report is what is checked.)
-    third = push_paths(files, config, count=4, state_dir=tmp_path / "state")
+    third = push_paths(files, [wandb_backend("rows", tmp_path / "state")], count=4)
     assert (third.steps, third.rows, third.steps_skipped) == (0, 0, 1)
 
 
 def test_push_verl_layout(wandb_dir: Path, tmp_path: Path) -> None:
     """Push in the verl layout writes one row per step, accumulating."""
     _write_otlp_json(tmp_path / "a.jsonl", step_request("run-pv", 1, 2), step_request("run-pv", 2, 2))
-    report = push_paths([tmp_path / "a.jsonl"], WriterConfig(layout="verl", mode="offline"))
+    report = push_paths([tmp_path / "a.jsonl"], [wandb_backend("verl")])
     assert (report.steps, report.rows, report.errors) == (2, 2, [])
     tables = read_run(wandb_dir, "run-pv").tables(KEY)
     assert [[row[0] for row in t["data"]] for _, t in tables] == [[1], [1, 2]]
@@ -127,10 +124,9 @@ def test_push_verl_layout(wandb_dir: Path, tmp_path: Path) -> None:
 def test_push_verl_layout_twice_with_one_state_folder_writes_no_step_again(wandb_dir: Path, tmp_path: Path) -> None:
     """Verl layout: a second push with the same state folder skips every written step and logs no table."""
     _write_otlp_json(tmp_path / "a.jsonl", step_request("run-pv2", 1, 2), step_request("run-pv2", 2, 2))
-    config = WriterConfig(layout="verl", mode="offline")
-    first = push_paths([tmp_path / "a.jsonl"], config, state_dir=tmp_path / "state")
+    first = push_paths([tmp_path / "a.jsonl"], [wandb_backend("verl", tmp_path / "state")])
     assert (first.steps, first.rows) == (2, 2)
-    again = push_paths([tmp_path / "a.jsonl"], config, state_dir=tmp_path / "state")
+    again = push_paths([tmp_path / "a.jsonl"], [wandb_backend("verl", tmp_path / "state")])
     assert (again.steps, again.rows, again.steps_skipped, again.errors) == (0, 0, 2, [])
     tables = read_run(wandb_dir, "run-pv2").tables(KEY)
     assert [[row[0] for row in t["data"]] for _, t in tables] == [[1], [1, 2]]
@@ -160,9 +156,8 @@ def _attempts(run: str) -> list[object]:
 def test_verl_layout_a_later_complete_attempt_replaces_the_steps_row(wandb_dir: Path, tmp_path: Path) -> None:
     """Verl: the step is logged again with the new attempt's row; worse attempts are never written."""
     service = run_service("verl", step_request("run-a", 5, 2), *_attempts("run-a"), state_dir=tmp_path / "state")
-    stats = service.stats()
-    assert stats["superseded_attempts"] == 1  # L3.1; the resent L1.1 is a duplicate of a written attempt
-    assert stats["duplicates"] == 3
+    stats = service.stats()["backends"]["wandb"]
+    assert (stats["written_steps"], stats["unchanged_steps"]) == (3, 2)  # L3.1 is superseded, L1.1 resent
     files = read_run(wandb_dir, "run-a")
     tables = files.tables(KEY)
     assert [step for step, _ in tables] == [5, 10, 10]
@@ -172,7 +167,7 @@ def test_verl_layout_a_later_complete_attempt_replaces_the_steps_row(wandb_dir: 
     assert files.scalars(f"{KEY}/attempt") == [(10, "L1.1"), (10, "L2.1")]
     # a restart with the same state folder: the same records add nothing
     again = run_service("verl", *_attempts("run-a"), state_dir=tmp_path / "state")
-    assert again.stats()["written_steps"] == 0
+    assert again.stats()["backends"]["wandb"]["written_steps"] == 0
 
 
 def test_rows_layout_a_later_complete_attempt_adds_its_rows_with_the_attempt(wandb_dir: Path) -> None:
@@ -192,7 +187,7 @@ def test_rows_layout_a_later_complete_attempt_adds_its_rows_with_the_attempt(wan
 def test_push_writes_the_attempt_show_picks(wandb_dir: Path, tmp_path: Path) -> None:
     """Push over collector output with two attempts writes the latest complete one."""
     _write_otlp_json(tmp_path / "a.jsonl", *_attempts("run-c"))
-    report = push_paths([tmp_path / "a.jsonl"], WriterConfig(layout="verl", mode="offline"))
+    report = push_paths([tmp_path / "a.jsonl"], [wandb_backend("verl")])
     assert report.steps == 1
     ((_, table),) = read_run(wandb_dir, "run-c").tables(KEY)
     assert table["data"][0][1] == "q0-new"

@@ -1,9 +1,10 @@
-"""Backfill: write steps read from OTLP-JSON files into wandb, the same way the service does.
+"""Backfill: write steps read from OTLP-JSON files into the backends, the same way the service does.
 
 Files are read with ``otel_valgen.reader.read_paths`` and each (run, step) is reduced to its
 bottom-k with ``otel_valgen.selection.select_steps`` (the attempt the shared rule picks, as
-``otel-valgen show`` prints it); every step is then written once (the ledger in ``state_dir``
-makes a repeated push add nothing, and a later push of a newer attempt replaces the shown one).
+``otel-valgen show`` prints it); every step is then written once per backend (each backend's
+ledger in ``state_dir`` makes a repeated push add nothing, and a later push of a newer attempt
+replaces the shown one).
 """
 
 from __future__ import annotations
@@ -13,18 +14,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from otel_valgen import contract
+from otel_valgen.exporter.backends import Backend
+from otel_valgen.exporter.steps import ClosedStep, order_generations
 from otel_valgen.reader import ReadError, read_paths
 from otel_valgen.selection import StepSelection, select_steps
-from otel_valgen.wandb_exporter.ledger import Ledger
-from otel_valgen.wandb_exporter.model import ClosedStep, order_generations, run_ref_from_resource
-from otel_valgen.wandb_exporter.writer import WandbWriter, WriterConfig
 
 __all__ = ["PushReport", "push_paths", "step_from_selection"]
 
 
 @dataclass
 class PushReport:
-    """What a push did."""
+    """What a push did (steps and rows summed over the backends)."""
 
     steps: int = 0
     steps_skipped: int = 0
@@ -32,11 +32,10 @@ class PushReport:
     errors: list[ReadError] = field(default_factory=list)
 
 
-def step_from_selection(selection: StepSelection, project: str | None, entity: str | None) -> ClosedStep:
-    """Make a closed step of a file selection; its target run comes from the records' resource."""
+def step_from_selection(selection: StepSelection) -> ClosedStep:
+    """Make a closed step of a file selection; its resource is the first one that names a run."""
     resources = [generation.resource for generation in selection.generations]
-    named = next((r for r in resources if r.get(contract.WANDB_RUN_ID)), resources[0] if resources else {})
-    target = run_ref_from_resource(named, selection.run_id, project, entity)
+    named = next((r for r in resources if any(k.endswith(".run_id") for k in r)), resources[0] if resources else {})
     summary = dict(selection.summary or {})
     summary.setdefault(contract.SEEN, selection.seen)
     summary.setdefault(contract.KEPT, selection.kept)
@@ -44,9 +43,9 @@ def step_from_selection(selection: StepSelection, project: str | None, entity: s
         summary[contract.LATE] = selection.late
     return ClosedStep(
         group_id=selection.run_id,
-        run=target,
         step=selection.step,
         generations=order_generations(selection.generations),
+        resource=dict(named),
         summary=summary,
         complete=True,
         reason="push",
@@ -58,26 +57,20 @@ def step_from_selection(selection: StepSelection, project: str | None, entity: s
 
 def push_paths(
     paths: Iterable[str | Path],
-    config: WriterConfig,
+    backends: list[Backend],
     *,
     count: int | None = None,
-    state_dir: str | Path | None = None,
-    project: str | None = None,
-    entity: str | None = None,
     on_error: Callable[[ReadError], None] | None = None,
     teardown: bool = True,
 ) -> PushReport:
-    """Write every (run, step) found in ``paths`` to wandb; return counts.
+    """Write every (run, step) found in ``paths`` to each backend; return counts.
 
     Args:
         paths: OTLP-JSON files or folders (the embedded sink's or the collector's file output).
-        config: the writer's layout, table key and mode.
+        backends: where to write (each with its ledger).
         count: k per step (else the records' ``valgen.sample_count``, else the default).
-        state_dir: a folder for the ledger, so that pushing again adds nothing.
-        project: wandb project for records without a ``wandb.project`` resource attribute.
-        entity: wandb entity for records without a ``wandb.entity`` resource attribute.
         on_error: called with each line that could not be read.
-        teardown: wait for wandb's service to write everything out before returning.
+        teardown: the process ends after the push (wandb waits for its service to write everything out).
 
     """
     report = PushReport()
@@ -87,16 +80,17 @@ def push_paths(
         if on_error is not None:
             on_error(error)
 
-    ledger = Ledger(state_dir)
-    writer = WandbWriter(config, ledger)
     try:
         for selection in select_steps(read_paths(paths, _error), count=count):
             if not selection.generations:
                 continue
-            added = writer.write(step_from_selection(selection, project, entity))
-            report.rows += added
-            report.steps += 1 if added else 0
-            report.steps_skipped += 0 if added else 1
+            step = step_from_selection(selection)
+            for backend in backends:
+                added = backend.write(step)
+                report.rows += added or 0
+                report.steps += 0 if added is None else 1
+                report.steps_skipped += 1 if added is None else 0
     finally:
-        writer.close(teardown=teardown)
+        for backend in backends:
+            backend.close(teardown=teardown)
     return report

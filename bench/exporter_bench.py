@@ -1,11 +1,14 @@
-"""Benchmark the wandb exporter service (offline wandb, loopback only).
+"""Benchmark the exporter service per backend (loopback only).
 
-Figures:
-- latency from a step's summary record arriving to its table being written (per layout);
+Backends: wandb offline (verl and rows layouts), TensorBoard (event files in a temporary
+folder), MLflow (a local ``mlflow server`` with a SQLite store, started here).
+
+Figures, per backend:
+- latency from a step's request (its records and summary) arriving to the step being written;
 - sustained records/s into the service over OTLP/HTTP and OTLP/gRPC, until all is written.
 
 k = 64 generations per step, input and output of 2.5 KB each. Run:
-    python bench/wandb_exporter_bench.py [--steps 30] [--seconds 8]
+    python bench/exporter_bench.py [--steps 30] [--seconds 8] [--backends wandb-rows,wandb-verl,tensorboard,mlflow]
 """
 
 from __future__ import annotations
@@ -54,13 +57,30 @@ def _request(run: str, step: int, *, summary: bool = True) -> Any:
     return message
 
 
-def _start(layout: str, state: str | None = None) -> tuple[Any, Any]:
-    from otel_valgen.wandb_exporter.server import ExporterServer
-    from otel_valgen.wandb_exporter.service import ExporterService, ServiceConfig
-    from otel_valgen.wandb_exporter.writer import WriterConfig
+MLFLOW_URI: str | None = None  # set by main when the mlflow backend is measured
 
-    config = ServiceConfig(writer=WriterConfig(layout=layout, mode="offline"), state_dir=state, max_pending_steps=256)
-    service = ExporterService(config)
+
+def _backend(name: str, folder: str) -> Any:
+    from otel_valgen.exporter.backends import create_backends
+    from otel_valgen.exporter.backends.mlflow import MlflowConfig
+    from otel_valgen.exporter.backends.tensorboard import TensorBoardConfig
+    from otel_valgen.exporter.backends.wandb import WriterConfig
+
+    tracker, _, layout = name.partition("-")
+    configs = {
+        "wandb": WriterConfig(layout=layout or "verl", mode="offline"),
+        "tensorboard": TensorBoardConfig(root=folder),
+        "mlflow": MlflowConfig(tracking_uri=MLFLOW_URI),
+    }
+    return create_backends([tracker], None, configs)[0]
+
+
+def _start(layout: str, state: str | None = None) -> tuple[Any, Any]:
+    from otel_valgen.exporter.server import ExporterServer
+    from otel_valgen.exporter.service import ExporterService, ServiceConfig
+
+    config = ServiceConfig(state_dir=state, max_pending_steps=256)
+    service = ExporterService(config, [_backend(layout, os.environ["WANDB_DIR"])])
     server = ExporterServer(service, http="127.0.0.1:0", grpc_address="127.0.0.1:0")
     service.start()
     server.start()
@@ -111,12 +131,12 @@ def latency(layout: str, steps: int) -> None:
     for body in bodies:
         _post(server.http_port, body)
         _wait_idle(service)
-    ms = [value * 1000 for value in list(service.latencies)]
+    ms = [value * 1000 for value in list(service.workers[0].latencies)]
     server.stop(1)
     service.stop()
     first, rest = ms[0], ms[1:]
     print(
-        f"latency {layout:4s}: first step (attach) {first:7.1f} ms; next {len(rest)} steps: "
+        f"latency {layout:11s}: first step (attach) {first:7.1f} ms; next {len(rest)} steps: "
         f"p50 {statistics.median(rest):6.1f} ms, p95 {sorted(rest)[int(0.95 * (len(rest) - 1))]:6.1f} ms, "
         f"max {max(rest):6.1f} ms, last {rest[-1]:6.1f} ms"
     )
@@ -148,7 +168,7 @@ def throughput(layout: str, protocol: str, seconds: float, max_steps: int) -> No
     records = sent * (K + 1)
     mb = sent * K * 2 * TEXT / 1e6
     print(
-        f"throughput {layout:4s} {protocol:4s}: {records} records ({mb:.0f} MB text) in {written:5.1f} s: "
+        f"throughput {layout:11s} {protocol:4s}: {records} records ({mb:.0f} MB text) in {written:5.1f} s: "
         f"{records / written:7.0f} records/s sustained (sending took {accepted:4.1f} s, with backpressure)"
     )
 
@@ -158,18 +178,34 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=30, help="steps for the latency figure")
     parser.add_argument("--seconds", type=float, default=8.0, help="sending time per throughput figure")
+    parser.add_argument("--backends", default="wandb-rows,wandb-verl,tensorboard,mlflow", help="what to measure")
     args = parser.parse_args()
+    global MLFLOW_URI
+    names = args.backends.split(",")
     with tempfile.TemporaryDirectory() as folder:
         os.environ.update(WANDB_MODE="offline", WANDB_DIR=folder, WANDB_SILENT="true")
         os.environ.pop("WANDB_API_KEY", None)
+        server = None
+        if "mlflow" in names:
+            from pathlib import Path
+
+            from tests.exporter.mlflow_server import MlflowServer
+
+            server = MlflowServer(Path(folder))
+            server.start()
+            MLFLOW_URI = server.uri
         print(f"k={K}, input and output {TEXT} B each, wandb offline, cpus={os.cpu_count()}")
-        for layout in ("rows", "verl"):
-            latency(layout, args.steps)
-        # verl logs its whole accumulating table at every step (as verl does): cost grows with
-        # the steps already written, so its figure is for the first 60 steps of one run.
-        for layout, max_steps in (("rows", 2000), ("verl", 60)):
-            for protocol in ("http", "grpc"):
-                throughput(layout, protocol, args.seconds, max_steps)
+        try:
+            for name in names:
+                latency(name, args.steps)
+            # verl logs its whole accumulating table at every step (as verl does): cost grows with
+            # the steps already written, so its figure is for the first 60 steps of one run.
+            for name in names:
+                for protocol in ("http", "grpc"):
+                    throughput(name, protocol, args.seconds, 60 if name == "wandb-verl" else 2000)
+        finally:
+            if server is not None:
+                server.stop()
 
 
 if __name__ == "__main__":

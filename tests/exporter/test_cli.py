@@ -13,11 +13,12 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-import otel_valgen.wandb_exporter as package
+import otel_valgen.exporter as package
 from otel_valgen.otlp_json import to_otlp_json
-from otel_valgen.tools.exporter_commands import push_command, wandb_exporter_command
+from otel_valgen.tools.exporter_commands import exporter_command, push_command, wandb_exporter_command
 
 from .conftest import step_request, wait_for
+from .tensorboard_files import read_texts
 from .wandb_files import read_run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,12 +26,17 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_public_names_stay_as_they_are() -> None:
     """The package facade exports exactly these names."""
-    assert package.__all__ == ["BufferLimits", "ClosedStep", "Ledger", "RunRef", "StepBuffer"]
+    assert package.__all__ == ["ClosedStep", "Ledger", "assemble"]
 
 
 def test_commands_are_named_for_the_core_cli() -> None:
-    """The commands carry the names the core CLI registers them under."""
-    assert (wandb_exporter_command.name, push_command.name) == ("wandb-exporter", "push")
+    """The commands carry the names the core CLI registers them under; wandb-exporter is an alias of exporter."""
+    assert (exporter_command.name, wandb_exporter_command.name, push_command.name) == (
+        "exporter",
+        "wandb-exporter",
+        "push",
+    )
+    assert [p.name for p in exporter_command.params] == [p.name for p in wandb_exporter_command.params]
 
 
 def test_importing_the_cli_does_not_import_wandb_or_grpc() -> None:
@@ -57,11 +63,12 @@ def _free_port() -> int:
 
 
 def test_service_process_sigterm_flushes_and_exits_cleanly(wandb_dir: Path, tmp_path: Path) -> None:
-    """The service started as a process writes a received step and, on SIGTERM, spools the open one and exits 0."""
+    """The service as a process writes received steps in each backend and, on SIGTERM, exits 0."""
     port = _free_port()
     state = tmp_path / "state"
-    code = "from otel_valgen.tools.exporter_commands import wandb_exporter_command as c; c()"
+    code = "from otel_valgen.tools.exporter_commands import exporter_command as c; c()"
     args = ["--http", f"127.0.0.1:{port}", "--grpc", "", "--layout", "verl", "--state-dir", str(state)]
+    args += ["--backend", "wandb,tensorboard", "--tensorboard-dir", str(tmp_path / "boards")]
     process = subprocess.Popen(
         [sys.executable, "-c", code, *args], cwd=ROOT, env=os.environ.copy(), stderr=subprocess.PIPE, text=True
     )
@@ -78,16 +85,21 @@ def test_service_process_sigterm_flushes_and_exits_cleanly(wandb_dir: Path, tmp_
                 return False
 
         wait_for(lambda: post(step_request("cli-svc", 1, 2).SerializeToString()), 30)
-        open_step = step_request("cli-svc", 2, 2)
-        del open_step.resource_logs[0].scope_logs[0].log_records[-1]  # no summary: step 2 stays open
-        assert post(open_step.SerializeToString())
-        wait_for((state / "ledger.jsonl").exists, 30)
+        assert post(step_request("cli-svc", 2, 2).SerializeToString())
+        wait_for(lambda: _ledger_steps(state / "wandb") == _ledger_steps(state / "tensorboard") == [1, 2], 30)
         process.send_signal(signal.SIGTERM)
         _, err = process.communicate(timeout=60)
     finally:
         if process.poll() is None:
             process.kill()
     assert process.returncode == 0, err
-    assert "wandb-exporter stopped" in err
-    assert json.loads((state / "spool.json").read_text())[0]["step"] == 2
-    assert [step for step, _ in read_run(wandb_dir, "cli-svc").tables("val/generations")] == [1]
+    assert "exporter stopped" in err
+    assert [step for step, _ in read_run(wandb_dir, "cli-svc").tables("val/generations")] == [1, 2]
+    assert sorted(read_texts(tmp_path / "boards" / "otel-valgen" / "cli-svc", "val/generations")) == [1, 2]
+
+
+def _ledger_steps(folder: Path) -> list[int]:
+    ledger = folder / "ledger.jsonl"
+    if not ledger.exists():
+        return []
+    return sorted(json.loads(line)["step"] for line in ledger.read_text().splitlines())

@@ -1,4 +1,8 @@
-"""Attach to the training job's wandb run from this separate process and write closed steps.
+"""The wandb backend: attach to the training job's wandb run from this process and write steps.
+
+The target run: the records' ``wandb.run_id`` / ``wandb.project`` / ``wandb.entity``
+resource attributes (``otel_valgen.configure`` fills them from the job's active ``wandb.run``),
+else a run whose id is the records' ``valgen.run_id`` in ``--project`` / ``--entity``.
 
 Each target run gets one attachment: ``wandb.init(id=..., reinit="create_new")`` with
 ``mode="shared"``, ``x_primary=False`` (this process is a secondary writer and leaves the
@@ -10,12 +14,12 @@ without ``step=`` against a step metric (``valgen/step``) declared with ``define
 At most ``max_runs`` attachments stay open; the least recently used one is finished first.
 All calls happen on the caller's thread: the service uses a single writer thread.
 
-Attempts: of the attempts of one step (``valgen.attempt``: resume, retry) the one the shared
-rule picks is shown (``otel_valgen.selection.choose_attempt``: latest complete, else latest).
-An attempt that arrives after another one of its step was written is written only when the
-rule prefers it; it is then logged again at the same ``valgen/step`` with
+Attempts (``otel_valgen.exporter.backends.superseded``): an attempt that the shared rule
+prefers over the shown one is logged again at the same ``valgen/step`` with
 ``<table_key>/attempt``: in ``verl`` the step's row is replaced by the new attempt's, in
 ``rows`` its rows are added with their ``attempt`` column. Otherwise it is skipped (counted).
+Records of an attempt already written (a step split over requests) are added in ``rows``;
+``verl`` has one row per step, so they are counted as ``additions_dropped`` there.
 """
 
 from __future__ import annotations
@@ -23,22 +27,50 @@ from __future__ import annotations
 import logging
 import os
 from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
 import wandb
 
-from otel_valgen.wandb_exporter.ledger import Ledger, ShownAttempt
-from otel_valgen.wandb_exporter.model import ClosedStep, RunRef, summary_scalars
-from otel_valgen.wandb_exporter.tables import ROW_COLUMNS, generation_rows, pad_rows, supports_incremental, verl_row
+from otel_valgen import contract
+from otel_valgen.exporter.backends import BackendUnavailable, superseded
+from otel_valgen.exporter.ledger import Ledger, ShownAttempt
+from otel_valgen.exporter.steps import ClosedStep, summary_scalars
+from otel_valgen.exporter.tables import generation_rows, row_columns, supports_incremental, verl_row, wide_table
 
-__all__ = ["WandbWriter", "WriterConfig", "WriterUnavailable"]
+__all__ = ["RunRef", "WandbBackend", "WriterConfig", "run_ref"]
 
-_logger = logging.getLogger("otel_valgen.wandb_exporter")
+_logger = logging.getLogger("otel_valgen.exporter")
 
 
-class WriterUnavailable(Exception):
-    """wandb cannot take the data now (attaching or logging failed); try again later."""
+@dataclass(frozen=True)
+class RunRef:
+    """The wandb run a step is written into."""
+
+    run_id: str
+    project: str | None = None
+    entity: str | None = None
+
+    @property
+    def key(self) -> str:
+        """Name the attachment: the run id (wandb allows one live attachment per id in a process)."""
+        return self.run_id
+
+
+def _text(resource: Mapping[str, Any], key: str) -> str | None:
+    value = resource.get(key)
+    return value if isinstance(value, str) and value else None
+
+
+def run_ref(step: ClosedStep, project: str | None = None, entity: str | None = None) -> RunRef:
+    """The step's target run: ``wandb.*`` resource attributes, else its ``valgen.run_id`` and the defaults."""
+    resource = step.resource
+    return RunRef(
+        run_id=_text(resource, contract.WANDB_RUN_ID) or step.group_id,
+        project=_text(resource, contract.WANDB_PROJECT) or project,
+        entity=_text(resource, contract.WANDB_ENTITY) or entity,
+    )
 
 
 @dataclass(frozen=True)
@@ -54,6 +86,8 @@ class WriterConfig:
         scalars: log seen, kept, late and missing per step from the summary.
         step_metric: the metric the table and scalars are plotted against.
         directory: the folder wandb writes under (default: ``WANDB_DIR`` when attaching).
+        project: wandb project for records without a ``wandb.project`` resource attribute.
+        entity: wandb entity for records without a ``wandb.entity`` resource attribute.
 
     """
 
@@ -65,6 +99,8 @@ class WriterConfig:
     scalars: bool = True
     step_metric: str = "valgen/step"
     directory: str | None = None
+    project: str | None = None
+    entity: str | None = None
 
 
 @dataclass
@@ -74,8 +110,10 @@ class _Attachment:
     steps: int = field(default=0)
 
 
-class WandbWriter:
-    """Writes closed steps into their runs, once each."""
+class WandbBackend:
+    """Writes closed steps into their wandb runs, once each."""
+
+    name = "wandb"
 
     def __init__(self, config: WriterConfig, ledger: Ledger) -> None:
         if config.layout not in ("verl", "rows"):
@@ -83,11 +121,10 @@ class WandbWriter:
         if config.mode not in ("shared", "offline"):
             raise ValueError(f"unknown wandb mode {config.mode!r}")
         self.config = config
-        self._ledger = ledger
+        self.ledger = ledger
         self._runs: OrderedDict[str, _Attachment] = OrderedDict()
         self._incremental: bool | None = None
-        self.written_steps = 0
-        self.superseded_attempts = 0
+        self.additions_dropped = 0
 
     def _settings(self) -> Any:
         mode = cast(Literal["shared", "offline"], self.config.mode)
@@ -120,61 +157,75 @@ class WandbWriter:
             run.define_metric(self.config.step_metric)
             run.define_metric(f"{self.config.table_key}*", step_metric=self.config.step_metric)
         except Exception as error:
-            raise WriterUnavailable(f"cannot attach to run {ref.key}: {type(error).__name__}: {error}") from error
+            raise BackendUnavailable(f"cannot attach to run {ref.key}: {type(error).__name__}: {error}") from error
         attachment = _Attachment(run=run)
         self._runs[ref.key] = attachment
         return attachment
 
-    def write(self, step: ClosedStep) -> int:
-        """Write one step; return the rows added (0 when it was written before).
+    def write(self, step: ClosedStep) -> int | None:
+        """Write one step; return the rows added, or None when it was written before or another attempt is shown.
 
         Raises:
-            WriterUnavailable: wandb did not take the step; it may be retried as it is.
+            BackendUnavailable: wandb did not take the step; it may be retried as it is.
 
         """
-        candidate = step.shown_attempt()
-        if self._superseded(step, candidate):
-            return 0
-        committed = self._ledger.committed_samples(step.group_id, step.step, step.attempt)
+        if superseded(self, step):
+            return None
+        shown = ShownAttempt(step.attempt, step.attempt_start, step.attempt_complete)
+        target = run_ref(step, self.config.project, self.config.entity)
+        committed = self.ledger.committed_samples(step.group_id, step.step, step.attempt)
+        new_ids = [g.sample_id for g in step.generations if g.sample_id not in committed]
         if self.config.layout == "verl":
-            if self._ledger.is_committed(step.group_id, step.step, step.attempt):
-                return 0
+            if self.ledger.is_committed(step.group_id, step.step, step.attempt):
+                if new_ids:
+                    self.additions_dropped += len(new_ids)
+                    _logger.warning(
+                        "wandb: run %s step %d: %d generations arrived after the step was written; the verl "
+                        "layout has one row per step and leaves them out (one closed step per request avoids this)",
+                        step.group_id,
+                        step.step,
+                        len(new_ids),
+                    )
+                return None
             row = verl_row(step)
-            earlier = [r for r in self._ledger.rows(step.group_id) if r[0] != step.step]
-            columns, data = pad_rows(sorted([*earlier, row], key=lambda r: r[0]))
-            table, added, new_ids = (
-                wandb.Table(columns=list[str | int](columns), data=data),
-                1,
-                [g.sample_id for g in step.generations],
-            )
+            by_step = self.ledger.rows(step.group_id) | {step.step: row}
+            columns, data = wide_table([by_step[number] for number in sorted(by_step)])
+            table, added = wandb.Table(columns=list[str | int](columns), data=data), 1
         else:
             rows = generation_rows(step, skip=committed)
-            if not rows:
-                return 0
-            attachment = self._attach(step.run)
-            if self._incremental is None:
-                self._incremental = supports_incremental()
-            if self._incremental:
-                table = attachment.table or wandb.Table(columns=list(ROW_COLUMNS), log_mode="INCREMENTAL")
-                for item in rows:
-                    table.add_data(*item)
-            else:  # an accumulating table, as verl does, on wandb versions without INCREMENTAL
-                old = attachment.table.data if attachment.table is not None else []
-                table = wandb.Table(columns=list(ROW_COLUMNS), data=[*old, *rows])
-            attachment.table = table
-            row, added = None, len(rows)
-            new_ids = [g.sample_id for g in step.generations if g.sample_id not in committed]
-        attachment = self._attach(step.run)
+            if not rows and self.ledger.is_committed(step.group_id, step.step, step.attempt):
+                return None
+            table, added = self._rows_table(target, step, rows), len(rows)
+            row = None
+        attachment = self._attach(target)
         try:
             attachment.run.log(self._payload(step, table))
         except Exception as error:
-            self._runs.pop(step.run.key, None)
+            self._runs.pop(target.key, None)
             self._finish(attachment)
-            raise WriterUnavailable(f"cannot log to run {step.run.key}: {type(error).__name__}: {error}") from error
+            raise BackendUnavailable(f"cannot log to run {target.key}: {type(error).__name__}: {error}") from error
         attachment.steps += 1
-        self._ledger.commit(step.group_id, step.step, new_ids, row=row, shown=candidate)
-        self.written_steps += 1
+        self.ledger.commit(step.group_id, step.step, new_ids, row=row, shown=shown)
         return added
+
+    def _rows_table(self, target: RunRef, step: ClosedStep, rows: list[list[Any]]) -> Any:
+        """The rows layout's table with ``rows`` added: incremental where wandb supports it."""
+        attachment = self._attach(target)
+        columns = row_columns(step)
+        if self._incremental is None:
+            self._incremental = supports_incremental()
+        if self._incremental:
+            table = attachment.table
+            if table is None or list(table.columns) != columns:
+                table = wandb.Table(columns=list(columns), log_mode="INCREMENTAL")
+            for item in rows:
+                table.add_data(*item)
+        else:  # an accumulating table, as verl does, on wandb versions without INCREMENTAL
+            same = attachment.table is not None and list(attachment.table.columns) == columns
+            old = attachment.table.data if same else []
+            table = wandb.Table(columns=list(columns), data=[*old, *rows])
+        attachment.table = table
+        return table
 
     def _payload(self, step: ClosedStep, table: Any) -> dict[str, Any]:
         payload: dict[str, Any] = {self.config.step_metric: step.step, self.config.table_key: table}
@@ -184,21 +235,6 @@ class WandbWriter:
         if step.attempt:
             payload[f"{self.config.table_key}/attempt"] = step.attempt
         return payload
-
-    def _superseded(self, step: ClosedStep, candidate: ShownAttempt) -> bool:
-        """Whether another attempt of the step is shown and the shared rule keeps it."""
-        shown = self._ledger.shown(step.group_id, step.step)
-        if shown is None or shown.attempt == candidate.attempt or shown.rank() < candidate.rank():
-            return False
-        self.superseded_attempts += 1
-        _logger.info(
-            "run %s step %d: attempt %r not written, attempt %r is shown",
-            step.group_id,
-            step.step,
-            step.attempt,
-            shown.attempt,
-        )
-        return True
 
     def _finish(self, attachment: _Attachment) -> None:
         try:

@@ -19,15 +19,14 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsSer
 
 import otel_valgen as vg
 from otel_valgen import contract
+from otel_valgen.exporter.backends import BackendUnavailable
+from otel_valgen.exporter.backends.wandb import WandbBackend
+from otel_valgen.exporter.server import ExporterServer
+from otel_valgen.exporter.service import ExporterService, ServiceConfig
+from otel_valgen.exporter.steps import ClosedStep
 from otel_valgen.otlp_json import to_otlp_json
-from otel_valgen.wandb_exporter.buffer import BufferLimits
-from otel_valgen.wandb_exporter.ledger import Ledger
-from otel_valgen.wandb_exporter.model import ClosedStep
-from otel_valgen.wandb_exporter.server import ExporterServer
-from otel_valgen.wandb_exporter.service import ExporterService, ServiceConfig
-from otel_valgen.wandb_exporter.writer import WandbWriter, WriterConfig, WriterUnavailable
 
-from .conftest import generation, request, step_request, wait_for
+from .conftest import generation, request, step_request, wait_for, wandb_backend, written
 from .wandb_files import read_run
 
 KEY = "val/generations"
@@ -36,14 +35,9 @@ KEY = "val/generations"
 class Running:
     """A service with both front ends on ephemeral loopback ports."""
 
-    def __init__(self, layout: str = "rows", state_dir: Path | None = None, writer: Any = None, **limits: Any) -> None:
-        config = ServiceConfig(
-            writer=WriterConfig(layout=layout, mode="offline"),
-            limits=BufferLimits(**({"step_timeout_s": 30.0} | limits)),
-            state_dir=str(state_dir) if state_dir else None,
-            retry_after_s=1.0,
-        )
-        self.service = ExporterService(config, writer=writer)
+    def __init__(self, layout: str = "rows", state_dir: Path | None = None, backend: Any = None) -> None:
+        config = ServiceConfig(state_dir=str(state_dir) if state_dir else None, retry_after_s=1.0)
+        self.service = ExporterService(config, [backend or wandb_backend(layout, state_dir)])
         self.server = ExporterServer(self.service, http="127.0.0.1:0", grpc_address="127.0.0.1:0")
         self.service.start()
         self.server.start()
@@ -90,7 +84,8 @@ def test_http_protobuf_success_and_duplicate_batch_adds_no_rows(wandb_dir: Path,
     running.stop()
     rows = rows_of(wandb_dir, "h")
     assert sorted(row[1] for row in rows) == ["s000", "s001", "s002", "s003"]
-    assert running.service.stats()["duplicates"] == 5
+    stats = running.service.stats()["backends"]["wandb"]
+    assert (stats["written_steps"], stats["unchanged_steps"], stats["rows"]) == (1, 1, 4)
 
 
 def test_http_json_and_gzip_bodies_are_accepted(running: Running) -> None:
@@ -102,7 +97,7 @@ def test_http_json_and_gzip_bodies_are_accepted(running: Running) -> None:
     assert json.loads(payload) == {}
     zipped = gzip.compress(step_request("z", 1, 2).SerializeToString())
     assert running.post(zipped, **{"Content-Encoding": "gzip"})[0] == 200
-    wait_for(lambda: running.service.writer.written_steps == 2)
+    wait_for(lambda: written(running.service) == 2)
 
 
 def test_partial_success_counts_rejected_records_http_and_grpc(running: Running) -> None:
@@ -138,22 +133,21 @@ def test_malformed_payload_is_a_client_error_and_service_keeps_serving(running: 
     assert running.post(step_request("m", 2, 1).SerializeToString())[0] == 200
 
 
-class FlakyWriter(WandbWriter):
-    """A real writer that fails while ``down`` is set, as when wandb cannot be reached."""
+class FlakyBackend(WandbBackend):
+    """The real wandb backend, failing while ``down`` is set, as when wandb cannot be reached."""
 
     down = True
 
-    def write(self, step: ClosedStep) -> int:
+    def write(self, step: ClosedStep) -> int | None:
         if self.down:
-            raise WriterUnavailable("wandb down (test)")
+            raise BackendUnavailable("wandb down (test)")
         return super().write(step)
 
 
 def test_retryable_while_wandb_is_down_then_recovers(wandb_dir: Path) -> None:
     """While writes fail: HTTP 503 with Retry-After and gRPC UNAVAILABLE; afterwards every step lands once."""
-    writer = FlakyWriter(WriterConfig(layout="rows", mode="offline"), Ledger())
-    running = Running(writer=writer)
-    writer._ledger = running.service.ledger  # the service's ledger
+    writer = wandb_backend("rows", backend_class=FlakyBackend)
+    running = Running(backend=writer)
     try:
         assert running.post(step_request("u", 1, 2).SerializeToString())[0] == 200
         wait_for(lambda: running.post(step_request("u", 2, 2).SerializeToString())[0] == 503)
@@ -176,35 +170,49 @@ def test_retryable_while_wandb_is_down_then_recovers(wandb_dir: Path) -> None:
     ]
 
 
-def test_restart_mid_stream_writes_each_step_once(wandb_dir: Path, tmp_path: Path) -> None:
-    """Stopped mid-step and restarted on the same state folder, then sent everything again: each step once."""
+def test_restart_writes_only_what_is_missing(wandb_dir: Path, tmp_path: Path) -> None:
+    """Restarted on the same state folder and sent everything again (a collector resend): each step once."""
     state = tmp_path / "state"
     full = [step_request("rs", step, 3) for step in (1, 2)]
     first = Running(layout="verl", state_dir=state)
     first.post(full[0].SerializeToString())
-    half = request(*[generation("rs", 2, i) for i in range(2)])
-    first.post(half.SerializeToString())
-    wait_for(lambda: first.service.writer.written_steps == 1)
-    first.stop()  # step 2 is spooled, not written incomplete
-    assert (state / "spool.json").exists()
+    wait_for(lambda: written(first.service) == 1)
+    first.stop()
     time.sleep(1.1)  # offline run folders are named to the second; a restart gets its own
     second = Running(layout="verl", state_dir=state)
-    for item in full:  # the collector resends from its persistent queue
+    for item in full:
         assert second.post(item.SerializeToString())[0] == 200
     wait_for(second.service.idle)
     second.stop()
+    assert written(second.service) == 1
     tables = read_run(wandb_dir, "rs").tables(KEY)
     assert [step for step, _ in tables] == [1, 2]
     assert [row[0] for row in tables[-1][1]["data"]] == [1, 2]
     assert all(value is not None for value in tables[-1][1]["data"][1])
 
 
+def test_steps_held_at_shutdown_are_spooled_and_written_after_the_restart(wandb_dir: Path, tmp_path: Path) -> None:
+    """With wandb down when the service stops: the held step goes to the spool, and the next start writes it."""
+    state = tmp_path / "state"
+    down = wandb_backend("rows", state, backend_class=FlakyBackend)
+    first = Running(state_dir=state, backend=down)
+    assert first.post(step_request("sp", 4, 2).SerializeToString())[0] == 200
+    wait_for(lambda: first.service.stats()["backends"]["wandb"]["failing"])
+    first.stop()
+    assert (state / "wandb" / "spool.json").exists()
+    second = Running(state_dir=state)
+    wait_for(lambda: written(second.service) == 1)
+    second.stop()
+    assert not (state / "wandb" / "spool.json").exists()
+    assert sorted((row[0], row[1]) for row in rows_of(wandb_dir, "sp")) == [(4, "s000"), (4, "s001")]
+
+
 @pytest.mark.parametrize("protocol", ["http/protobuf", "grpc"])
 def test_core_library_sdk_exporter_into_the_service(
     wandb_dir: Path, protocol: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Records emitted through otel_valgen (the OTel SDK's OTLPLogExporter) land as rows (closed by timeout)."""
-    running = Running(step_timeout_s=0.5)
+    """Records sent by otel_valgen straight to the service (no collector, so no summary) land as rows, incomplete."""
+    running = Running()
     try:
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", protocol)
         endpoint = running.http if protocol != "grpc" else f"http://{running.grpc}"
@@ -212,7 +220,8 @@ def test_core_library_sdk_exporter_into_the_service(
         with vg.validation(step=7, source="trainer"):
             vg.log_generations([f"q{i}" for i in range(5)], [f"a{i}" for i in range(5)], [1.0] * 5)
         vg.flush()
-        wait_for(lambda: running.service.writer.written_steps == 1)
+        wait_for(lambda: running.service.stats()["backends"]["wandb"]["rows"] == 3)
+        assert running.service.stats()["without_summary"] >= 1
     finally:
         running.stop()
     rows = rows_of(wandb_dir, f"sdk-{protocol[:4]}")

@@ -18,20 +18,22 @@ from pathlib import Path
 import pytest
 
 from otel_valgen import contract
-from otel_valgen.wandb_exporter.buffer import BufferLimits
-from otel_valgen.wandb_exporter.server import ExporterServer
-from otel_valgen.wandb_exporter.service import ExporterService, ServiceConfig
-from otel_valgen.wandb_exporter.writer import WriterConfig
+from otel_valgen.exporter.backends import create_backends
+from otel_valgen.exporter.backends.tensorboard import TensorBoardConfig
+from otel_valgen.exporter.backends.wandb import WriterConfig
+from otel_valgen.exporter.server import ExporterServer
+from otel_valgen.exporter.service import ExporterService, ServiceConfig
 from tests.e2e.harness import records_of_json
 from tests.support.require import require_or_skip
 
-from .conftest import wait_for
+from .conftest import wait_for, written
+from .tensorboard_files import read_texts
 from .wandb_files import read_run
 
 ROOT = Path(__file__).resolve().parents[2]
 BINARY = ROOT / "build" / "otelcol-valgen"
 CONFIG = ROOT / "collector-config" / "collector.yaml"
-EMITTER = "tests.wandb_exporter.emit_steps"
+EMITTER = "tests.exporter.emit_steps"
 
 
 @pytest.fixture(autouse=True)
@@ -51,16 +53,15 @@ def free_port() -> int:
 
 
 class Exporter:
-    """The exporter service on a fixed loopback gRPC port, restartable on the same port and state."""
+    """The exporter (wandb and TensorBoard) on a fixed loopback gRPC port, restartable on that port and state."""
 
-    def __init__(self, port: int, state: Path) -> None:
-        config = ServiceConfig(
-            writer=WriterConfig(layout="rows", mode="offline"),
-            limits=BufferLimits(step_timeout_s=30),
-            state_dir=str(state),
-            retry_after_s=1,
-        )
-        self.service = ExporterService(config)
+    def __init__(self, port: int, state: Path, tensorboard_root: Path) -> None:
+        config = ServiceConfig(state_dir=str(state), retry_after_s=1)
+        configs = {
+            "wandb": WriterConfig(layout="rows", mode="offline"),
+            "tensorboard": TensorBoardConfig(root=str(tensorboard_root)),
+        }
+        self.service = ExporterService(config, create_backends(["wandb", "tensorboard"], str(state), configs))
         self.server = ExporterServer(self.service, http=None, grpc_address=f"127.0.0.1:{port}")
         self.service.start()
         self.server.start()
@@ -139,7 +140,7 @@ def emit(endpoint: str, steps: str) -> str:
     env = os.environ | {"OTEL_VALGEN_LAUNCH_ID": launch}
     procs = [
         subprocess.Popen(
-            [sys.executable, "-m", "tests.wandb_exporter.emit_steps", endpoint, "e2e", source, steps], cwd=ROOT, env=env
+            [sys.executable, "-m", "tests.exporter.emit_steps", endpoint, "e2e", source, steps], cwd=ROOT, env=env
         )
         for source in ("trainer", "rollouter")
     ]
@@ -152,20 +153,25 @@ def emit(endpoint: str, steps: str) -> str:
 def test_collector_to_offline_run_k_rows_per_step_across_a_restart(
     wandb_dir: Path, tmp_path: Path, collector: tuple[str, int]
 ) -> None:
-    """K rows per step at the trainer's steps; the service restarted mid-stream still gets each step once."""
+    """K rows per step in every backend, one closed step per request; a restart writes each step once."""
     endpoint, port = collector
-    state = tmp_path / "exporter-state"
-    exporter = Exporter(port, state)
+    state, boards = tmp_path / "exporter-state", tmp_path / "tensorboard"
+    exporter = Exporter(port, state, boards)
     first = emit(endpoint, "10,20")
-    wait_for(lambda: exporter.service.writer.written_steps == 2, 60)
+    wait_for(lambda: written(exporter.service) == 2 and written(exporter.service, "tensorboard") == 2, 60)
+    counts = exporter.service.stats()
+    assert (counts["steps"], counts["summaries"], counts["without_summary"]) == (2, 2, 0)
     exporter.stop()  # the collector keeps running and queues for the service
     second = emit(endpoint, "30")
     # Step 30 closes at the collector (its file exporter has the summary) while the service is down.
     wait_for(lambda: 30 in summarized_steps(tmp_path / "collector" / "valgen.jsonl"), 30)
-    exporter = Exporter(port, state)
-    wait_for(lambda: exporter.service.writer.written_steps == 1, 60)
-    wait_for(lambda: exporter.service.stats()["open_steps"] == 0 and exporter.service.stats()["pending"] == 0, 30)
+    exporter = Exporter(port, state, boards)
+    wait_for(lambda: written(exporter.service) == 1 and written(exporter.service, "tensorboard") == 1, 60)
+    wait_for(exporter.service.idle, 30)
     exporter.stop()
+    texts = read_texts(boards / "otel-valgen" / "e2e", "val/generations")
+    assert sorted(texts) == [10, 20, 30]
+    assert all(text.count("### Sample") == 3 for text in texts.values())
     tables = read_run(wandb_dir, "e2e").tables("val/generations")
     rows = [row for _, table in tables for row in table["data"]]
     per_step = {step: sorted(row[1] for row in rows if row[0] == step) for step in (10, 20, 30)}

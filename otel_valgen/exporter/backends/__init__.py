@@ -1,0 +1,103 @@
+"""The trackers the exporter writes closed steps to, one module each.
+
+A backend writes one ``ClosedStep`` at a time into the training job's own run of its tracker
+(named by the step's resource attributes, see each module) and keeps its own ``Ledger``, so
+that every backend writes each step once whatever the others do. Tracker libraries are
+imported only by the backends that are used.
+
+``write`` raises ``BackendUnavailable`` when the tracker cannot take the step now (the
+service holds it and retries); any other exception means the step can never be written there
+(it is dropped, counted and logged).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Final, Protocol
+
+from otel_valgen.exporter.ledger import Ledger, ShownAttempt, ledger_dir
+from otel_valgen.exporter.steps import ClosedStep
+
+__all__ = ["BACKENDS", "Backend", "BackendUnavailable", "create_backends", "parse_backends", "superseded"]
+
+BACKENDS: Final = ("wandb", "mlflow", "tensorboard")
+"""The backends this version writes to, by the name ``--backend`` takes."""
+
+_logger = logging.getLogger("otel_valgen.exporter")
+
+
+class BackendUnavailable(Exception):
+    """The tracker cannot take the step now; it may be retried as it is."""
+
+
+class Backend(Protocol):
+    """What the service needs of a tracker."""
+
+    name: str
+    ledger: Ledger
+
+    def write(self, step: ClosedStep) -> int | None:
+        """Write one step; return the rows added, or None when it was written before or another attempt is shown."""
+        ...
+
+    def close(self, *, teardown: bool = False) -> None:
+        """Release the tracker's runs and files (``teardown``: the process is ending)."""
+        ...
+
+
+def superseded(backend: Backend, step: ClosedStep) -> bool:
+    """Whether another attempt of the step is shown in this backend and the shared rule keeps it.
+
+    Of the attempts of one step (``valgen.attempt``: resume, retry) the one that
+    ``otel_valgen.selection.choose_attempt`` picks is shown: latest complete, else latest.
+    """
+    candidate = ShownAttempt(step.attempt, step.attempt_start, step.attempt_complete)
+    shown = backend.ledger.superseded_by(step.group_id, step.step, candidate)
+    if shown is None:
+        return False
+    _logger.info(
+        "%s: run %s step %d: attempt %r not written, attempt %r is shown",
+        backend.name,
+        step.group_id,
+        step.step,
+        step.attempt,
+        shown.attempt,
+    )
+    return True
+
+
+def parse_backends(value: str) -> list[str]:
+    """``wandb,mlflow`` as a list of known backend names, in order, without repeats.
+
+    Raises:
+        ValueError: a name is not a backend.
+
+    """
+    names = [name.strip().lower() for name in value.split(",") if name.strip()]
+    unknown = [name for name in names if name not in BACKENDS]
+    if unknown or not names:
+        raise ValueError(f"unknown backend {', '.join(unknown) or '(none)'}; choose from {', '.join(BACKENDS)}")
+    return list(dict.fromkeys(names))
+
+
+def create_backends(names: list[str], state_dir: str | None, configs: dict[str, Any]) -> list[Backend]:
+    """The named backends, each with its ledger under ``<state_dir>/<name>`` and its config from ``configs``."""
+    backends: list[Backend] = []
+    for name in names:
+        ledger = Ledger(ledger_dir(state_dir, name))
+        config = configs.get(name)
+        if name == "wandb":
+            from otel_valgen.exporter.backends.wandb import WandbBackend, WriterConfig
+
+            backends.append(WandbBackend(config or WriterConfig(), ledger))
+        elif name == "mlflow":
+            from otel_valgen.exporter.backends.mlflow import MlflowBackend, MlflowConfig
+
+            backends.append(MlflowBackend(config or MlflowConfig(), ledger))
+        elif name == "tensorboard":
+            from otel_valgen.exporter.backends.tensorboard import TensorBoardBackend, TensorBoardConfig
+
+            backends.append(TensorBoardBackend(config or TensorBoardConfig(), ledger))
+        else:
+            raise ValueError(f"unknown backend {name!r}")
+    return backends

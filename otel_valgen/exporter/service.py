@@ -1,0 +1,307 @@
+"""The exporter's core, independent of the transports: accept a request, hand its steps to every backend.
+
+``accept`` is called by the HTTP and gRPC front ends with one decoded request. The collector's
+sampler sends each closed step as one request, so the request's records are the step
+(``otel_valgen.exporter.steps.assemble``) and nothing is buffered across requests. Each
+backend has a worker: a thread, a queue of steps to write and its own ledger. A backend that
+fails keeps its steps queued and retries them, while the others go on. ``accept`` answers
+``Unavailable`` (HTTP 503, gRPC ``UNAVAILABLE``: the collector keeps the request in its
+sending queue and retries) before taking anything when every backend is failing, or when one
+backend's queue is full. A retried request is written only where it is missing: each ledger
+skips what its backend already has. ``stop`` writes what it can; with a state folder, steps
+still queued are spooled per backend and queued again by the next start.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+from otel_valgen.exporter.backends import Backend, BackendUnavailable
+from otel_valgen.exporter.decode import split_records
+from otel_valgen.exporter.ledger import ledger_dir
+from otel_valgen.exporter.steps import Assembled, ClosedStep, assemble
+from otel_valgen.reader import Generation
+
+__all__ = ["BackendWorker", "ExporterService", "Outcome", "ServiceConfig", "Unavailable"]
+
+_logger = logging.getLogger("otel_valgen.exporter")
+
+
+class Unavailable(Exception):
+    """The service cannot take data now; the sender should retry after ``retry_after_s``."""
+
+    def __init__(self, message: str, retry_after_s: float) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What became of an accepted request: how many records were rejected, and why."""
+
+    accepted: int
+    rejected: int = 0
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class ServiceConfig:
+    """Settings of the service (transport-independent).
+
+    Attributes:
+        state_dir: the folder of the ledgers and spools (one subfolder per backend).
+        retry_after_s: what ``Unavailable`` asks the sender to wait.
+        max_pending_steps: steps a backend may hold unwritten before requests are refused.
+
+    """
+
+    state_dir: str | None = None
+    retry_after_s: float = 5.0
+    max_pending_steps: int = 64
+
+
+@dataclass
+class WorkerStats:
+    """What one backend did with the steps it was given."""
+
+    written_steps: int = 0
+    rows: int = 0
+    unchanged_steps: int = 0
+    failed_steps: int = 0
+    outages: int = 0
+
+
+class BackendWorker:
+    """One backend's queue of steps, written in order on its own thread."""
+
+    def __init__(self, backend: Backend, config: ServiceConfig) -> None:
+        self.backend = backend
+        self.name = backend.name
+        self.stats = WorkerStats()
+        self.latencies: deque[float] = deque(maxlen=10_000)  # request received -> step written, seconds
+        self._config = config
+        self._pending: deque[ClosedStep] = deque()
+        self._cond = threading.Condition()
+        self._failing_since: float | None = None
+        self._stopping = False
+        self._stop_deadline = 0.0
+        self._thread: threading.Thread | None = None
+        folder = ledger_dir(config.state_dir, self.name)
+        self._spool = folder / "spool.json" if folder is not None else None
+
+    @property
+    def failing(self) -> bool:
+        """Whether the last write found the tracker unavailable."""
+        with self._cond:
+            return self._failing_since is not None
+
+    @property
+    def pending(self) -> int:
+        """Steps waiting to be written."""
+        with self._cond:
+            return len(self._pending)
+
+    def full(self) -> bool:
+        """Whether the queue holds ``max_pending_steps``."""
+        return self.pending >= self._config.max_pending_steps
+
+    def start(self) -> None:
+        """Queue the spooled steps of the previous run and start the thread."""
+        if self._spool is not None and self._spool.exists():
+            items = json.loads(self._spool.read_text(encoding="utf-8"))
+            self._spool.unlink()
+            self.offer([_step_from_spool(item) for item in items])
+            _logger.info("%s: queued %d spooled steps", self.name, len(items))
+        self._thread = threading.Thread(target=self._run, name=f"valgen-{self.name}-writer", daemon=True)
+        self._thread.start()
+
+    def offer(self, steps: list[ClosedStep]) -> None:
+        """Queue steps to be written."""
+        if steps:
+            with self._cond:
+                self._pending.extend(steps)
+                self._cond.notify_all()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._pending and not self._stopping:
+                    self._cond.wait()
+                if not self._pending or (self._stopping and self._give_up()):
+                    return
+                step = self._pending[0]
+            self._write(step)
+
+    def _give_up(self) -> bool:
+        return self._failing_since is not None and time.monotonic() > self._stop_deadline
+
+    def _write(self, step: ClosedStep) -> None:
+        failed = False
+        try:
+            rows = self.backend.write(step)
+        except BackendUnavailable as error:
+            with self._cond:
+                if self._failing_since is None:
+                    self._failing_since = time.monotonic()
+                    self.stats.outages += 1
+                    _logger.warning("%s unavailable, holding %d steps: %s", self.name, len(self._pending), error)
+                self._cond.wait(min(self._config.retry_after_s, 1.0) if not self._stopping else 0.2)
+            return
+        except Exception:
+            rows, failed = None, True
+            self.stats.failed_steps += 1
+            _logger.exception("%s: dropping run %s step %d: the write failed", self.name, step.group_id, step.step)
+        with self._cond:
+            if self._pending and self._pending[0] is step:
+                self._pending.popleft()
+            if self._failing_since is not None:
+                _logger.info("%s available again", self.name)
+            self._failing_since = None
+            if rows is None:
+                self.stats.unchanged_steps += 0 if failed else 1
+            else:
+                self.stats.rows += rows
+                self.stats.written_steps += 1
+                self.latencies.append(time.monotonic() - step.received_at)
+
+    def stop(self, timeout_s: float) -> None:
+        """Write what is queued (giving up on a failing tracker after a few seconds); spool the rest."""
+        with self._cond:
+            self._stopping = True
+            self._stop_deadline = time.monotonic() + min(timeout_s, 5.0)
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+        with self._cond:
+            unwritten = list(self._pending)
+            self._pending.clear()
+        if unwritten and self._spool is None:
+            _logger.error("%s: %d steps could not be written before shutdown", self.name, len(unwritten))
+        elif unwritten and self._spool is not None:
+            self._spool.parent.mkdir(parents=True, exist_ok=True)
+            self._spool.write_text(json.dumps([_spool_item(step) for step in unwritten]), encoding="utf-8")
+            _logger.info("%s: spooled %d steps to %s", self.name, len(unwritten), self._spool)
+
+
+@dataclass
+class ServiceStats:
+    """Counters of what the service did with the records it received."""
+
+    generations: int = 0
+    summaries: int = 0
+    late_dropped: int = 0
+    duplicates: int = 0
+    without_summary: int = 0
+    summary_without_records: int = 0
+    rejected: int = 0
+    refused_requests: int = 0
+    steps: int = 0
+
+    def add(self, assembled: Assembled) -> None:
+        """Count one request's records."""
+        for name in ("generations", "summaries", "late_dropped", "duplicates", "without_summary"):
+            setattr(self, name, getattr(self, name) + getattr(assembled, name))
+        self.summary_without_records += assembled.summary_without_records
+        self.steps += len(assembled.steps)
+
+
+class ExporterService:
+    """Hands the steps of each request to every backend's worker."""
+
+    def __init__(self, config: ServiceConfig, backends: list[Backend]) -> None:
+        if not backends:
+            raise ValueError("the exporter needs at least one backend")
+        self.config = config
+        self.workers = [BackendWorker(backend, config) for backend in backends]
+        self.counts = ServiceStats()
+        self._lock = threading.Lock()
+        self._stopping = False
+
+    def start(self) -> None:
+        """Start every backend's worker."""
+        for worker in self.workers:
+            worker.start()
+
+    def accept(self, request: dict[str, Any]) -> Outcome:
+        """Hand the valgen steps of one OTLP/JSON request to every backend.
+
+        Raises:
+            Unavailable: every backend is failing, or one holds ``max_pending_steps``; nothing was taken.
+            MalformedPayload: the request is not an OTLP logs request.
+
+        """
+        reason = self._refusal()
+        if reason:
+            with self._lock:
+                self.counts.refused_requests += 1
+            raise Unavailable(reason, self.config.retry_after_s)
+        decoded = split_records(request)
+        assembled = assemble(decoded.records)
+        with self._lock:
+            self.counts.add(assembled)
+            self.counts.rejected += decoded.rejected
+        if assembled.without_summary:
+            _logger.warning(
+                "%d steps arrived without their summary (written incomplete): the exporter expects one closed "
+                "step per request, with no batch processor after valgen_sampler",
+                assembled.without_summary,
+            )
+        for worker in self.workers:
+            worker.offer(assembled.steps)
+        return Outcome(accepted=len(decoded.records), rejected=decoded.rejected, message=decoded.message)
+
+    def _refusal(self) -> str:
+        if self._stopping:
+            return "shutting down"
+        if all(worker.failing for worker in self.workers):
+            return "no backend can take data now: " + ", ".join(worker.name for worker in self.workers)
+        full = [worker.name for worker in self.workers if worker.full()]
+        if full:
+            return f"{', '.join(full)} cannot take more steps now ({self.config.max_pending_steps} waiting)"
+        return ""
+
+    def idle(self) -> bool:
+        """Whether no step is waiting to be written."""
+        return all(worker.pending == 0 for worker in self.workers)
+
+    def stop(self, timeout_s: float = 30.0, *, teardown: bool = True) -> None:
+        """Write what is queued (spool what cannot be, with a state folder) and close every backend.
+
+        ``teardown``: the process is ending (wandb waits for its service to write everything out).
+        """
+        self._stopping = True
+        for worker in self.workers:
+            worker.stop(timeout_s)
+        for worker in self.workers:
+            try:
+                worker.backend.close(teardown=teardown)
+            except Exception:  # closing is best effort: what was written is in the ledger
+                _logger.exception("%s: closing failed", worker.name)
+
+    def stats(self) -> dict[str, Any]:
+        """Counters for logs and tests: the service's, and per backend."""
+        with self._lock:
+            counts = dataclasses.asdict(self.counts)
+        counts["backends"] = {
+            worker.name: {**dataclasses.asdict(worker.stats), "pending": worker.pending, "failing": worker.failing}
+            for worker in self.workers
+        }
+        return counts
+
+
+def _spool_item(step: ClosedStep) -> dict[str, Any]:
+    item = dataclasses.asdict(step)
+    item.pop("received_at")
+    return item
+
+
+def _step_from_spool(item: dict[str, Any]) -> ClosedStep:
+    generations = [Generation(**raw) for raw in item.pop("generations", [])]
+    return ClosedStep(**item, generations=generations, received_at=time.monotonic())

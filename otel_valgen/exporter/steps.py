@@ -1,0 +1,191 @@
+"""Closed steps: what the service and ``push`` hand to every backend.
+
+The collector's sampler sends each closed step as one request: the step's kept records,
+ranked, then its ``valgen.step.summary``. ``assemble`` turns the records of one request into
+``ClosedStep`` values without buffering anything across requests. Records of a step whose
+summary is not in the request (a pipeline that batches after the sampler, records re-sent
+alone) still make a step, written as incomplete and counted; a summary without records makes
+a step with no rows (its scalars are still written). Late generations forwarded by the
+sampler (``valgen.late`` = true) are not part of any sample: they are counted and dropped.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from otel_valgen import contract
+from otel_valgen.reader import Generation, Summary
+from otel_valgen.selection import COMPLETE
+
+__all__ = [
+    "Assembled",
+    "ClosedStep",
+    "StepKey",
+    "assemble",
+    "attempt_facts",
+    "order_generations",
+    "summary_scalars",
+]
+
+StepKey = tuple[str, int, str]  # (valgen.run_id, step, attempt)
+
+
+@dataclass
+class ClosedStep:
+    """One (run, step, attempt) ready to be written: its kept generations in rank order.
+
+    Attributes:
+        group_id: the records' ``valgen.run_id`` (the identity of the group and the ledger key).
+        step: the trainer's step.
+        generations: the generations, ordered by rank.
+        resource: resource attributes naming the tracker runs (``wandb.*``, ``mlflow.*``, ...):
+            those of the first record, completed by later records that name a run.
+        summary: the attributes of the step's summary record, if one arrived.
+        complete: whether the summary arrived with all the records it counts.
+        reason: why the step was handed over (summary, no_summary, push, spooled).
+        received_at: ``time.monotonic()`` when the request carrying it arrived.
+        attempt: the records' ``valgen.attempt`` ("" for records without one).
+        attempt_start: unix nanos the attempt started (the summary's ``valgen.attempt_start``,
+            else the earliest generation's time, else 0).
+        attempt_complete: whether the sampler closed the attempt as ``complete``.
+
+    """
+
+    group_id: str
+    step: int
+    generations: list[Generation]
+    resource: dict[str, Any] = field(default_factory=dict)
+    summary: dict[str, Any] | None = None
+    complete: bool = True
+    reason: str = "summary"
+    received_at: float = 0.0
+    attempt: str = ""
+    attempt_start: int = 0
+    attempt_complete: bool = True
+
+    @property
+    def key(self) -> StepKey:
+        """(group, step, attempt): what the ledgers key on."""
+        return (self.group_id, self.step, self.attempt)
+
+
+def attempt_facts(summary: Mapping[str, Any] | None, generations: Iterable[Generation]) -> tuple[int, bool]:
+    """(attempt start, complete) of an attempt from its summary, else from its generations."""
+    start = summary.get(contract.ATTEMPT_START) if summary else None
+    if not isinstance(start, int) or isinstance(start, bool) or start <= 0:
+        start = min((g.timestamp for g in generations if g.timestamp > 0), default=0)
+    complete = summary is not None and summary.get(contract.CLOSED_REASON) == COMPLETE
+    return start, complete
+
+
+def _order_key(generation: Generation) -> tuple[float, int, str]:
+    rank = float(generation.rank) if generation.rank is not None else math.inf
+    return (rank, generation.sample_key if generation.sample_key is not None else 0, generation.sample_id)
+
+
+def order_generations(generations: Iterable[Generation]) -> list[Generation]:
+    """Sort generations by ``valgen.rank`` (1-based); unranked ones last, by sample key and id."""
+    return sorted(generations, key=_order_key)
+
+
+SUMMARY_SCALARS = (
+    ("seen", contract.SEEN),
+    ("kept", contract.KEPT),
+    ("late", contract.LATE),
+    ("missing", contract.MISSING),
+)
+SUMMARY_FLOAT_SCALARS = (("score_mean", contract.SCORE_MEAN),)
+
+
+def summary_scalars(summary: Mapping[str, Any] | None) -> dict[str, float]:
+    """The per-step scalars a summary carries: seen, kept, late, missing, and the score mean over all seen."""
+    if not summary:
+        return {}
+    out: dict[str, float] = {}
+    for name, key in SUMMARY_SCALARS:
+        value = summary.get(key)
+        if isinstance(value, int) and not isinstance(value, bool):
+            out[name] = value
+    for name, key in SUMMARY_FLOAT_SCALARS:
+        value = summary.get(key)
+        if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+            out[name] = float(value)
+    return out
+
+
+def _names_a_run(resource: Mapping[str, Any]) -> bool:
+    return any(key.endswith(".run_id") or key == "tensorboard.log_dir" for key in resource)
+
+
+@dataclass
+class _Parts:
+    generations: dict[str, Generation] = field(default_factory=dict)
+    resource: dict[str, Any] = field(default_factory=dict)
+    summary: dict[str, Any] | None = None
+
+
+@dataclass
+class Assembled:
+    """The steps of one request, and what was set aside."""
+
+    steps: list[ClosedStep] = field(default_factory=list)
+    generations: int = 0
+    summaries: int = 0
+    late_dropped: int = 0
+    duplicates: int = 0
+    without_summary: int = 0
+    summary_without_records: int = 0
+
+
+def assemble(
+    records: Iterable[tuple[Generation | Summary, Mapping[str, Any]]], *, now: float | None = None
+) -> Assembled:
+    """Group one request's records into closed steps, in the order their steps first appear."""
+    out = Assembled()
+    parts: dict[StepKey, _Parts] = {}
+    for record, resource in records:
+        key = (record.run_id, record.step, record.attempt)
+        if isinstance(record, Summary):
+            out.summaries += 1
+            part = parts.setdefault(key, _Parts())
+            part.summary = dict(record.attributes)
+        else:
+            out.generations += 1
+            if record.late:  # forwarded by the sampler after the step closed: not part of its sample
+                out.late_dropped += 1
+                continue
+            part = parts.setdefault(key, _Parts())
+            if record.sample_id in part.generations:
+                out.duplicates += 1
+                continue
+            part.generations[record.sample_id] = record
+        if not part.resource or (_names_a_run(resource) and not _names_a_run(part.resource)):
+            part.resource = dict(resource)
+    received_at = time.monotonic() if now is None else now
+    for key, part in parts.items():
+        kept = part.summary.get(contract.KEPT) if part.summary else None
+        if part.summary is None:
+            out.without_summary += 1
+        elif isinstance(kept, int) and kept > 0 and not part.generations:
+            out.summary_without_records += 1
+        start, attempt_complete = attempt_facts(part.summary, part.generations.values())
+        out.steps.append(
+            ClosedStep(
+                group_id=key[0],
+                step=key[1],
+                generations=order_generations(part.generations.values()),
+                resource=part.resource,
+                summary=part.summary,
+                complete=part.summary is not None and (not isinstance(kept, int) or len(part.generations) >= kept),
+                reason="summary" if part.summary is not None else "no_summary",
+                received_at=received_at,
+                attempt=key[2],
+                attempt_start=start,
+                attempt_complete=attempt_complete,
+            )
+        )
+    return out

@@ -1,0 +1,153 @@
+"""What a step looks like as table rows, for every backend.
+
+``verl`` matches verl's ``ValidationGenerationsLogger``: columns ``step, input_1, output_1,
+score_1, ...``, one row per step, the whole table logged again at each step with every
+earlier row (an accumulating table). Extra columns (``valgen.extra.<name>``) follow as
+``<name>_1, <name>_2, ...``. ``rows`` has one row per generation: ``ROW_COLUMNS``, then the
+step's extra columns by name, then ``attempt``. ``markdown`` is verl's TensorBoard text.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping
+from typing import Any, Final, Literal
+
+from otel_valgen.exporter.steps import ClosedStep
+from otel_valgen.reader import Generation
+
+__all__ = [
+    "LAYOUTS",
+    "ROW_COLUMNS",
+    "Layout",
+    "WideRow",
+    "extra_names",
+    "generation_rows",
+    "markdown",
+    "record_dicts",
+    "row_columns",
+    "supports_incremental",
+    "verl_row",
+    "wide_table",
+]
+
+Layout = Literal["verl", "rows"]
+LAYOUTS: Final = ("verl", "rows")
+ROW_COLUMNS: Final = [
+    "step",
+    "sample_id",
+    "data_source",
+    "source",
+    "input",
+    "output",
+    "ground_truth",
+    "score",
+]
+WideRow = dict[str, Any]  # {"cells": [step, input_1, output_1, score_1, ...], "extra": {name: [v_1, ...]}}
+
+
+def _extra(generation: Generation) -> Mapping[str, Any]:
+    extra = getattr(generation, "extra", None)
+    return extra if isinstance(extra, Mapping) else {}
+
+
+def extra_names(step: ClosedStep) -> list[str]:
+    """The step's extra column names, sorted."""
+    return sorted({name for generation in step.generations for name in _extra(generation)})
+
+
+def verl_row(step: ClosedStep) -> WideRow:
+    """The step's verl row (``[step, input_1, output_1, score_1, ...]`` in rank order) and its extra values."""
+    cells: list[Any] = [step.step]
+    for generation in step.generations:
+        cells += [generation.input, generation.output, generation.score]
+    names = extra_names(step)
+    return {"cells": cells, "extra": {name: [_extra(g).get(name) for g in step.generations] for name in names}}
+
+
+def _as_wide(row: Any) -> WideRow:
+    """A stored row: a ``WideRow``, or a bare cell list (ledgers of earlier versions)."""
+    if isinstance(row, dict):
+        return {"cells": list(row.get("cells", [])), "extra": dict(row.get("extra") or {})}
+    return {"cells": list(row), "extra": {}}
+
+
+def wide_table(rows: list[Any]) -> tuple[list[str], list[list[Any]]]:
+    """Verl's columns for the widest row plus the extra columns, and every row padded with ``None``."""
+    wide = [_as_wide(row) for row in rows]
+    width = max(((len(row["cells"]) - 1) // 3 for row in wide), default=0)
+    names = sorted({name for row in wide for name in row["extra"]})
+    columns = ["step"]
+    for i in range(1, width + 1):
+        columns += [f"input_{i}", f"output_{i}", f"score_{i}"]
+    columns += [f"{name}_{i}" for name in names for i in range(1, width + 1)]
+    data = []
+    for row in wide:
+        cells = row["cells"] + [None] * (1 + 3 * width - len(row["cells"]))
+        for name in names:
+            values = list(row["extra"].get(name, []))
+            cells += values + [None] * (width - len(values))
+        data.append(cells)
+    return columns, data
+
+
+def row_columns(step: ClosedStep) -> list[str]:
+    """The ``rows`` layout's columns for a step."""
+    return [*ROW_COLUMNS, *extra_names(step), "attempt"]
+
+
+def generation_rows(step: ClosedStep, skip: set[str] | frozenset[str] = frozenset()) -> list[list[Any]]:
+    """The ``rows`` layout's rows of a step, leaving out the sample ids in ``skip``."""
+    names = extra_names(step)
+    return [
+        [
+            step.step,
+            generation.sample_id,
+            generation.data_source,
+            generation.source,
+            generation.input,
+            generation.output,
+            generation.ground_truth,
+            generation.score,
+            *(_extra(generation).get(name) for name in names),
+            step.attempt,
+        ]
+        for generation in step.generations
+        if generation.sample_id not in skip
+    ]
+
+
+def record_dicts(step: ClosedStep) -> list[dict[str, Any]]:
+    """One dict per generation: verl's MLflow keys (input, output, score) first, then the rest."""
+    names = extra_names(step)
+    out = []
+    for rank, generation in enumerate(step.generations, start=1):
+        item: dict[str, Any] = {"input": generation.input, "output": generation.output, "score": generation.score}
+        item |= {"step": step.step, "rank": rank, "sample_id": generation.sample_id}
+        item |= {"data_source": generation.data_source, "ground_truth": generation.ground_truth}
+        item |= {name: _extra(generation).get(name) for name in names}
+        item["attempt"] = step.attempt
+        out.append(item)
+    return out
+
+
+def markdown(step: ClosedStep) -> str:
+    """Verl's TensorBoard text for a step, with a line per extra column."""
+    names = extra_names(step)
+    text = f"**Generation Results - Step {step.step}**\n\n"
+    for i, generation in enumerate(step.generations, start=1):
+        text += f"### Sample {i}\n"
+        text += f"**Input:** {generation.input}\n\n"
+        text += f"**Output:** {generation.output}\n\n"
+        text += f"**Score:** {generation.score}\n\n"
+        for name in names:
+            text += f"**{name}:** {_extra(generation).get(name)}\n\n"
+        text += "---\n\n"
+    return text
+
+
+def supports_incremental() -> bool:
+    """Whether the installed ``wandb.Table`` takes ``log_mode="INCREMENTAL"``."""
+    import wandb  # lazy: the CLI imports this module for LAYOUTS
+
+    return "log_mode" in inspect.signature(wandb.Table.__init__).parameters

@@ -1,0 +1,53 @@
+"""A real MLflow tracking server on a free loopback port, with a temporary backend store."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import sys
+import urllib.request
+from pathlib import Path
+
+from tests.support.process import ServerProcess, launch
+
+
+def free_port() -> int:
+    """A loopback port that is free now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class MlflowServer:
+    """``mlflow server`` (SQLite store, artifacts served by the server), stoppable and restartable on its port."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.port = free_port()
+        self.uri = f"http://127.0.0.1:{self.port}"
+        self.server: ServerProcess | None = None
+
+    def _ready(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.uri}/health", timeout=2) as response:
+                return bool(response.status == 200)
+        except OSError:
+            return False
+
+    def start(self) -> None:
+        """Start it and wait until it answers /health."""
+        mlflow = shutil.which("mlflow", path=os.path.dirname(sys.executable)) or "mlflow"
+        args = [mlflow, "server", "--host", "127.0.0.1", "--port", str(self.port), "--workers", "1"]
+        args += ["--backend-store-uri", f"sqlite:///{self.folder / 'mlflow.db'}"]
+        args += ["--artifacts-destination", str(self.folder / "artifacts")]
+        env = os.environ | {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+        process = launch("mlflow server", args, env, self.folder, "mlflow-server.log")
+        self.server = ServerProcess("mlflow server", process, self.folder / "mlflow-server.log")
+        self.server.wait_ready(self._ready, timeout_s=120)
+
+    def stop(self) -> None:
+        """Stop it (its store stays)."""
+        if self.server is not None:
+            self.server.stop()
+            self.server = None

@@ -1,0 +1,134 @@
+"""The MLflow backend against a real tracking server (``mlflow server``), read back with MLflow's client."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from otel_valgen._identity import tracker_resource
+from otel_valgen.exporter.backends import create_backends
+from otel_valgen.exporter.backends.mlflow import MlflowConfig
+from otel_valgen.exporter.backends.tensorboard import TensorBoardConfig
+from otel_valgen.exporter.service import ExporterService, ServiceConfig, Unavailable
+from otel_valgen.otlp_json import to_otlp_json
+from tests.support.require import require_module
+
+from .conftest import generation, request, summary, wait_for, written
+from .mlflow_server import MlflowServer
+from .tensorboard_files import read_texts
+
+KEY = "val/generations"
+mlflow = require_module("mlflow", "mlflow (its tracking server) is not installed; pip install -e '.[dev]'")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowServer]:
+    """One tracking server for the module (starting one takes seconds)."""
+    running = MlflowServer(tmp_path_factory.mktemp("mlflow"))
+    running.start()
+    yield running
+    running.stop()
+
+
+def step_for(run: str, step: int, k: int, resource: dict[str, Any], **kwargs: Any) -> Any:
+    """A closed step (k generations and the summary) under ``resource``."""
+    logs = [generation(run, step, i, **kwargs) for i in range(k)]
+    return request(*logs, summary(run, step, k, seen=10), resource={"service.name": "trainer"} | resource)
+
+
+def service_for(server: MlflowServer, tmp_path: Path, names: list[str], **config: Any) -> ExporterService:
+    """A started service writing to ``names`` (MLflow on ``server``)."""
+    configs = {
+        "mlflow": MlflowConfig(tracking_uri=server.uri),
+        "tensorboard": TensorBoardConfig(root=str(tmp_path / "boards")),
+    }
+    service = ExporterService(ServiceConfig(retry_after_s=1.0, **config), create_backends(names, None, configs))
+    service.start()
+    return service
+
+
+def trainer_run(server: MlflowServer, name: str) -> tuple[str, dict[str, str]]:
+    """Start a run as verl's MLflow logger does; return its id and the resource configure() would send."""
+    mlflow.set_tracking_uri(server.uri)
+    mlflow.set_experiment("verl-project")
+    run = mlflow.start_run(run_name=name)
+    try:
+        resource = tracker_resource("generated")
+    finally:
+        mlflow.end_run()
+    return run.info.run_id, resource
+
+
+def test_steps_land_in_the_jobs_run_as_tables_artifacts_and_metrics(server: MlflowServer, tmp_path: Path) -> None:
+    """K rows per step in the trainer's own run: load_table, verl's val_step{n}.json, metrics at the step."""
+    run_id, resource = trainer_run(server, "exp-1")
+    assert resource["mlflow.run_id"] == run_id
+    service = service_for(server, tmp_path, ["mlflow"])
+    for step in (1, 2):
+        service.accept(to_otlp_json(step_for("valgen-1", step, 3, resource)))
+    wait_for(lambda: written(service, "mlflow") == 2, 60)
+    service.stop()
+    client = mlflow.MlflowClient(server.uri)
+    table = mlflow.load_table(f"{KEY}/step_000002.json", run_ids=[run_id])
+    assert list(table["sample_id"]) == ["s000", "s001", "s002"]
+    assert list(table["output"]) == ["a0@2", "a1@2", "a2@2"]
+    assert set(table["step"]) == {2}
+    verl_file = Path(client.download_artifacts(run_id, "val_step1.json", str(tmp_path)))
+    items = json.loads(verl_file.read_text())
+    assert [(item["input"], item["output"], item["score"]) for item in items] == [
+        ("q0", "a0@1", 0.5),
+        ("q1", "a1@1", 0.5),
+        ("q2", "a2@1", 0.5),
+    ]
+    kept = client.get_metric_history(run_id, f"{KEY}/kept")
+    assert sorted((m.step, m.value) for m in kept) == [(1, 3.0), (2, 3.0)]
+
+
+def test_records_without_a_run_go_to_one_tagged_run(server: MlflowServer, tmp_path: Path) -> None:
+    """Without mlflow.run_id, steps go to a run tagged valgen.run_id in the otel-valgen experiment, made once."""
+    service = service_for(server, tmp_path, ["mlflow"])
+    for step in (5, 6):
+        service.accept(to_otlp_json(step_for("no-run", step, 2, {})))
+    wait_for(lambda: written(service, "mlflow") == 2, 60)
+    service.stop()
+    client = mlflow.MlflowClient(server.uri)
+    experiment = client.get_experiment_by_name("otel-valgen")
+    runs = client.search_runs([experiment.experiment_id], filter_string="tags.`valgen.run_id` = 'no-run'")
+    assert len(runs) == 1
+    names = {item.path for item in client.list_artifacts(runs[0].info.run_id)}
+    assert {"val_step5.json", "val_step6.json"} <= names
+
+
+def test_an_mlflow_outage_holds_its_steps_without_blocking_tensorboard(server: MlflowServer, tmp_path: Path) -> None:
+    """MLflow down: TensorBoard goes on; past the hold limit 503; back up, MLflow gets what it missed, once."""
+    run_id, resource = trainer_run(server, "exp-outage")
+    resource = resource | {"tensorboard.log_dir": "job"}
+    service = service_for(server, tmp_path, ["mlflow", "tensorboard"], max_pending_steps=2)
+    try:
+        service.accept(to_otlp_json(step_for("out", 1, 2, resource)))
+        wait_for(lambda: written(service, "mlflow") == 1 and written(service, "tensorboard") == 1, 60)
+        server.stop()
+        for step in (2, 3):
+            service.accept(to_otlp_json(step_for("out", step, 2, resource)))
+        wait_for(lambda: written(service, "tensorboard") == 3, 30)
+        wait_for(lambda: service.stats()["backends"]["mlflow"]["failing"], 120)
+        with pytest.raises(Unavailable, match="mlflow"):
+            service.accept(to_otlp_json(step_for("out", 4, 2, resource)))
+        server.start()
+        wait_for(lambda: written(service, "mlflow") == 3, 120)
+        service.accept(to_otlp_json(step_for("out", 4, 2, resource)))  # the collector's retry
+        service.accept(to_otlp_json(step_for("out", 3, 2, resource)))  # and a duplicate
+        wait_for(service.idle, 60)
+    finally:
+        service.stop()
+    stats = service.stats()["backends"]
+    assert (stats["mlflow"]["written_steps"], stats["tensorboard"]["written_steps"]) == (4, 4)
+    assert stats["mlflow"]["outages"] == 1
+    assert stats["tensorboard"]["outages"] == 0
+    assert sorted(read_texts(tmp_path / "boards" / "job", KEY)) == [1, 2, 3, 4]
+    kept = mlflow.MlflowClient(server.uri).get_metric_history(run_id, f"{KEY}/kept")
+    assert sorted(m.step for m in kept) == [1, 2, 3, 4]

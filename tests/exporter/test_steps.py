@@ -1,0 +1,57 @@
+"""``assemble``: the records of one request become closed steps, with what was set aside counted."""
+
+from __future__ import annotations
+
+from otel_valgen import contract
+from otel_valgen.exporter.decode import split_records
+from otel_valgen.exporter.steps import assemble
+from otel_valgen.otlp_json import to_otlp_json
+
+from .conftest import generation, request, summary
+
+
+def steps_of(*logs: object, resource: dict[str, object] | None = None) -> object:
+    """``assemble`` over one request holding ``logs``, decoded as the service decodes it."""
+    return assemble(split_records(to_otlp_json(request(*logs, resource=resource))).records, now=0.0)
+
+
+def test_a_closed_step_in_rank_order_with_its_summary() -> None:
+    """The sampler's request (ranked records, then the summary) is one complete step, ordered by rank."""
+    logs = [generation("r", 1, i, rank=3 - i) for i in range(3)]
+    out = steps_of(*logs, summary("r", 1, 3), resource={contract.WANDB_RUN_ID: "w"})
+    (step,) = out.steps
+    assert [g.sample_id for g in step.generations] == ["s002", "s001", "s000"]
+    assert (step.complete, step.reason, step.summary[contract.KEPT]) == (True, "summary", 3)
+    assert step.resource[contract.WANDB_RUN_ID] == "w"
+    assert (out.generations, out.summaries, out.without_summary) == (3, 1, 0)
+
+
+def test_late_records_are_dropped_and_counted() -> None:
+    """Generations forwarded as late (valgen.late = true) are counted, never part of a step."""
+    out = steps_of(generation("r", 2, 0, late=True), generation("r", 2, 1, late=True))
+    assert out.steps == []
+    assert out.late_dropped == 2
+
+
+def test_records_without_their_summary_make_an_incomplete_step() -> None:
+    """A step split over requests (a batch processor after the sampler) is written incomplete and counted."""
+    out = steps_of(*[generation("r", 3, i) for i in range(2)])
+    (step,) = out.steps
+    assert (step.complete, step.reason, len(step.generations)) == (False, "no_summary", 2)
+    assert out.without_summary == 1
+
+
+def test_a_summary_without_its_records_is_a_step_without_rows() -> None:
+    """A summary whose records did not come is still a step (its scalars are written), and counted."""
+    out = steps_of(summary("r", 4, 3))
+    (step,) = out.steps
+    assert (step.generations, step.complete) == ([], False)
+    assert out.summary_without_records == 1
+
+
+def test_steps_and_attempts_are_kept_apart_and_duplicates_counted() -> None:
+    """Two steps (and two attempts) in one request stay apart; a repeated sample id counts once."""
+    logs = [generation("r", 5, 0), generation("r", 5, 0), generation("r", 6, 0), generation("r", 6, 0, attempt="b")]
+    out = steps_of(*logs)
+    assert [(s.step, s.attempt, len(s.generations)) for s in out.steps] == [(5, "", 1), (6, "", 1), (6, "b", 1)]
+    assert out.duplicates == 1
