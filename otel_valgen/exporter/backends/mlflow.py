@@ -8,12 +8,15 @@ records). Records without ``mlflow.run_id`` go to a run tagged ``valgen.run_id``
 ``mlflow.experiment_name`` names, else ``--mlflow-experiment`` (``otel-valgen``).
 
 Per step:
-- ``val_step{step}.json``: verl's artifact (a list of ``{input, output, score}``, here with
-  the step's other columns added to each item); a preferred attempt overwrites it.
-- ``<table key>/step_{step:06d}.json``: an MLflow table (``MlflowClient.log_table``; read it
-  with ``mlflow.load_table``), one row per generation with the ``rows`` columns; a preferred
-  attempt's rows are appended with their ``attempt``.
+- ``val_step{step}.json``: verl's artifact, a list of ``{input, output, score}`` rows in rank
+  order, here with the step's other columns (step, rank, sample_id, data_source, ground_truth,
+  the extra columns, attempt) in each row; a preferred attempt overwrites it.
 - metrics ``<table key>/seen``, ``kept``, ``score_mean``, ... at the step.
+
+``MlflowClient.log_table`` is not used: it lists every table in one run tag, whose value MLflow
+caps at 8,000 characters, so a run with more than about 130 per-step tables fails every later
+write (measured with bench/exporter_bench.py); one appended table re-uploads the whole run's
+rows at every step.
 
 A server that cannot be reached, or answers 5xx, makes the step wait (``BackendUnavailable``).
 An answer that no retry can change (the run does not exist, a rejected value) drops the step,
@@ -35,7 +38,7 @@ from typing import Any
 from otel_valgen.exporter.backends import BackendUnavailable, superseded
 from otel_valgen.exporter.ledger import Ledger, ShownAttempt
 from otel_valgen.exporter.steps import ClosedStep, summary_scalars
-from otel_valgen.exporter.tables import generation_rows, record_dicts, row_columns
+from otel_valgen.exporter.tables import record_dicts
 
 __all__ = ["EXPERIMENT_ATTRIBUTE", "RUN_ID_ATTRIBUTE", "MlflowBackend", "MlflowConfig"]
 
@@ -53,7 +56,7 @@ class MlflowConfig:
     Attributes:
         tracking_uri: the tracking server (None: ``MLFLOW_TRACKING_URI``, else MLflow's default).
         experiment: the experiment of runs created for records that name no run.
-        table_key: the folder of the per-step tables; metrics go under ``<table_key>/``.
+        table_key: metrics go under ``<table_key>/``.
         scalars: write the summary's scalars as metrics.
 
     """
@@ -139,9 +142,6 @@ class MlflowBackend:
                 path = Path(folder, f"val_step{step.step}.json")
                 path.write_text(json.dumps(record_dicts(step)), encoding="utf-8")
                 self._call("log artifact", self._client.log_artifact, run_id, str(path))
-            columns, rows = row_columns(step), generation_rows(step)
-            table = {name: [row[i] for row in rows] for i, name in enumerate(columns)}
-            self._call("log table", self._client.log_table, run_id, table, f"{key}/step_{step.step:06d}.json")
         if self.config.scalars:
             now = int(time.time() * 1000)
             metrics = [
