@@ -24,10 +24,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from otel_valgen.exporter.backends import Backend, BackendUnavailable
-from otel_valgen.exporter.decode import split_records
 from otel_valgen.exporter.ledger import ledger_dir
 from otel_valgen.exporter.steps import Assembled, ClosedStep, assemble
-from otel_valgen.reader import Generation
+from otel_valgen.reader import Generation, split_request
 
 __all__ = ["BackendWorker", "ExporterService", "Outcome", "ServiceConfig", "Unavailable"]
 
@@ -242,7 +241,7 @@ class ExporterService:
             with self._lock:
                 self.counts.refused_requests += 1
             raise Unavailable(reason, self.config.retry_after_s)
-        decoded = split_records(request)
+        decoded = split_request(request)
         assembled = assemble(decoded.records)
         with self._lock:
             self.counts.add(assembled)
