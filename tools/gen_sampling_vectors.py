@@ -169,7 +169,11 @@ _SCORE_CASES: list[tuple[str, list[tuple[str, str, int | None, float | None]], t
     ),
     ("equal_counts_keep_the_larger_sum", [("task", "i-1", 3, 1.0), ("task", "i-1", 3, 2.0)], (3, 2.0, 2.0 / 3)),
     ("no_valid_score", [("trainer", "i-1", 0, 0.0)], (0, 0.0, None)),
-    ("sources_without_statistics", [("trainer", "i-1", None, None), ("rollouter", "i-2", None, None)], (None, None, None)),
+    (
+        "sources_without_statistics",
+        [("trainer", "i-1", None, None), ("rollouter", "i-2", None, None)],
+        (None, None, None),
+    ),
     ("with_and_without_statistics", [("trainer", "i-1", None, None), ("rollouter", "i-2", 2, 1.0)], (2, 1.0, 0.5)),
     ("sum_is_exact", [("a", "i-1", 1, 1e16), ("b", "i-1", 1, 1.0), ("c", "i-1", 1, -1e16)], (3, 1.0, 1.0 / 3)),
     (
