@@ -36,15 +36,31 @@ def sort_by(*fields: str) -> DataTransformerConfig:
     return DataTransformerConfig(id_val="sortBy", options={"sort": [{"desc": False, "field": f} for f in fields]})
 
 
-def organize(columns: dict[str, str]) -> DataTransformerConfig:
-    """Keep only `columns` (name -> header), in this order; every other column is hidden."""
+def organize(columns: dict[str, str], keep_others: bool = False) -> DataTransformerConfig:
+    """Show `columns` (name -> header) first, in this order; every other column is hidden unless `keep_others`.
+
+    Kept other columns follow, in the order they came (Grafana puts columns without an index last).
+    """
     options = {
         "excludeByName": {},
-        "includeByName": dict.fromkeys(columns, True),
+        "includeByName": {} if keep_others else dict.fromkeys(columns, True),
         "indexByName": {name: index for index, name in enumerate(columns)},
         "renameByName": {name: header for name, header in columns.items() if header != name},
     }
     return DataTransformerConfig(id_val="organize", options=options)
+
+
+def keep_columns(names: list[str], pattern: str) -> DataTransformerConfig:
+    """Keep the columns named `names` and those whose whole name matches `pattern`; hide every other.
+
+    Grafana anchors a pattern that does not start with `/` (``^pattern$``).
+    """
+    return DataTransformerConfig(id_val="filterFieldsByName", options={"include": {"names": names, "pattern": pattern}})
+
+
+def rename_by_regex(regex: str, rename_pattern: str) -> DataTransformerConfig:
+    """Rename the columns whose whole name matches `regex` to `rename_pattern` (``$1``: its first group)."""
+    return DataTransformerConfig(id_val="renameByRegex", options={"regex": regex, "renamePattern": rename_pattern})
 
 
 def labels_to_columns() -> DataTransformerConfig:

@@ -70,6 +70,8 @@ SCORE = loki_name(contract.SCORE)
 DATA_SOURCE = loki_name(contract.DATA_SOURCE)
 SOURCE = loki_name(contract.SOURCE)
 SEEN = loki_name(contract.SEEN)
+SCORE_COUNT = loki_name(contract.SCORE_COUNT)
+SCORE_MEAN = loki_name(contract.SCORE_MEAN)
 KEPT = loki_name(contract.KEPT)
 LATE = loki_name(contract.LATE)
 MISSING = loki_name(contract.MISSING)
@@ -77,6 +79,7 @@ SOURCES = loki_name(contract.SOURCES)
 SOURCES_EXPECTED = loki_name(contract.SOURCES_EXPECTED)
 CLOSED_REASON = loki_name(contract.CLOSED_REASON)
 ATTEMPT = loki_name(contract.ATTEMPT)
+EXTRA = loki_name(contract.EXTRA_PREFIX)  # valgen_extra_<name>: the extra columns of a generation
 TRACE_ID = "trace_id"  # Loki's structured metadata for LogRecord.trace_id (hex)
 SERVICE = loki_name("service.name")  # the one index label the queries select streams by
 
@@ -98,7 +101,7 @@ Q_MEAN_SCORE = (
 
 
 def summary_count(field: str) -> str:
-    """One count of the step summaries per step (max, so a summary delivered twice counts once)."""
+    """One figure of the step summaries per step (max, so a summary delivered twice counts once)."""
     return (
         f"max by ({STEP}) (max_over_time({STREAMS} {OF_RUN} {SUMMARIES_ONLY} "
         f'| unwrap {field} | __error__="" [$__range]))'
@@ -300,6 +303,8 @@ SUMMARY_COLUMNS = {
     MISSING: "missing",
     SOURCES: "sources",
     SOURCES_EXPECTED: "sources expected",
+    SCORE_COUNT: "scored",
+    SCORE_MEAN: "mean score",
     CLOSED_REASON: "closed",
     TRACE_ID: "trace id",
 }
@@ -324,12 +329,15 @@ def panels() -> list[Builder[dashboard_models.Panel]]:
         "validates a step again as a new attempt; otel-valgen show and the wandb exporter show the latest "
         "complete one). closed = complete (every source ended), wait (decision_wait of silence), max_duration "
         "(a source never ended), max_groups or shutdown; missing > 0 means records a source announced never "
-        "arrived.",
+        "arrived. scored and mean score: the generations with a valid score among all the sources saw (not only "
+        "the kept ones), and their mean.",
         grid(0, 3, 14, 9),
         logs_query("A", Q_SUMMARIES, max_lines=5000),
         [
             parts.extract_label_fields(),
-            parts.convert_to_number(STEP, SEEN, KEPT, LATE, MISSING, SOURCES, SOURCES_EXPECTED),
+            parts.convert_to_number(
+                STEP, SEEN, KEPT, LATE, MISSING, SOURCES, SOURCES_EXPECTED, SCORE_COUNT, SCORE_MEAN
+            ),
             parts.sort_by(RUN_ID, STEP, ATTEMPT),
             parts.organize(SUMMARY_COLUMNS),
         ],
@@ -347,14 +355,18 @@ def panels() -> list[Builder[dashboard_models.Panel]]:
     generations = table_panel(
         4,
         "Sampled generations of step $step",
-        "The generations the sampler kept for the step, in sampling order (rank), for each attempt of it.",
+        "The generations the sampler kept for the step, in sampling order (rank), for each attempt of it. "
+        "The extra columns a job logs (log_generations(..., extra=...), valgen.extra.<name>) come last, named "
+        "as Loki stores them (characters other than letters, digits and _ become _).",
         grid(0, 12, 24, 12),
         logs_query("A", Q_STEP_GENERATIONS, max_lines=5000),
         [
             parts.extract_label_fields(),
             parts.convert_to_number(STEP, RANK, SCORE),
             parts.sort_by(RUN_ID, STEP, ATTEMPT, RANK),
-            parts.organize(GENERATION_COLUMNS),
+            parts.keep_columns(list(GENERATION_COLUMNS), f"{EXTRA}.+"),
+            parts.organize(GENERATION_COLUMNS, keep_others=True),
+            parts.rename_by_regex(f"{EXTRA}(.+)", "$1"),
         ],
     )
     prompt = table_panel(
@@ -373,10 +385,12 @@ def panels() -> list[Builder[dashboard_models.Panel]]:
     )
     mean_score = per_step_chart(
         6,
-        "Mean score of the kept generations per step",
-        "Average valgen.score of the sampled generations of each step (records without a score are left out).",
+        "Mean score per step: kept generations (A), every generation seen (B)",
+        "A: average valgen.score of the sampled generations of each step (records without a score are left "
+        "out). B: the step summary's valgen.score.mean, over every generation the sources saw with a valid "
+        "score, kept or not (absent for steps of SDKs or collectors that did not count them).",
         grid(14, 24, 10, 10),
-        [instant_query("A", Q_MEAN_SCORE)],
+        [instant_query("A", Q_MEAN_SCORE), instant_query("B", summary_count(SCORE_MEAN))],
     )
     late = table_panel(
         7,

@@ -101,6 +101,11 @@ def _listed(names: list[str]) -> str:
     return shown + (f" and {len(names) - _NAMES_LISTED} more" if len(names) > _NAMES_LISTED else "")
 
 
+def _extra_label(name: str) -> str:
+    """How an extra column is named among a call's columns (in the length-mismatch warning, say)."""
+    return f"extra[{name}]"
+
+
 def _extra_columns(extra: object) -> dict[str, Any]:
     """The extra columns a call may send: valid names, at most ``MAX_EXTRA_COLUMNS``, in the mapping's order.
 
@@ -190,7 +195,7 @@ def log_generations(
     """
     block = _process.current_block.get()
     emitter = _process.active_emitter()
-    extras = {f"extra[{name}]": (name, values) for name, values in _extra_columns(extra).items()}
+    extras = _extra_columns(extra)
     raw = {
         "inputs": inputs,
         "outputs": outputs,
@@ -198,7 +203,7 @@ def log_generations(
         "ground_truths": ground_truths,
         "sample_ids": sample_ids,
         "data_sources": data_sources,
-        **{label: values for label, (_, values) in extras.items()},
+        **{_extra_label(name): values for name, values in extras.items()},
     }
     try:
         columns = {name: _as_list(values, name) for name, values in raw.items()}
@@ -237,8 +242,8 @@ def log_generations(
         sample_ids=columns["sample_ids"],
         data_sources=columns["data_sources"],
         extra=ExtraColumns(
-            keys=tuple(contract.EXTRA_PREFIX + name for name, _ in extras.values()),
-            columns=tuple(columns[label] or () for label in extras),
+            keys=tuple(contract.EXTRA_PREFIX + name for name in extras),
+            columns=tuple(columns[_extra_label(name)] or () for name in extras),
         )
         if extras
         else None,

@@ -9,6 +9,7 @@ import uuid
 from typing import Final
 
 from otel_valgen._env import (
+    CLEARML_TASK_ID,
     MLFLOW_EXPERIMENT_NAME,
     MLFLOW_RUN_ID,
     OTEL_VALGEN_DEFAULT_RUN_ID,
@@ -89,9 +90,22 @@ def tensorboard_resource() -> dict[str, str]:
     return {"tensorboard.log_dir": folder} if folder else {}
 
 
+def clearml_resource() -> dict[str, str]:
+    """``clearml.task_id``: the current ClearML task's (verl's ClearML logger makes it), else ``CLEARML_TASK_ID``."""
+    clearml = sys.modules.get("clearml")
+    task = None
+    if clearml is not None:
+        try:
+            task = clearml.Task.current_task()
+        except Exception:  # a ClearML too old or half imported: the environment will do
+            task = None
+    task_id = getattr(task, "id", None) or os.environ.get(CLEARML_TASK_ID, "").strip()
+    return {"clearml.task_id": str(task_id)} if task_id else {}
+
+
 def tracker_resource(origin: str) -> dict[str, str]:
-    """The resource attributes naming the job's run in every tracker it uses (wandb, MLflow, TensorBoard)."""
-    return wandb_resource(origin) | mlflow_resource() | tensorboard_resource()
+    """The resource attributes naming the job's run in every tracker it uses (wandb, MLflow, TensorBoard, ClearML)."""
+    return wandb_resource(origin) | mlflow_resource() | tensorboard_resource() | clearml_resource()
 
 
 _process_launch_id: str | None = None

@@ -28,7 +28,6 @@ _MARKER_BYTES: Final = len(TRUNCATION_MARKER.encode("utf-8"))
 _REPLACEMENT: Final = "\ufffd"
 _INT64_MIN: Final = -(1 << 63)
 _INT64_MAX: Final = (1 << 63) - 1
-_PLAIN_NUMBERS: Final = frozenset({float, int})
 
 
 @dataclass(frozen=True)
@@ -105,7 +104,7 @@ def _as_float(plain: object) -> float | None:
     """``float(plain)`` for a number-like object (an unwrapped scalar, a numeric string), else None."""
     try:
         return float(plain)  # type: ignore[arg-type]
-    except (TypeError, ValueError, OverflowError):
+    except Exception:  # float() of an arbitrary object may raise anything (a torch tensor: RuntimeError)
         return None
 
 
@@ -131,18 +130,19 @@ def clean_score(value: object) -> CleanScore:
 def score_stats(scores: Sequence[Any] | None) -> tuple[int, float]:
     """How many of ``scores`` are valid (``clean_score``) and their sum (``math.fsum``).
 
-    One pass in C for the usual column of plain floats or ints that are all finite; any other
-    column is cleaned value by value. The sum is inf when the valid scores overflow a double.
+    One ``math.fsum`` pass in C when every score converts to a finite float, as a column of
+    floats, ints, bools or numpy/torch scalars does (``fsum`` converts each with ``float()``,
+    as ``clean_score`` does); otherwise (None, NaN, text...) the scores are cleaned one by one.
+    The sum is inf when the valid scores overflow a double.
     """
     if not scores:
         return 0, 0.0
-    if set(map(type, scores)) <= _PLAIN_NUMBERS:
-        try:
-            total = math.fsum(scores)
-        except (OverflowError, ValueError):  # ints beyond a double, or inf and -inf together
-            total = math.nan
-        if math.isfinite(total):  # a NaN or an infinity among them makes the sum non-finite
-            return len(scores), total
+    try:
+        total = math.fsum(scores)
+    except Exception:  # None or text among them, ints beyond a double, inf and -inf together
+        total = math.nan
+    if math.isfinite(total):  # a NaN or an infinity among them makes the sum non-finite
+        return len(scores), total
     valid = [score for score in (clean_score(value).value for value in scores) if score is not None]
     try:
         return len(valid), math.fsum(valid)

@@ -93,11 +93,12 @@ SETTINGS: Final[tuple[Setting, ...]] = (
         "wandb's own; the run id (and its resource attributes) while no wandb run exists.",
     ),
     Setting(
-        (env.MLFLOW_RUN_ID, env.MLFLOW_EXPERIMENT_NAME, env.TENSORBOARD_DIR),
+        (env.MLFLOW_RUN_ID, env.MLFLOW_EXPERIMENT_NAME, env.TENSORBOARD_DIR, env.CLEARML_TASK_ID),
         None,
         "unset",
-        "MLflow's and verl's own; the `mlflow.*` and `tensorboard.log_dir` resource attributes that name "
-        "the job's runs for the exporter (an active MLflow run wins over `MLFLOW_RUN_ID`).",
+        "The trackers' and verl's own; the `mlflow.*`, `tensorboard.log_dir` and `clearml.task_id` resource "
+        "attributes that name the job's runs for the exporter (an active MLflow run or current ClearML task "
+        "wins over its variable).",
     ),
     Setting(
         (env.OTEL_VALGEN_COUNT,), "count", "`64`", "*k*: generations kept per step.", read=_count, default=DEFAULT_COUNT

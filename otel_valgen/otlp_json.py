@@ -1,19 +1,23 @@
 """OTLP/JSON, as the collector's ``file`` exporter writes it, to and from the protobuf request.
 
 OTLP/JSON is the proto3 JSON mapping with one difference: trace and span ids are hex, not
-base64. These two functions are the only place that difference is handled.
+base64. These functions are the only place that difference is handled, and ``parse_request``
+is the one way bytes (a file's message, a request body) become the OTLP/JSON dict that
+``otel_valgen.reader`` reads records from.
 """
 
 from __future__ import annotations
 
 import base64
+import json
 from collections.abc import Callable
 from typing import Any
 
 from google.protobuf.json_format import MessageToDict, ParseDict
+from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 
-__all__ = ["from_otlp_json", "to_otlp_json"]
+__all__ = ["MalformedPayload", "from_otlp_json", "parse_request", "to_otlp_json"]
 
 _ID_KEYS = ("traceId", "spanId")
 
@@ -39,3 +43,30 @@ def from_otlp_json(data: dict[str, Any]) -> ExportLogsServiceRequest:
     request = ExportLogsServiceRequest()
     ParseDict(data, request, ignore_unknown_fields=True)
     return request
+
+
+class MalformedPayload(ValueError):
+    """The bytes are not an OTLP logs request at all."""
+
+
+def parse_request(data: bytes, *, json_body: bool) -> dict[str, Any]:
+    """An ``ExportLogsServiceRequest`` (OTLP/JSON or OTLP/protobuf bytes) as its OTLP/JSON dict.
+
+    Raises:
+        MalformedPayload: the bytes are neither.
+
+    """
+    if json_body:
+        try:
+            request = json.loads(data.decode("utf-8", errors="replace"))
+        except ValueError as error:
+            raise MalformedPayload(f"invalid JSON: {error}") from error
+        if not isinstance(request, dict):
+            raise MalformedPayload("the JSON body is not an object")
+        return request
+    message = ExportLogsServiceRequest()
+    try:
+        message.ParseFromString(data)
+    except DecodeError as error:
+        raise MalformedPayload(f"invalid protobuf: {error}") from error
+    return to_otlp_json(message)

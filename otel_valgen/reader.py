@@ -9,7 +9,6 @@ file and line (or message) number, and the rest is still read. A file cut short 
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -28,10 +27,12 @@ __all__ = [
     "LateReport",
     "ProgressRecord",
     "ReadError",
+    "SplitRequest",
     "StartRecord",
     "Summary",
     "read_paths",
     "records_from_request",
+    "split_request",
 ]
 
 
@@ -332,21 +333,56 @@ def records_from_request(request: dict[str, Any]) -> Iterator[Record]:
                     yield record
 
 
+@dataclass
+class SplitRequest:
+    """The valgen records of one request, each with its resource attributes, and what was rejected."""
+
+    records: list[tuple[Record, dict[str, Any]]] = field(default_factory=list)
+    rejected: int = 0
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def message(self) -> str:
+        """A short explanation of the rejected records (empty when none was)."""
+        if not self.rejected:
+            return ""
+        return f"{self.rejected} log records rejected: " + "; ".join(self.errors[:3])
+
+
+def split_request(request: dict[str, Any]) -> SplitRequest:
+    """Read each log record of an OTLP/JSON request on its own; an unreadable one is rejected alone.
+
+    Raises:
+        MalformedPayload: the dict is not shaped like an OTLP logs request.
+
+    """
+    from otel_valgen.otlp_json import MalformedPayload
+
+    out = SplitRequest()
+    try:
+        for resource_logs in request.get("resourceLogs", []):
+            resource = attributes_of(resource_logs.get("resource", {}).get("attributes"))
+            for scope_logs in resource_logs.get("scopeLogs", []):
+                for log in scope_logs.get("logRecords", []):
+                    try:
+                        record = _record(log, resource)
+                    except (ValueError, KeyError, TypeError, AttributeError) as error:
+                        out.rejected += 1
+                        out.errors.append(str(error))
+                        continue
+                    if record is not None:
+                        out.records.append((record, resource))
+    except (AttributeError, TypeError, KeyError) as error:
+        raise MalformedPayload(f"not an OTLP logs request: {error}") from error
+    return out
+
+
 def _request(message: Message) -> dict[str, Any]:
     """The OTLP/JSON form of one message: a JSON line, or a length-prefixed OTLP/JSON or protobuf one."""
+    from otel_valgen.otlp_json import parse_request
+
     data = message.data if message.line else unframe(message.data)
-    if message.line or data.lstrip()[:1] == b"{":
-        request: dict[str, Any] = json.loads(data.decode("utf-8", errors="replace"))
-        return request
-    from google.protobuf.message import DecodeError
-    from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
-
-    from otel_valgen.otlp_json import to_otlp_json
-
-    try:
-        return to_otlp_json(ExportLogsServiceRequest.FromString(data))
-    except DecodeError as error:
-        raise ValueError(f"neither OTLP/JSON nor OTLP/protobuf ({error})") from error
+    return parse_request(data, json_body=message.line or data.lstrip()[:1] == b"{")
 
 
 def _expand(paths: Iterable[str | Path]) -> Iterator[Path]:

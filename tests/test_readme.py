@@ -84,6 +84,7 @@ scores = [i / 10 for i in range(10)]
 gts = [f"truth {i}" for i in range(10)]
 uids = [f"uid-{i}" for i in range(10)]
 srcs = ["math"] * 10
+accs = [float(i % 2) for i in range(10)]
 """
 
 RAY_WORKER_CHECK = """\
@@ -158,6 +159,10 @@ def test_the_readme_section_runs_as_written(section: str, tmp_path: Path) -> Non
         )
         (step,) = [json.loads(line) for line in shown.stdout.splitlines()]
         assert (step["run_id"], step["step"], len(step["generations"])) == ("r1", 100, 10)
+        assert {g["input"]: g["extra"]["acc"] for g in step["generations"]} == {
+            f"prompt {i}": float(i % 2) for i in range(10)
+        }
+        assert (step["score_count"], step["score_mean"]) == (10, pytest.approx(0.45))
         assert "r1" in outputs[-1]  # the shell block printed the step's table
     if section == "Run identity":
         assert re.fullmatch(r"WANDB_RUN_ID=[0-9a-f]{12}", outputs[-1].strip().splitlines()[-1])

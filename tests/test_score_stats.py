@@ -119,6 +119,27 @@ def test_array_and_tensor_columns_are_counted() -> None:
     assert (end[contract.SCORE_COUNT], end[contract.SCORE_SUM]) == (4, 3.75)
 
 
+class _Unconvertible:
+    """A score-like object whose conversion to float fails with an unexpected exception."""
+
+    def __float__(self) -> float:
+        raise RuntimeError("no float here")
+
+
+def test_a_score_that_float_cannot_convert_is_invalid_not_an_error() -> None:
+    """Scores whose float() raises (a multi-element tensor, any odd object) are invalid; the call goes on."""
+    torch = require_module("torch", "torch (pyproject dev extra) is not installed")
+    with capture_records(run_id="r", count=4) as records, vg.validation(step=1):
+        assert vg.log_generations(["a", "b", "c"], ["x"] * 3, [torch.tensor([1.0, 2.0]), 0.5, _Unconvertible()]) == 3
+    (end,) = _ends(records)
+    assert (end[contract.SCORE_COUNT], end[contract.SCORE_SUM]) == (1, 0.5)
+    invalid = [
+        r["attributes"].get(contract.SCORE_INVALID) for r in records if r["event_name"] == contract.EVENT_GENERATION
+    ]
+    assert sorted(invalid, key=str) == [None, "not_a_number", "not_a_number"]
+    assert vg.stats().get("internal_errors", 0) == 0
+
+
 def test_no_scores_give_a_count_of_zero() -> None:
     """Calls without scores: the end record says 0 valid scores (not: unknown)."""
     with capture_records(run_id="r", count=2) as records, vg.validation(step=1):

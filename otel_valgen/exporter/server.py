@@ -8,9 +8,11 @@ the service cannot take data, which the sender retries. Both bind loopback by de
 
 from __future__ import annotations
 
+import gzip
 import logging
 import socket
 import threading
+import zlib
 from concurrent import futures
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -20,8 +22,8 @@ from google.protobuf.json_format import MessageToJson
 from google.rpc.status_pb2 import Status
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceResponse
 
-from otel_valgen.exporter.decode import MalformedPayload, decode_body, decode_request
 from otel_valgen.exporter.service import ExporterService, Outcome, Unavailable
+from otel_valgen.otlp_json import MalformedPayload, parse_request
 
 __all__ = ["MAX_BODY_BYTES", "ExporterServer", "ListenError", "parse_address"]
 
@@ -46,6 +48,21 @@ class ListenError(Exception):
     def __init__(self, protocol: str, message: str) -> None:
         super().__init__(message)
         self.protocol = protocol
+
+
+def decode_body(body: bytes, content_encoding: str | None = None) -> bytes:
+    """Undo ``Content-Encoding`` (gzip, deflate or none)."""
+    encoding = (content_encoding or "").strip().lower()
+    try:
+        if encoding in ("gzip", "x-gzip"):
+            return gzip.decompress(body)
+        if encoding == "deflate":
+            return zlib.decompress(body)
+    except (OSError, zlib.error, EOFError) as error:
+        raise MalformedPayload(f"cannot decompress {encoding} body: {error}") from error
+    if encoding not in ("", "identity"):
+        raise MalformedPayload(f"unsupported content encoding {encoding!r}")
+    return body
 
 
 def _response(outcome: Outcome, *, as_json: bool) -> bytes:
@@ -104,7 +121,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         try:
             raw = decode_body(body, self.headers.get("Content-Encoding"))
-            outcome = self.service.accept(decode_request(raw, json_body=as_json))
+            outcome = self.service.accept(parse_request(raw, json_body=as_json))
         except MalformedPayload as error:
             _logger.warning("malformed request from %s: %s", self.address_string(), error)
             self._send(400, _status(_GRPC_INVALID_ARGUMENT, str(error), as_json=as_json), reply_type)
@@ -132,7 +149,7 @@ def _grpc_handler(service: ExporterService) -> Any:
 
     def export(body: bytes, context: Any) -> bytes:
         try:
-            outcome = service.accept(decode_request(body, json_body=False))
+            outcome = service.accept(parse_request(body, json_body=False))
         except MalformedPayload as error:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
         except Unavailable as error:

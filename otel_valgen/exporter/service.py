@@ -23,11 +23,10 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from otel_valgen.exporter.backends import Backend, BackendUnavailable
-from otel_valgen.exporter.decode import split_records
+from otel_valgen.exporter.backends import Backend, BackendUnavailable, StepNotWritable
 from otel_valgen.exporter.ledger import ledger_dir
 from otel_valgen.exporter.steps import Assembled, ClosedStep, assemble
-from otel_valgen.reader import Generation
+from otel_valgen.reader import Generation, split_request
 
 __all__ = ["BackendWorker", "ExporterService", "Outcome", "ServiceConfig", "Unavailable"]
 
@@ -154,6 +153,10 @@ class BackendWorker:
                     _logger.warning("%s unavailable, holding %d steps: %s", self.name, len(self._pending), error)
                 self._cond.wait(min(self._config.retry_after_s, 1.0) if not self._stopping else 0.2)
             return
+        except StepNotWritable as error:
+            rows, failed = None, True
+            self.stats.failed_steps += 1
+            _logger.debug("%s: run %s step %d not written: %s", self.name, step.group_id, step.step, error)
         except Exception:
             rows, failed = None, True
             self.stats.failed_steps += 1
@@ -242,7 +245,7 @@ class ExporterService:
             with self._lock:
                 self.counts.refused_requests += 1
             raise Unavailable(reason, self.config.retry_after_s)
-        decoded = split_records(request)
+        decoded = split_request(request)
         assembled = assemble(decoded.records)
         with self._lock:
             self.counts.add(assembled)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from otel_valgen import contract
-from otel_valgen.reader import Generation, Summary
+from otel_valgen.reader import Generation, Record, Summary
 from otel_valgen.selection import COMPLETE
 
 __all__ = [
@@ -141,13 +141,16 @@ class Assembled:
     summary_without_records: int = 0
 
 
-def assemble(
-    records: Iterable[tuple[Generation | Summary, Mapping[str, Any]]], *, now: float | None = None
-) -> Assembled:
-    """Group one request's records into closed steps, in the order their steps first appear."""
+def assemble(records: Iterable[tuple[Record, Mapping[str, Any]]], *, now: float | None = None) -> Assembled:
+    """Group one request's generations and summaries into closed steps, in the order their steps first appear.
+
+    Start, progress and end records and late reports are the sampler's business: ignored here.
+    """
     out = Assembled()
     parts: dict[StepKey, _Parts] = {}
     for record, resource in records:
+        if not isinstance(record, Generation | Summary):
+            continue
         key = (record.run_id, record.step, record.attempt)
         if isinstance(record, Summary):
             out.summaries += 1

@@ -75,7 +75,7 @@ _backend = click.option(
     default="wandb",
     show_default=True,
     callback=_backends,
-    help="Comma-separated trackers to write to: wandb, mlflow, tensorboard [env: VALGEN_EXPORTER_BACKENDS].",
+    help="Comma-separated trackers to write to: wandb, mlflow, tensorboard, clearml [env: VALGEN_EXPORTER_BACKENDS].",
 )
 _tensorboard_dir = click.option(
     "--tensorboard-dir",
@@ -118,10 +118,12 @@ def _tracker_options(command: F) -> F:
 
 def _configs(options: dict[str, Any], max_runs: int = 16) -> dict[str, Any]:
     """Each backend's config from the command's options."""
+    from otel_valgen.exporter.backends.clearml import ClearMLConfig
     from otel_valgen.exporter.backends.mlflow import MlflowConfig
     from otel_valgen.exporter.backends.tensorboard import TensorBoardConfig
 
     configs: dict[str, Any] = {
+        "clearml": ClearMLConfig(table_key=options["table_key"], scalars=options["scalars"]),
         "mlflow": MlflowConfig(
             tracking_uri=options["mlflow_tracking_uri"] or None,
             experiment=options["mlflow_experiment"],

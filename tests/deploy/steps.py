@@ -56,11 +56,25 @@ def _job_process(http_endpoint: str, *, presample: bool, launch_id: str | None =
             _process.reset_for_testing()
 
 
-def run_job(http_endpoint: str) -> Job:
+def score(i: int, step: int) -> float:
+    """The score of prompt `i` at `step`."""
+    return ((i * 7 + step) % 10) / 10
+
+
+def extra_columns(step: int) -> dict[str, list[object]]:
+    """The extra columns of a step when the job sends them: a float, a bool and a text (its name has a "/")."""
+    return {
+        "acc": [float(i % 2) for i in range(PROMPTS)],
+        "format_ok": [(i + step) % 3 == 0 for i in range(PROMPTS)],
+        "judge/verdict": [f"verdict {i} at {step}" for i in range(PROMPTS)],
+    }
+
+
+def run_job(http_endpoint: str, extra: bool = False) -> Job:
     """Send every step of the job to the collector at `http_endpoint` (host:port) and flush.
 
     The same prompts are validated at every step; each has a ground truth, a score and a data
-    source.
+    source, and with `extra` the columns of `extra_columns`.
     """
     prompts = [f"prompt-{i:03d}" for i in range(PROMPTS)]
     with _job_process(http_endpoint, presample=True):
@@ -69,10 +83,11 @@ def run_job(http_endpoint: str) -> Job:
                 vg.log_generations(
                     [f"What is {i} + {i}? ({p})" for i, p in enumerate(prompts)],
                     [f"At step {step} the answer is {2 * i + step % 3}" for i in range(PROMPTS)],
-                    [((i * 7 + step) % 10) / 10 for i in range(PROMPTS)],
+                    [score(i, step) for i in range(PROMPTS)],
                     ground_truths=[str(2 * i) for i in range(PROMPTS)],
                     sample_ids=prompts,
                     data_sources=[DATA_SOURCE] * PROMPTS,
+                    extra=extra_columns(step) if extra else None,
                 )
         assert vg.flush(10.0), "the collector did not confirm the job's records"
     return Job()

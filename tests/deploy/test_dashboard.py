@@ -19,10 +19,11 @@ from grafana_foundation_sdk.cog.plugins import register_default_plugins
 from grafana_foundation_sdk.models.dashboard import Dashboard
 
 from dashboards import DASHBOARDS
+from dashboards import validation_generations as vgd
 from dashboards.__main__ import main as generate
 from dashboards.render import render
 from otel_valgen import contract
-from tests.deploy import compose, harness, logql_subset, loki_model
+from tests.deploy import compose, grafana_table, harness, logql_subset, loki_model
 from tests.deploy.loki_query import substitute
 
 GRAFANA = harness.REPO / "docker" / "grafana"
@@ -46,8 +47,7 @@ def _targets(dashboard: dict[str, Any]) -> Iterator[tuple[dict[str, Any], dict[s
 
 
 def _columns(panel: dict[str, Any]) -> set[str]:
-    organize = next(t for t in panel["transformations"] if t["id"] == "organize")
-    return set(organize["options"]["includeByName"])
+    return grafana_table.kept_columns(panel)
 
 
 def _panel(dashboard: dict[str, Any], title_part: str) -> dict[str, Any]:
@@ -124,6 +124,42 @@ def test_panels_the_issue_asks_for(dashboard: dict[str, Any]) -> None:
     for panel in dashboard["panels"]:
         if panel["type"] == "table":
             assert "trace_id" in _columns(panel), f"{panel['title']} shows no trace id"
+
+
+def test_the_generations_table_shows_every_extra_column(dashboard: dict[str, Any]) -> None:
+    """valgen_extra_<name> metadata becomes a column <name> after the fixed ones; other metadata stays hidden."""
+    row = dict.fromkeys(vgd.GENERATION_COLUMNS, "x")
+    row |= {"valgen_extra_acc": "1", "valgen_extra_format_reward": "0.5", "valgen_seed": "42"}
+    row |= {"service_instance_id": "i", "valgen_extra_": "no name", "xvalgen_extra_acc": "not an extra"}
+    generations = _panel(dashboard, "Sampled generations of step")
+    headers = grafana_table.columns(generations, [row])
+    assert headers == [*vgd.GENERATION_COLUMNS.values(), "acc", "format_reward"]
+    without_extras = {name: value for name, value in row.items() if "extra" not in name}
+    assert grafana_table.columns(generations, [without_extras]) == list(vgd.GENERATION_COLUMNS.values())
+    for panel in dashboard["panels"]:
+        if panel["type"] == "table" and panel is not generations:
+            assert not {"acc", "format_reward", "valgen_extra_acc"} & set(grafana_table.columns(panel, [row]))
+
+
+def test_the_table_model_notices_a_broken_extra_pattern(dashboard: dict[str, Any]) -> None:
+    """The check above can fail: an unanchored-looking typo in the pattern or the rename shows."""
+    generations = json.loads(json.dumps(_panel(dashboard, "Sampled generations of step")))
+    row = {"valgen_extra_acc": "1", "input": "q"}
+    for transformation in generations["transformations"]:
+        if transformation["id"] == "filterFieldsByName":
+            transformation["options"]["include"]["pattern"] = "valgen_extra_"
+    assert "acc" not in grafana_table.columns(generations, [row])
+
+
+def test_step_summaries_show_the_score_statistics(dashboard: dict[str, Any]) -> None:
+    """The steps table shows the summary's scored count and mean score; the mean score chart adds it per step."""
+    summaries = _panel(dashboard, "Steps: seen, kept, late, missing")
+    assert {"valgen_score_count", "valgen_score_mean"} <= _columns(summaries)
+    chart = _panel(dashboard, "Mean score per step")
+    assert [re.search(r"unwrap (\w+)", t["expr"])[1] for t in chart["targets"]] == [  # type: ignore[index]
+        "valgen_score",
+        "valgen_score_mean",
+    ]
 
 
 # Values a user could give the variables (Grafana substitutes them before Loki sees the query).

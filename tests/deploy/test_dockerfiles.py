@@ -122,7 +122,7 @@ def _run_entrypoint(tmp_path: Path, env: dict[str, str]) -> str:
 
 def test_exporter_runs_offline_without_a_wandb_key(tmp_path: Path) -> None:
     """No WANDB_API_KEY and no WANDB_MODE: the entrypoint sets WANDB_MODE=offline and passes the arguments on."""
-    assert _run_entrypoint(tmp_path, {}) == "mode=offline args=wandb-exporter --grpc 0.0.0.0:4417"
+    assert _run_entrypoint(tmp_path, {}) == "mode=offline args=exporter --grpc 0.0.0.0:4417"
     assert _run_entrypoint(tmp_path, {"WANDB_API_KEY": ""}).startswith("mode=offline ")
 
 

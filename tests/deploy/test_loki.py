@@ -19,9 +19,9 @@ import yaml
 from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
 
 from dashboards import validation_generations as vgd
-from tests.deploy import harness, logql_subset, loki_model
+from tests.deploy import grafana_table, harness, logql_subset, loki_model
 from tests.deploy.loki_query import substitute, variables
-from tests.deploy.steps import PROMPTS, Job, expected_ids, run_job, send_late_generation
+from tests.deploy.steps import PROMPTS, Job, expected_ids, extra_columns, run_job, score, send_late_generation
 from tests.support.otlp_http import OtlpHttpStandIn
 
 DASHBOARD = harness.REPO / "docker" / "grafana" / "dashboards" / "validation-generations.json"
@@ -70,7 +70,7 @@ def loki(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LokiStandIn]:
     with harness.otlp_http_sink() as sink:
         env = {"VALGEN_LOKI_OTLP_ENDPOINT": f"{sink.base_url}/otlp", **COLLECTOR_ENV}
         with harness.collector(["collector.yaml"], env, workdir) as running:
-            job = run_job(running.http_endpoint)
+            job = run_job(running.http_endpoint, extra=True)
             stand_in = LokiStandIn(job, running.http_endpoint, sink)
             harness.wait_for(
                 lambda: len(_summaries(stand_in)) == len(job.steps), 30, "the step summaries at the Loki stand-in"
@@ -171,7 +171,7 @@ def test_dashboard_queries_use_only_names_in_what_loki_stores(loki: LokiStandIn)
             assert names.fields <= stored, f"{panel['title']}: {names.fields - stored}"
             assert names.parsed <= body_fields, f"{panel['title']}: {names.parsed - body_fields}"
             checked += 1
-    assert checked == 9
+    assert checked == 10
 
 
 def test_step_table_lists_the_kept_generations_of_the_step(loki: LokiStandIn) -> None:
@@ -218,13 +218,34 @@ def test_summary_table_and_counts_per_step(loki: LokiStandIn) -> None:
 
 
 def test_mean_score_per_step(loki: LokiStandIn) -> None:
-    """The score panel's query averages the kept generations' scores per step."""
+    """The score panel averages the kept generations' scores per step (A) and shows the summaries' mean (B)."""
     values = variables(loki.job)
     means = loki.metric(substitute(vgd.Q_MEAN_SCORE, **values))
     assert set(means) == {str(step) for step in loki.job.steps}
     for step, mean in means.items():
         rows = loki.logs(substitute(vgd.Q_STEP_GENERATIONS, **variables(loki.job, step=step)))
         assert mean == pytest.approx(sum(float(row["valgen_score"]) for row in rows) / len(rows))
+    overall = loki.metric(substitute(vgd.summary_count(vgd.SCORE_MEAN), **values))
+    for step in loki.job.steps:  # every prompt's score, kept or not
+        assert overall[str(step)] == pytest.approx(sum(score(i, step) for i in range(PROMPTS)) / PROMPTS)
+    assert overall != means, "the kept generations' mean is another figure"
+
+
+def test_the_generations_table_shows_the_extra_columns_loki_stores(loki: LokiStandIn) -> None:
+    """The kept generations' valgen.extra.* reach Loki as valgen_extra_* metadata; the table shows them by name."""
+    dashboard = json.loads(DASHBOARD.read_text(encoding="utf-8"))
+    panel = next(p for p in dashboard["panels"] if p["title"].startswith("Sampled generations of step"))
+    rows = loki.logs(substitute(vgd.Q_STEP_GENERATIONS, **variables(loki.job, step="200")))
+    assert len(rows) == loki.job.k
+    sent = extra_columns(200)
+    for row in rows:
+        i = int(row["valgen_sample_id"].split("-")[1].split("/")[0])
+        assert float(row["valgen_extra_acc"]) == sent["acc"][i]  # Loki keeps values as strings
+        assert row["valgen_extra_format_ok"] == str(sent["format_ok"][i]).lower()
+        assert row["valgen_extra_judge_verdict"] == sent["judge/verdict"][i]  # "/" became "_"
+    headers = grafana_table.columns(panel, rows)
+    assert headers[-3:] == ["acc", "format_ok", "judge_verdict"]
+    assert headers[:-3] == list(vgd.GENERATION_COLUMNS.values())
 
 
 def test_every_table_column_is_in_what_loki_returns(loki: LokiStandIn) -> None:
@@ -234,10 +255,9 @@ def test_every_table_column_is_in_what_loki_returns(loki: LokiStandIn) -> None:
     for panel in dashboard["panels"]:
         if panel["type"] != "table" or "Late" in panel["title"]:
             continue  # late generations exist only with late_records: forward
-        organize = next(t for t in panel["transformations"] if t["id"] == "organize")
         rows = loki.logs(substitute(panel["targets"][0]["expr"], **variables(loki.job, step="100")))
         assert rows, panel["title"]
-        missing = set(organize["options"]["includeByName"]) - set().union(*rows)
+        missing = grafana_table.kept_columns(panel) - set().union(*rows)
         assert not missing, f"{panel['title']}: {missing}"
         checked += 1
     assert checked == 3

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 from otel_valgen import contract
-from otel_valgen.exporter.decode import split_records
 from otel_valgen.exporter.steps import assemble
 from otel_valgen.otlp_json import to_otlp_json
+from otel_valgen.reader import split_request
 
 from .conftest import generation, request, summary
 
 
 def steps_of(*logs: object, resource: dict[str, object] | None = None) -> object:
     """``assemble`` over one request holding ``logs``, decoded as the service decodes it."""
-    return assemble(split_records(to_otlp_json(request(*logs, resource=resource))).records, now=0.0)
+    return assemble(split_request(to_otlp_json(request(*logs, resource=resource))).records, now=0.0)
 
 
 def test_a_closed_step_in_rank_order_with_its_summary() -> None:

@@ -6,8 +6,9 @@ that every backend writes each step once whatever the others do. Tracker librari
 imported only by the backends that are used.
 
 ``write`` raises ``BackendUnavailable`` when the tracker cannot take the step now (the
-service holds it and retries); any other exception means the step can never be written there
-(it is dropped, counted and logged).
+service holds it and retries), ``StepNotWritable`` when the records name no run the tracker
+can write to; any other exception means the step can never be written there (it is dropped,
+counted and logged with its traceback).
 """
 
 from __future__ import annotations
@@ -18,9 +19,17 @@ from typing import Any, Final, Protocol
 from otel_valgen.exporter.ledger import Ledger, ShownAttempt, ledger_dir
 from otel_valgen.exporter.steps import ClosedStep
 
-__all__ = ["BACKENDS", "Backend", "BackendUnavailable", "create_backends", "parse_backends", "superseded"]
+__all__ = [
+    "BACKENDS",
+    "Backend",
+    "BackendUnavailable",
+    "StepNotWritable",
+    "create_backends",
+    "parse_backends",
+    "superseded",
+]
 
-BACKENDS: Final = ("wandb", "mlflow", "tensorboard")
+BACKENDS: Final = ("wandb", "mlflow", "tensorboard", "clearml")
 """The backends this version writes to, by the name ``--backend`` takes."""
 
 _logger = logging.getLogger("otel_valgen.exporter")
@@ -28,6 +37,13 @@ _logger = logging.getLogger("otel_valgen.exporter")
 
 class BackendUnavailable(Exception):
     """The tracker cannot take the step now; it may be retried as it is."""
+
+
+class StepNotWritable(Exception):
+    """The step can never be written to this tracker (its records name no run there).
+
+    The service counts it as a failed step; the backend has logged why (once per run).
+    """
 
 
 class Backend(Protocol):
@@ -98,6 +114,10 @@ def create_backends(names: list[str], state_dir: str | None, configs: dict[str, 
             from otel_valgen.exporter.backends.tensorboard import TensorBoardBackend, TensorBoardConfig
 
             backends.append(TensorBoardBackend(config or TensorBoardConfig(), ledger))
+        elif name == "clearml":
+            from otel_valgen.exporter.backends.clearml import ClearMLBackend, ClearMLConfig
+
+            backends.append(ClearMLBackend(config or ClearMLConfig(), ledger))
         else:
             raise ValueError(f"unknown backend {name!r}")
     return backends

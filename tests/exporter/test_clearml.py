@@ -1,0 +1,108 @@
+"""The ClearML backend in offline mode: the trainer is verl 0.9.1's own ClearML tracking in another process.
+
+The exporter opens the trainer's task by id (``Task.get_task``) on the shared offline cache and
+writes verl's validation table and the scalars; they are read back from the offline session's
+files (``task.json``, ``metrics.jsonl``), since importing a session needs a ClearML server.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from otel_valgen import contract
+from otel_valgen.exporter.backends import create_backends
+from otel_valgen.exporter.service import ExporterService, ServiceConfig
+from otel_valgen.otlp_json import to_otlp_json
+from tests.support.require import require_module
+
+from .conftest import generation, request, summary, wait_for, written
+
+ROOT = Path(__file__).resolve().parents[2]
+require_module("clearml", "clearml is not installed; pip install -e '.[dev]'")
+require_module("verl", "verl is not installed; pip install -e '.[dev]'")
+
+
+def offline_events(folder: Path) -> list[dict[str, Any]]:
+    """Every event of an offline ClearML session folder."""
+    events: list[dict[str, Any]] = []
+    for line in (folder / "metrics.jsonl").read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            events.extend(json.loads(line))
+    return events
+
+
+def tables(folder: Path) -> dict[int, list[dict[str, Any]]]:
+    """The "Validation" tables (verl's) by iteration, as lists of row dicts."""
+    out = {}
+    for event in offline_events(folder):
+        if event["type"] == "plot" and event["metric"] == "Validation":
+            data = json.loads(event["plot_str"])["data"][0]
+            header = [h[0] if isinstance(h, list) else h for h in data["header"]["values"]]
+            rows = zip(*data["cells"]["values"], strict=True)
+            out[event["iter"]] = [dict(zip(header, row, strict=True)) for row in rows]
+    return out
+
+
+@pytest.fixture
+def offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """ClearML offline mode with its cache and home under tmp_path, for the trainer and the exporter."""
+    env = {"CLEARML_OFFLINE_MODE": "1", "CLEARML_CACHE_DIR": str(tmp_path / "cache"), "HOME": str(tmp_path / "home")}
+    (tmp_path / "home").mkdir()
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    return env
+
+
+@pytest.mark.timeout(300)
+def test_steps_land_in_the_trainers_task_as_verl_tables_and_scalars(offline: dict[str, str], tmp_path: Path) -> None:
+    """K rows per step in verl's "Validation" table of the trainer's own task, extra columns included."""
+    facts_path, work = tmp_path / "trainer.json", tmp_path / "job"
+    work.mkdir()
+    # Run from a folder outside any git repository, as a copied script: ClearML's Task.init
+    # analyses the script's repository and packages, which takes minutes on this repository.
+    script = shutil.copy(Path(__file__).with_name("clearml_trainer.py"), work / "trainer.py")
+    env = os.environ | offline | {"PYTHONPATH": str(ROOT)}
+    subprocess.run([sys.executable, str(script), str(facts_path)], cwd=work, env=env, check=True, timeout=240)
+    facts = json.loads(facts_path.read_text())
+    resource = facts["resource"]
+    assert resource["clearml.task_id"].startswith("offline-")
+    service = ExporterService(ServiceConfig(), create_backends(["clearml"], None, {}))
+    service.start()
+    for step in (1, 2):
+        logs = [generation("cm", step, i) for i in range(3)]
+        for i, log in enumerate(logs):
+            log.attributes.add(key=f"{contract.EXTRA_PREFIX}acc").value.double_value = float(i % 2)
+        service.accept(to_otlp_json(request(*logs, summary("cm", step, 3, seen=9), resource=resource)))
+    wait_for(lambda: written(service, "clearml") == 2, 60)
+    service.stop()
+    folder = Path(facts["folder"])
+    assert json.loads((folder / "task.json").read_text())["name"] == "grpo"  # the trainer's task, unchanged
+    got = tables(folder)
+    assert sorted(got) == [1, 2]
+    assert [(row["step"], row["input"], row["output"], row["score"]) for row in got[2]] == [
+        (2, "q0", "a0@2", 0.5),
+        (2, "q1", "a1@2", 0.5),
+        (2, "q2", "a2@2", 0.5),
+    ]
+    assert [row["acc"] for row in got[1]] == [0.0, 1.0, 0.0]
+    kept = [e for e in offline_events(folder) if e["type"] == "training_stats_scalar" and e["variant"] == "kept"]
+    assert sorted((e["iter"], e["value"]) for e in kept) == [(1, 3.0), (2, 3.0)]
+
+
+def test_records_without_a_task_are_counted_not_written(offline: dict[str, str]) -> None:
+    """Without clearml.task_id the step is a failed step for ClearML (counted), and the service goes on."""
+    service = ExporterService(ServiceConfig(), create_backends(["clearml"], None, {}))
+    service.start()
+    service.accept(to_otlp_json(request(generation("none", 1, 0), summary("none", 1, 1))))
+    wait_for(service.idle, 30)
+    service.stop()
+    stats = service.stats()["backends"]["clearml"]
+    assert (stats["failed_steps"], stats["written_steps"]) == (1, 0)
