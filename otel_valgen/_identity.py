@@ -103,9 +103,23 @@ def clearml_resource() -> dict[str, str]:
     return {"clearml.task_id": str(task_id)} if task_id else {}
 
 
+def trackio_resource() -> dict[str, str]:
+    """``trackio.project``, ``trackio.run_name``, ``trackio.run_id``: the job's current Trackio run's."""
+    trackio = sys.modules.get("trackio")
+    try:
+        run = trackio.context_vars.current_run.get() if trackio is not None else None
+    except Exception:  # a Trackio without context_vars: no run to name
+        run = None
+    if run is None:
+        return {}
+    values = {"trackio.project": run.project, "trackio.run_name": run.name, "trackio.run_id": run.id}
+    return {key: str(value) for key, value in values.items() if value}
+
+
 def tracker_resource(origin: str) -> dict[str, str]:
-    """The resource attributes naming the job's run in every tracker it uses (wandb, MLflow, TensorBoard, ClearML)."""
-    return wandb_resource(origin) | mlflow_resource() | tensorboard_resource() | clearml_resource()
+    """The resource attributes naming the job's run in every tracker it uses (wandb, MLflow, TensorBoard, ...)."""
+    found = wandb_resource(origin) | mlflow_resource() | tensorboard_resource()
+    return found | clearml_resource() | trackio_resource()
 
 
 _process_launch_id: str | None = None

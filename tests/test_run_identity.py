@@ -86,3 +86,36 @@ def test_an_explicit_run_id_is_never_replaced_by_the_wandb_run(wandb_dir: Path, 
     run.finish()
     vg.shutdown()
     assert shown_run_ids(sink) == {"mine"}
+
+
+def test_an_mlflow_run_started_later_and_the_tensorboard_folder_name_the_records(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """configure() before mlflow.start_run(): the next step's resource names the MLflow run and TENSORBOARD_DIR.
+
+    The variables that name a run without the tracker's API are forwarded to Ray workers.
+    """
+    mlflow = require_module("mlflow")
+    monkeypatch.setenv("TENSORBOARD_DIR", "tensorboard_log/proj/exp")
+    monkeypatch.setenv("CLEARML_TASK_ID", "task-from-agent")
+    monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "proj")
+    sink = tmp_path / "sink"
+    settings = vg.configure(count=2, directory=str(sink), run_id="job-1")
+    assert settings is not None
+    assert "mlflow.run_id" not in settings.resource_attributes
+    forwarded = vg_ray.worker_env()
+    assert forwarded["TENSORBOARD_DIR"] == "tensorboard_log/proj/exp"
+    assert forwarded["CLEARML_TASK_ID"] == "task-from-agent"
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    with mlflow.start_run() as run, vg.validation(step=1, source="trainer", sources_expected=1):
+        vg.log_generations(["q0", "q1", "q2"], ["a"] * 3, [0.5] * 3)
+    vg.shutdown()
+    generations = [r for r in read_paths([str(sink)], lambda error: None) if isinstance(r, Generation)]
+    assert len(generations) == 2
+    resources = {json.dumps(g.resource, sort_keys=True) for g in generations}
+    (resource,) = [json.loads(item) for item in resources]
+    assert resource["mlflow.run_id"] == run.info.run_id
+    assert resource["mlflow.experiment_name"] == "proj"
+    assert resource["tensorboard.log_dir"] == "tensorboard_log/proj/exp"
+    assert resource["clearml.task_id"] == "task-from-agent"
+    assert {g.run_id for g in generations} == {"job-1"}

@@ -504,6 +504,14 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("tests/exporter/test_mlflow.py",),
     ),
     Mutation(
+        "py.trackio.read_back",
+        "a Trackio step the store did not keep (a locked store only warns) is written again, not committed",
+        "otel_valgen/exporter/backends/trackio.py",
+        "if not self._stored(project, name, run.id, step.step, probe):",
+        "if False:",
+        ("tests/exporter/test_trackio.py",),
+    ),
+    Mutation(
         "py.tensorboard.inside_root",
         "the TensorBoard backend never writes outside its root",
         "otel_valgen/exporter/backends/tensorboard.py",

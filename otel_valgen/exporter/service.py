@@ -25,7 +25,7 @@ from typing import Any
 
 from otel_valgen.exporter.backends import Backend, BackendUnavailable, StepNotWritable
 from otel_valgen.exporter.ledger import ledger_dir
-from otel_valgen.exporter.steps import Assembled, ClosedStep, assemble
+from otel_valgen.exporter.steps import ClosedStep, RecordCounts, assemble
 from otel_valgen.reader import Generation, split_request
 
 __all__ = ["BackendWorker", "ExporterService", "Outcome", "ServiceConfig", "Unavailable"]
@@ -194,25 +194,12 @@ class BackendWorker:
 
 
 @dataclass
-class ServiceStats:
-    """Counters of what the service did with the records it received."""
+class ServiceStats(RecordCounts):
+    """Counters of what the service did with the requests and records it received."""
 
-    generations: int = 0
-    summaries: int = 0
-    late_dropped: int = 0
-    duplicates: int = 0
-    without_summary: int = 0
-    summary_without_records: int = 0
     rejected: int = 0
     refused_requests: int = 0
     steps: int = 0
-
-    def add(self, assembled: Assembled) -> None:
-        """Count one request's records."""
-        for name in ("generations", "summaries", "late_dropped", "duplicates", "without_summary"):
-            setattr(self, name, getattr(self, name) + getattr(assembled, name))
-        self.summary_without_records += assembled.summary_without_records
-        self.steps += len(assembled.steps)
 
 
 class ExporterService:
@@ -249,6 +236,7 @@ class ExporterService:
         assembled = assemble(decoded.records)
         with self._lock:
             self.counts.add(assembled)
+            self.counts.steps += len(assembled.steps)
             self.counts.rejected += decoded.rejected
         if assembled.without_summary:
             _logger.warning(

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from otel_valgen import contract
@@ -24,6 +24,7 @@ from otel_valgen.selection import COMPLETE
 __all__ = [
     "Assembled",
     "ClosedStep",
+    "RecordCounts",
     "StepKey",
     "assemble",
     "attempt_facts",
@@ -129,16 +130,27 @@ class _Parts:
 
 
 @dataclass
-class Assembled:
-    """The steps of one request, and what was set aside."""
+class RecordCounts:
+    """What became of received records: read, set aside, or made into incomplete steps."""
 
-    steps: list[ClosedStep] = field(default_factory=list)
     generations: int = 0
     summaries: int = 0
     late_dropped: int = 0
     duplicates: int = 0
     without_summary: int = 0
     summary_without_records: int = 0
+
+    def add(self, other: RecordCounts) -> None:
+        """Add ``other``'s counts to these."""
+        for item in fields(RecordCounts):
+            setattr(self, item.name, getattr(self, item.name) + getattr(other, item.name))
+
+
+@dataclass
+class Assembled(RecordCounts):
+    """The steps of one request, and what was set aside."""
+
+    steps: list[ClosedStep] = field(default_factory=list)
 
 
 def assemble(records: Iterable[tuple[Record, Mapping[str, Any]]], *, now: float | None = None) -> Assembled:

@@ -75,7 +75,8 @@ _backend = click.option(
     default="wandb",
     show_default=True,
     callback=_backends,
-    help="Comma-separated trackers to write to: wandb, mlflow, tensorboard, clearml [env: VALGEN_EXPORTER_BACKENDS].",
+    help="Trackers to write to, comma-separated: wandb, mlflow, tensorboard, clearml, trackio "
+    "[env: VALGEN_EXPORTER_BACKENDS].",
 )
 _tensorboard_dir = click.option(
     "--tensorboard-dir",
@@ -121,9 +122,11 @@ def _configs(options: dict[str, Any], max_runs: int = 16) -> dict[str, Any]:
     from otel_valgen.exporter.backends.clearml import ClearMLConfig
     from otel_valgen.exporter.backends.mlflow import MlflowConfig
     from otel_valgen.exporter.backends.tensorboard import TensorBoardConfig
+    from otel_valgen.exporter.backends.trackio import TrackioConfig
 
     configs: dict[str, Any] = {
         "clearml": ClearMLConfig(table_key=options["table_key"], scalars=options["scalars"]),
+        "trackio": TrackioConfig(table_key=options["table_key"], scalars=options["scalars"]),
         "mlflow": MlflowConfig(
             tracking_uri=options["mlflow_tracking_uri"] or None,
             experiment=options["mlflow_experiment"],
@@ -190,32 +193,17 @@ def _exporter_command(name: str, summary: str) -> click.Command:
         show_default=True,
         help="Python logging level.",
     )
-    def command(
-        http_address: str,
-        grpc_address: str,
-        state_dir: str,
-        max_runs: int,
-        max_pending_steps: int,
-        retry_after: float,
-        log_level: str,
-        **options: Any,
-    ) -> None:
-        _serve(http_address, grpc_address, state_dir, max_runs, max_pending_steps, retry_after, log_level, options)
+    def command(**options: Any) -> None:
+        _serve(options)
 
     return command
 
 
-def _serve(
-    http_address: str,
-    grpc_address: str,
-    state_dir: str,
-    max_runs: int,
-    max_pending_steps: int,
-    retry_after: float,
-    log_level: str,
-    options: dict[str, Any],
-) -> None:
+def _serve(options: dict[str, Any]) -> None:
     """Run the service until SIGTERM or SIGINT."""
+    http_address, grpc_address = options["http_address"], options["grpc_address"]
+    state_dir, max_runs, log_level = options["state_dir"], options["max_runs"], options["log_level"]
+    retry_after, max_pending_steps = options["retry_after"], options["max_pending_steps"]
     from otel_valgen.exporter.backends import create_backends
     from otel_valgen.exporter.server import ExporterServer, ListenError
     from otel_valgen.exporter.service import ExporterService, ServiceConfig

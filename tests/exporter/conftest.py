@@ -136,3 +136,31 @@ def wandb_backend(layout: str = "rows", state_dir: Path | None = None, backend_c
 def written(service: Any, backend: str = "wandb") -> int:
     """Steps ``backend`` has written so far."""
     return int(service.stats()["backends"][backend]["written_steps"])
+
+
+def serve_requests(backends: list[Any], *requests: Any, state_dir: Path | None = None) -> Any:
+    """Feed ``requests`` to a service writing to ``backends``, wait until written, stop it; the service."""
+    from otel_valgen.exporter.service import ExporterService, ServiceConfig
+    from otel_valgen.otlp_json import to_otlp_json
+
+    service = ExporterService(ServiceConfig(state_dir=str(state_dir) if state_dir else None), backends)
+    service.start()
+    for item in requests:
+        service.accept(to_otlp_json(item))
+    wait_for(service.idle)
+    service.stop()
+    return service
+
+
+def post_protobuf(port: int, body: bytes) -> bool:
+    """POST one OTLP/protobuf request to the service on loopback ``port``; whether it was accepted (200)."""
+    import urllib.request
+
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{port}/v1/logs", data=body, headers={"Content-Type": "application/x-protobuf"}
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=10) as response:
+            return bool(response.status == 200)
+    except OSError:
+        return False

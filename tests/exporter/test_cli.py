@@ -8,7 +8,6 @@ import signal
 import socket
 import subprocess
 import sys
-import urllib.request
 from pathlib import Path
 
 from click.testing import CliRunner
@@ -17,7 +16,7 @@ import otel_valgen.exporter as package
 from otel_valgen.otlp_json import to_otlp_json
 from otel_valgen.tools.exporter_commands import exporter_command, push_command, wandb_exporter_command
 
-from .conftest import step_request, wait_for
+from .conftest import post_protobuf, step_request, wait_for
 from .tensorboard_files import read_texts
 from .wandb_files import read_run
 
@@ -73,19 +72,8 @@ def test_service_process_sigterm_flushes_and_exits_cleanly(wandb_dir: Path, tmp_
         [sys.executable, "-c", code, *args], cwd=ROOT, env=os.environ.copy(), stderr=subprocess.PIPE, text=True
     )
     try:
-
-        def post(body: bytes) -> bool:
-            req = urllib.request.Request(
-                f"http://127.0.0.1:{port}/v1/logs", data=body, headers={"Content-Type": "application/x-protobuf"}
-            )
-            try:
-                with urllib.request.urlopen(req, timeout=5) as response:
-                    return bool(response.status == 200)
-            except OSError:
-                return False
-
-        wait_for(lambda: post(step_request("cli-svc", 1, 2).SerializeToString()), 30)
-        assert post(step_request("cli-svc", 2, 2).SerializeToString())
+        wait_for(lambda: post_protobuf(port, step_request("cli-svc", 1, 2).SerializeToString()), 30)
+        assert post_protobuf(port, step_request("cli-svc", 2, 2).SerializeToString())
         wait_for(lambda: _ledger_steps(state / "wandb") == _ledger_steps(state / "tensorboard") == [1, 2], 30)
         process.send_signal(signal.SIGTERM)
         _, err = process.communicate(timeout=60)

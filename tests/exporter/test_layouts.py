@@ -7,11 +7,11 @@ from pathlib import Path
 
 from otel_valgen import contract
 from otel_valgen.exporter.push import push_paths
-from otel_valgen.exporter.service import ExporterService, ServiceConfig
+from otel_valgen.exporter.service import ExporterService
 from otel_valgen.exporter.tables import ROW_COLUMNS
 from otel_valgen.otlp_json import to_otlp_json
 
-from .conftest import generation, request, step_request, summary, wait_for, wandb_backend
+from .conftest import generation, request, serve_requests, step_request, summary, wandb_backend
 from .wandb_files import read_run
 
 KEY = "val/generations"
@@ -23,15 +23,8 @@ def verl_columns(width: int) -> list[str]:
 
 
 def run_service(layout: str, *requests: object, state_dir: Path | None = None) -> ExporterService:
-    """Feed ``requests`` to an offline service, wait until written, stop it."""
-    config = ServiceConfig(state_dir=str(state_dir) if state_dir else None)
-    service = ExporterService(config, [wandb_backend(layout, state_dir)])
-    service.start()
-    for item in requests:
-        service.accept(to_otlp_json(item))
-    wait_for(service.idle)
-    service.stop()
-    return service
+    """Feed ``requests`` to an offline wandb service, wait until written, stop it."""
+    return serve_requests([wandb_backend(layout, state_dir)], *requests, state_dir=state_dir)
 
 
 def test_verl_layout_one_accumulating_row_per_step(wandb_dir: Path) -> None:

@@ -7,10 +7,9 @@ from pathlib import Path
 from otel_valgen import contract
 from otel_valgen.exporter.backends.tensorboard import TensorBoardBackend, TensorBoardConfig, target_dir
 from otel_valgen.exporter.ledger import Ledger
-from otel_valgen.exporter.service import ExporterService, ServiceConfig
-from otel_valgen.otlp_json import to_otlp_json
+from otel_valgen.exporter.service import ExporterService
 
-from .conftest import generation, request, summary, wait_for
+from .conftest import generation, request, serve_requests, summary
 from .tensorboard_files import read_scalars, read_texts
 
 KEY = "val/generations"
@@ -25,14 +24,7 @@ def step_for(run: str, step: int, k: int, log_dir: str | None, **kwargs: object)
 
 def run(root: Path, *requests: object, state: Path | None = None) -> ExporterService:
     """Feed ``requests`` to a service with the TensorBoard backend only; stop it when written."""
-    backend = TensorBoardBackend(TensorBoardConfig(root=str(root)), Ledger(state))
-    service = ExporterService(ServiceConfig(), [backend])
-    service.start()
-    for item in requests:
-        service.accept(to_otlp_json(item))
-    wait_for(service.idle)
-    service.stop()
-    return service
+    return serve_requests([TensorBoardBackend(TensorBoardConfig(root=str(root)), Ledger(state))], *requests)
 
 
 def test_verl_text_per_step_and_scalars_in_the_jobs_folder(tmp_path: Path) -> None:

@@ -29,7 +29,7 @@ __all__ = [
     "superseded",
 ]
 
-BACKENDS: Final = ("wandb", "mlflow", "tensorboard", "clearml")
+BACKENDS: Final = ("wandb", "mlflow", "tensorboard", "clearml", "trackio")
 """The backends this version writes to, by the name ``--backend`` takes."""
 
 _logger = logging.getLogger("otel_valgen.exporter")
@@ -118,6 +118,10 @@ def create_backends(names: list[str], state_dir: str | None, configs: dict[str, 
             from otel_valgen.exporter.backends.clearml import ClearMLBackend, ClearMLConfig
 
             backends.append(ClearMLBackend(config or ClearMLConfig(), ledger))
+        elif name == "trackio":
+            from otel_valgen.exporter.backends.trackio import TrackioBackend, TrackioConfig
+
+            backends.append(TrackioBackend(config or TrackioConfig(), ledger))
         else:
             raise ValueError(f"unknown backend {name!r}")
     return backends

@@ -1,0 +1,165 @@
+"""The Trackio backend: verl's traces, a table and the step's scalars, in the job's local Trackio run.
+
+The target run: the records' ``trackio.project`` and ``trackio.run_name`` resource attributes
+(``configure`` fills them, and ``trackio.run_id``, from the job's current Trackio run, which
+verl's Trackio logger starts as ``trackio.init(project, name=experiment_name)``). The exporter
+opens it with ``trackio.init(project, name, resume="must")`` on the local store its own
+environment names (``TRACKIO_DIR``, shared with the job). Trackio resumes by name: when the
+job started several runs of one name, the newest is written (logged once when its id is not
+the records' ``trackio.run_id``). Records that name no run are not written here (counted).
+
+Per step, under the table key (``val/generations``): verl's ``trackio.Trace`` per generation
+(user and assistant messages, metadata with the score, sample id, step and the extra columns),
+a ``trackio.Table`` of the rows under ``<key>/table``, and the summary's scalars
+(``<key>/seen``, ``kept``, ``score_mean``, ...).
+
+Trackio reports a write it could not store (a locked or unwritable store) only as a Python
+warning. So each step is read back from the store after ``finish``; a step that is not there
+waits and is written again (``BackendUnavailable``).
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+from otel_valgen.exporter.backends import BackendUnavailable, StepNotWritable, superseded
+from otel_valgen.exporter.ledger import Ledger, ShownAttempt
+from otel_valgen.exporter.steps import ClosedStep, summary_scalars
+from otel_valgen.exporter.tables import extra_names, generation_rows, row_columns
+
+__all__ = ["PROJECT_ATTRIBUTE", "RUN_NAME_ATTRIBUTE", "TrackioBackend", "TrackioConfig"]
+
+PROJECT_ATTRIBUTE = "trackio.project"
+RUN_NAME_ATTRIBUTE = "trackio.run_name"
+RUN_ID_ATTRIBUTE = "trackio.run_id"
+_logger = logging.getLogger("otel_valgen.exporter")
+
+
+@dataclass(frozen=True)
+class TrackioConfig:
+    """What to write.
+
+    Attributes:
+        table_key: the key of the traces; the table and scalars go under ``<table_key>/``.
+        scalars: write the summary's scalars.
+
+    """
+
+    table_key: str = "val/generations"
+    scalars: bool = True
+
+
+class TrackioBackend:
+    """Writes closed steps into local Trackio runs."""
+
+    name = "trackio"
+
+    def __init__(self, config: TrackioConfig, ledger: Ledger) -> None:
+        import trackio
+
+        self.config = config
+        self.ledger = ledger
+        self._trackio = trackio
+        self._warned: set[str] = set()
+
+    def _warn_once(self, key: str, message: str, *args: Any) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            _logger.warning(message, *args)
+
+    def _target(self, step: ClosedStep) -> tuple[str, str]:
+        project, name = step.resource.get(PROJECT_ATTRIBUTE), step.resource.get(RUN_NAME_ATTRIBUTE)
+        if not isinstance(project, str) or not project or not isinstance(name, str) or not name:
+            self._warn_once(step.group_id, "trackio: the records of %s name no Trackio run; not written", step.group_id)
+            raise StepNotWritable(f"run {step.group_id} names no {PROJECT_ATTRIBUTE} and {RUN_NAME_ATTRIBUTE}")
+        return project, name
+
+    def _payload(self, step: ClosedStep) -> dict[str, Any]:
+        trackio, key = self._trackio, self.config.table_key
+        names = extra_names(step)
+        traces = [
+            trackio.Trace(
+                messages=[
+                    {"role": "user", "content": generation.input},
+                    {"role": "assistant", "content": generation.output},
+                ],
+                metadata={
+                    "source": "validation_generations",
+                    "sample_index": index,
+                    "score": generation.score,
+                    "step": step.step,
+                    "sample_id": generation.sample_id,
+                    "attempt": step.attempt,
+                    **{name: generation.extra.get(name) for name in names},
+                },
+            )
+            for index, generation in enumerate(step.generations)
+        ]
+        payload: dict[str, Any] = {}
+        if traces:
+            payload[key] = traces
+            payload[f"{key}/table"] = trackio.Table(columns=row_columns(step), data=generation_rows(step))
+        if self.config.scalars:
+            payload |= {f"{key}/{name}": value for name, value in summary_scalars(step.summary).items()}
+        return payload
+
+    def _stored(self, project: str, name: str, run_id: str, step: int, key: str) -> bool:
+        from trackio.sqlite_storage import SQLiteStorage
+
+        try:
+            logs = SQLiteStorage.get_logs(project, name, run_id=run_id)
+        except Exception:  # a store that cannot be read cannot confirm the write
+            return False
+        return any(row.get("step") == step and key in row for row in logs)
+
+    def write(self, step: ClosedStep) -> int | None:
+        """Write one step; None when it was written before or another attempt is shown.
+
+        Raises:
+            BackendUnavailable: the store did not keep the step; it will be written again.
+            StepNotWritable: the records name no Trackio run.
+
+        """
+        if superseded(self, step) or self.ledger.is_committed(step.group_id, step.step, step.attempt):
+            return None
+        project, name = self._target(step)
+        payload = self._payload(step)
+        if not payload:
+            return None
+        trackio = self._trackio
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                run = trackio.init(
+                    project=project, name=name, resume="must", embed=False, auto_log_cpu=False, auto_log_gpu=False
+                )
+            except ValueError as error:  # "Run ... does not exist" (yet): the job has not stored its first row
+                raise BackendUnavailable(f"trackio: cannot open run {project}/{name}: {error}") from error
+            try:
+                expected = step.resource.get(RUN_ID_ATTRIBUTE)
+                if isinstance(expected, str) and expected and run.id != expected:
+                    self._warn_once(
+                        f"{project}/{name}",
+                        "trackio: run %s/%s is %s, not the records' %s (Trackio resumes the newest run of a name)",
+                        project,
+                        name,
+                        run.id,
+                        expected,
+                    )
+                trackio.log(payload, step=step.step)
+            finally:
+                trackio.finish()
+        probe = f"{self.config.table_key}/table" if step.generations else next(iter(payload))
+        if not self._stored(project, name, run.id, step.step, probe):
+            reasons = "; ".join(str(w.message) for w in caught) or "not found after finish()"
+            raise BackendUnavailable(f"trackio: step {step.step} was not stored in {project}/{name}: {reasons}")
+        shown = ShownAttempt(step.attempt, step.attempt_start, step.attempt_complete)
+        self.ledger.commit(step.group_id, step.step, [g.sample_id for g in step.generations], shown=shown)
+        return len(step.generations)
+
+    def close(self, *, teardown: bool = False) -> None:
+        """Nothing stays open between steps."""
+        del teardown
