@@ -1,7 +1,8 @@
 """Benchmark the exporter service per backend (loopback only).
 
 Backends: wandb offline (verl and rows layouts), TensorBoard (event files in a temporary
-folder), MLflow (a local ``mlflow server`` with a SQLite store, started here).
+folder), MLflow (a local ``mlflow server`` with a SQLite store, started here), ClearML (offline,
+a task made by verl's tracking in another process), Trackio (a local store).
 
 Figures, per backend:
 - latency from a step's request (its records and summary) arriving to the step being written;
@@ -42,6 +43,7 @@ def _request(run: str, step: int, *, summary: bool = True) -> Any:
     message = ExportLogsServiceRequest()
     rl = message.resource_logs.add()
     rl.resource.attributes.append(kv("service.name", "bench"))
+    rl.resource.attributes.extend(kv(k, v) for k, v in RESOURCE.items())
     logs = rl.scope_logs.add().log_records
     for i in range(K):
         log = logs.add(event_name=contract.EVENT_GENERATION, severity_number=9)
@@ -58,6 +60,37 @@ def _request(run: str, step: int, *, summary: bool = True) -> Any:
 
 
 MLFLOW_URI: str | None = None  # set by main when the mlflow backend is measured
+RESOURCE: dict[str, str] = {}  # the runs the records name (Trackio's, ClearML's), set by main
+
+
+def _trackio_run(folder: str) -> dict[str, str]:
+    """Start a local Trackio run as a job would (TRACKIO_DIR must be set before trackio is imported)."""
+    os.environ["TRACKIO_DIR"] = os.path.join(folder, "trackio")
+    import trackio
+
+    trackio.init(project="bench", name="bench", embed=False, auto_log_cpu=False, auto_log_gpu=False)
+    trackio.log({"train/loss": 1.0}, step=0)
+    trackio.finish()
+    return {"trackio.project": "bench", "trackio.run_name": "bench"}
+
+
+def _clearml_task(folder: str) -> dict[str, str]:
+    """An offline ClearML task made by verl's own tracking in another process, as the tests make one."""
+    import json
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    work = Path(folder, "clearml-job")
+    work.mkdir()
+    os.environ.update(CLEARML_OFFLINE_MODE="1", CLEARML_CACHE_DIR=str(work / "cache"), HOME=str(work))
+    script = shutil.copy(root / "tests" / "exporter" / "clearml_trainer.py", work / "trainer.py")
+    env = os.environ | {"PYTHONPATH": str(root)}
+    subprocess.run([sys.executable, str(script), str(work / "out.json")], cwd=work, env=env, check=True)
+    resource: dict[str, str] = json.loads((work / "out.json").read_text())["resource"]
+    return resource
 
 
 def _backend(name: str, folder: str) -> Any:
@@ -178,7 +211,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=30, help="steps for the latency figure")
     parser.add_argument("--seconds", type=float, default=8.0, help="sending time per throughput figure")
-    parser.add_argument("--backends", default="wandb-rows,wandb-verl,tensorboard,mlflow", help="what to measure")
+    parser.add_argument(
+        "--backends", default="wandb-rows,wandb-verl,tensorboard,mlflow,clearml,trackio", help="what to measure"
+    )
     args = parser.parse_args()
     global MLFLOW_URI
     names = args.backends.split(",")
@@ -194,6 +229,10 @@ def main() -> None:
             server = MlflowServer(Path(folder))
             server.start()
             MLFLOW_URI = server.uri
+        if "trackio" in names:
+            RESOURCE.update(_trackio_run(folder))
+        if "clearml" in names:
+            RESOURCE.update(_clearml_task(folder))
         print(f"k={K}, input and output {TEXT} B each, wandb offline, cpus={os.cpu_count()}")
         try:
             for name in names:

@@ -107,6 +107,7 @@ def test_an_mlflow_run_started_later_and_the_tensorboard_folder_name_the_records
     assert forwarded["TENSORBOARD_DIR"] == "tensorboard_log/proj/exp"
     assert forwarded["CLEARML_TASK_ID"] == "task-from-agent"
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    mlflow.set_experiment("proj")  # mlflow keeps the active experiment process-wide: not another test's
     with mlflow.start_run() as run, vg.validation(step=1, source="trainer", sources_expected=1):
         vg.log_generations(["q0", "q1", "q2"], ["a"] * 3, [0.5] * 3)
     vg.shutdown()
