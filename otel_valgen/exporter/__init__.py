@@ -2,7 +2,7 @@
 
 The service (``otel-valgen exporter``, alias ``wandb-exporter``) receives OTLP logs from the
 collector, one closed step per request, and hands each step to every configured backend
-(``otel_valgen.exporter.backends``: wandb, MLflow, TensorBoard), each of which writes it once
+(``otel_valgen.exporter.backends``: wandb, MLflow, TensorBoard, ClearML, Trackio), each of which writes it once
 into the run its records name. ``otel-valgen push`` does the same from OTLP-JSON files.
 Tracker libraries and grpc are imported only where they are used.
 """

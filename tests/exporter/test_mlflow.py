@@ -104,31 +104,39 @@ def test_records_without_a_run_go_to_one_tagged_run(server: MlflowServer, tmp_pa
 
 
 def test_an_mlflow_outage_holds_its_steps_without_blocking_tensorboard(server: MlflowServer, tmp_path: Path) -> None:
-    """MLflow down: TensorBoard goes on; past the hold limit 503; back up, MLflow gets what it missed, once."""
+    """MLflow down: requests are still taken and TensorBoard goes on; past the hold limit, 503.
+
+    Back up, MLflow gets what it missed, once each.
+    """
     run_id, resource = trainer_run(server, "exp-outage")
     resource = resource | {"tensorboard.log_dir": "job"}
-    service = service_for(server, tmp_path, ["mlflow", "tensorboard"], max_pending_steps=2)
+    service = service_for(server, tmp_path, ["mlflow", "tensorboard"], max_pending_steps=3)
+
+    def send(step: int) -> None:
+        service.accept(to_otlp_json(step_for("out", step, 2, resource)))
+
     try:
-        service.accept(to_otlp_json(step_for("out", 1, 2, resource)))
+        send(1)
         wait_for(lambda: written(service, "mlflow") == 1 and written(service, "tensorboard") == 1, 60)
         server.stop()
-        for step in (2, 3):
-            service.accept(to_otlp_json(step_for("out", step, 2, resource)))
-        wait_for(lambda: written(service, "tensorboard") == 3, 30)
+        send(2)
         wait_for(lambda: service.stats()["backends"]["mlflow"]["failing"], 120)
+        send(3)  # one backend failing does not refuse requests
+        send(4)
+        wait_for(lambda: written(service, "tensorboard") == 4, 30)
         with pytest.raises(Unavailable, match="mlflow"):
-            service.accept(to_otlp_json(step_for("out", 4, 2, resource)))
+            send(5)  # MLflow holds 3 steps: the collector keeps the rest
         server.start()
-        wait_for(lambda: written(service, "mlflow") == 3, 120)
-        service.accept(to_otlp_json(step_for("out", 4, 2, resource)))  # the collector's retry
-        service.accept(to_otlp_json(step_for("out", 3, 2, resource)))  # and a duplicate
+        wait_for(lambda: written(service, "mlflow") == 4, 120)
+        send(5)  # the collector's retry
+        send(3)  # and a duplicate
         wait_for(service.idle, 60)
     finally:
         service.stop()
     stats = service.stats()["backends"]
-    assert (stats["mlflow"]["written_steps"], stats["tensorboard"]["written_steps"]) == (4, 4)
+    assert (stats["mlflow"]["written_steps"], stats["tensorboard"]["written_steps"]) == (5, 5)
     assert stats["mlflow"]["outages"] == 1
     assert stats["tensorboard"]["outages"] == 0
-    assert sorted(read_texts(tmp_path / "boards" / "job", KEY)) == [1, 2, 3, 4]
+    assert sorted(read_texts(tmp_path / "boards" / "job", KEY)) == [1, 2, 3, 4, 5]
     kept = mlflow.MlflowClient(server.uri).get_metric_history(run_id, f"{KEY}/kept")
-    assert sorted(m.step for m in kept) == [1, 2, 3, 4]
+    assert sorted(m.step for m in kept) == [1, 2, 3, 4, 5]
