@@ -490,10 +490,10 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         "py.exporter.backend_ledgers",
         "a step already written to one backend is not written to it again after another one's outage",
-        "otel_valgen/exporter/backends/mlflow.py",
-        "if superseded(self, step) or self.ledger.is_committed(step.group_id, step.step, step.attempt):",
-        "if superseded(self, step):",
-        ("tests/exporter/test_mlflow.py",),
+        "otel_valgen/exporter/backends/__init__.py",
+        "return superseded(backend, step) or backend.ledger.is_committed(step.group_id, step.step, step.attempt)",
+        "return superseded(backend, step)",
+        ("tests/exporter/test_mlflow.py", "tests/exporter/test_tensorboard.py"),
     ),
     Mutation(
         "py.exporter.outage_isolated",

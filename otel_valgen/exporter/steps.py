@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from otel_valgen import contract
+from otel_valgen.exporter.ledger import ShownAttempt
 from otel_valgen.reader import Generation, Record, Summary
 from otel_valgen.selection import COMPLETE
 
@@ -72,6 +73,10 @@ class ClosedStep:
     def key(self) -> StepKey:
         """(group, step, attempt): what the ledgers key on."""
         return (self.group_id, self.step, self.attempt)
+
+    def shown_attempt(self) -> ShownAttempt:
+        """The step's attempt as the ledgers rank it (``otel_valgen.selection.attempt_rank``)."""
+        return ShownAttempt(self.attempt, self.attempt_start, self.attempt_complete)
 
 
 def attempt_facts(summary: Mapping[str, Any] | None, generations: Iterable[Generation]) -> tuple[int, bool]:

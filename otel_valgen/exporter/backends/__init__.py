@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Final, Protocol
 
-from otel_valgen.exporter.ledger import Ledger, ShownAttempt, ledger_dir
+from otel_valgen.exporter.ledger import Ledger, ledger_dir
 from otel_valgen.exporter.steps import ClosedStep
 
 __all__ = [
@@ -24,9 +24,11 @@ __all__ = [
     "Backend",
     "BackendUnavailable",
     "StepNotWritable",
+    "commit_step",
     "create_backends",
     "parse_backends",
     "superseded",
+    "written_before",
 ]
 
 BACKENDS: Final = ("wandb", "mlflow", "tensorboard", "clearml", "trackio")
@@ -67,8 +69,7 @@ def superseded(backend: Backend, step: ClosedStep) -> bool:
     Of the attempts of one step (``valgen.attempt``: resume, retry) the one that
     ``otel_valgen.selection.choose_attempt`` picks is shown: latest complete, else latest.
     """
-    candidate = ShownAttempt(step.attempt, step.attempt_start, step.attempt_complete)
-    shown = backend.ledger.superseded_by(step.group_id, step.step, candidate)
+    shown = backend.ledger.superseded_by(step.group_id, step.step, step.shown_attempt())
     if shown is None:
         return False
     _logger.info(
@@ -80,6 +81,18 @@ def superseded(backend: Backend, step: ClosedStep) -> bool:
         shown.attempt,
     )
     return True
+
+
+def written_before(backend: Backend, step: ClosedStep) -> bool:
+    """Whether a backend that writes a step whole has nothing to do: this attempt is written, or another is shown."""
+    return superseded(backend, step) or backend.ledger.is_committed(step.group_id, step.step, step.attempt)
+
+
+def commit_step(backend: Backend, step: ClosedStep) -> int:
+    """Record a whole step as written in the backend's ledger; the rows it had."""
+    sample_ids = [g.sample_id for g in step.generations]
+    backend.ledger.commit(step.group_id, step.step, sample_ids, shown=step.shown_attempt())
+    return len(sample_ids)
 
 
 def parse_backends(value: str) -> list[str]:

@@ -26,8 +26,8 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-from otel_valgen.exporter.backends import BackendUnavailable, StepNotWritable, superseded
-from otel_valgen.exporter.ledger import Ledger, ShownAttempt
+from otel_valgen.exporter.backends import BackendUnavailable, StepNotWritable, commit_step, written_before
+from otel_valgen.exporter.ledger import Ledger
 from otel_valgen.exporter.steps import ClosedStep, summary_scalars
 from otel_valgen.exporter.tables import extra_names
 
@@ -123,7 +123,7 @@ class ClearMLBackend:
             StepNotWritable: the records name no task (the step is not written here).
 
         """
-        if superseded(self, step) or self.ledger.is_committed(step.group_id, step.step, step.attempt):
+        if written_before(self, step):
             return None
         task = self._task(step)
         try:
@@ -138,9 +138,7 @@ class ClearMLBackend:
             self._tasks.pop(task.id, None)
             message = f"clearml: cannot report to task {task.id}: {type(error).__name__}: {error}"
             raise BackendUnavailable(message) from error
-        shown = ShownAttempt(step.attempt, step.attempt_start, step.attempt_complete)
-        self.ledger.commit(step.group_id, step.step, [g.sample_id for g in step.generations], shown=shown)
-        return len(step.generations)
+        return commit_step(self, step)
 
     def close(self, *, teardown: bool = False) -> None:
         """Flush every open task (the job's task is not closed: it is the job's)."""

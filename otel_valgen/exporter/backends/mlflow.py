@@ -35,8 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from otel_valgen.exporter.backends import BackendUnavailable, superseded
-from otel_valgen.exporter.ledger import Ledger, ShownAttempt
+from otel_valgen.exporter.backends import BackendUnavailable, commit_step, written_before
+from otel_valgen.exporter.ledger import Ledger
 from otel_valgen.exporter.steps import ClosedStep, summary_scalars
 from otel_valgen.exporter.tables import record_dicts
 
@@ -131,7 +131,7 @@ class MlflowBackend:
             BackendUnavailable: the tracking server cannot take the step now.
 
         """
-        if superseded(self, step) or self.ledger.is_committed(step.group_id, step.step, step.attempt):
+        if written_before(self, step):
             return None
         from mlflow.entities import Metric
 
@@ -150,9 +150,7 @@ class MlflowBackend:
             ]
             if metrics:
                 self._call("log metrics", self._client.log_batch, run_id, metrics=metrics, synchronous=True)
-        shown = ShownAttempt(step.attempt, step.attempt_start, step.attempt_complete)
-        self.ledger.commit(step.group_id, step.step, [g.sample_id for g in step.generations], shown=shown)
-        return len(step.generations)
+        return commit_step(self, step)
 
     def close(self, *, teardown: bool = False) -> None:
         """Nothing to release: the client holds no runs open."""

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from otel_valgen.exporter.backends import BackendUnavailable, superseded
-from otel_valgen.exporter.ledger import Ledger, ShownAttempt
+from otel_valgen.exporter.backends import BackendUnavailable, commit_step, written_before
+from otel_valgen.exporter.ledger import Ledger
 from otel_valgen.exporter.steps import ClosedStep, summary_scalars
 from otel_valgen.exporter.tables import markdown
 
@@ -119,7 +119,7 @@ class TensorBoardBackend:
             BackendUnavailable: the event file cannot be written now.
 
         """
-        if superseded(self, step) or self.ledger.is_committed(step.group_id, step.step, step.attempt):
+        if written_before(self, step):
             return None
         folder, named = target_dir(Path(self.config.root), step.resource, step.group_id)
         if not named and step.group_id not in self._warned:
@@ -143,9 +143,7 @@ class TensorBoardBackend:
         except OSError as error:
             self._writers.pop(folder, None)
             raise BackendUnavailable(f"cannot write to {folder}: {error}") from error
-        shown = ShownAttempt(step.attempt, step.attempt_start, step.attempt_complete)
-        self.ledger.commit(step.group_id, step.step, [g.sample_id for g in step.generations], shown=shown)
-        return len(step.generations)
+        return commit_step(self, step)
 
     def close(self, *, teardown: bool = False) -> None:
         """Close every event file."""

@@ -25,8 +25,8 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
-from otel_valgen.exporter.backends import BackendUnavailable, StepNotWritable, superseded
-from otel_valgen.exporter.ledger import Ledger, ShownAttempt
+from otel_valgen.exporter.backends import BackendUnavailable, StepNotWritable, commit_step, written_before
+from otel_valgen.exporter.ledger import Ledger
 from otel_valgen.exporter.steps import ClosedStep, summary_scalars
 from otel_valgen.exporter.tables import extra_names, generation_rows, row_columns
 
@@ -123,7 +123,7 @@ class TrackioBackend:
             StepNotWritable: the records name no Trackio run.
 
         """
-        if superseded(self, step) or self.ledger.is_committed(step.group_id, step.step, step.attempt):
+        if written_before(self, step):
             return None
         project, name = self._target(step)
         payload = self._payload(step)
@@ -156,9 +156,7 @@ class TrackioBackend:
         if not self._stored(project, name, run.id, step.step, probe):
             reasons = "; ".join(str(w.message) for w in caught) or "not found after finish()"
             raise BackendUnavailable(f"trackio: step {step.step} was not stored in {project}/{name}: {reasons}")
-        shown = ShownAttempt(step.attempt, step.attempt_start, step.attempt_complete)
-        self.ledger.commit(step.group_id, step.step, [g.sample_id for g in step.generations], shown=shown)
-        return len(step.generations)
+        return commit_step(self, step)
 
     def close(self, *, teardown: bool = False) -> None:
         """Nothing stays open between steps."""

@@ -35,7 +35,7 @@ import wandb
 
 from otel_valgen import contract
 from otel_valgen.exporter.backends import BackendUnavailable, superseded
-from otel_valgen.exporter.ledger import Ledger, ShownAttempt
+from otel_valgen.exporter.ledger import Ledger
 from otel_valgen.exporter.steps import ClosedStep, summary_scalars
 from otel_valgen.exporter.tables import generation_rows, row_columns, supports_incremental, verl_row, wide_table
 
@@ -171,7 +171,7 @@ class WandbBackend:
         """
         if superseded(self, step):
             return None
-        shown = ShownAttempt(step.attempt, step.attempt_start, step.attempt_complete)
+        shown = step.shown_attempt()
         target = run_ref(step, self.config.project, self.config.entity)
         committed = self.ledger.committed_samples(step.group_id, step.step, step.attempt)
         new_ids = [g.sample_id for g in step.generations if g.sample_id not in committed]
