@@ -15,7 +15,7 @@ from pathlib import Path
 
 from otel_valgen import contract
 from otel_valgen.exporter.backends import Backend
-from otel_valgen.exporter.steps import ClosedStep, order_generations
+from otel_valgen.exporter.steps import ClosedStep, order_generations, run_resource
 from otel_valgen.reader import ReadError, read_paths
 from otel_valgen.selection import StepSelection, select_steps
 
@@ -34,8 +34,6 @@ class PushReport:
 
 def step_from_selection(selection: StepSelection) -> ClosedStep:
     """Make a closed step of a file selection; its resource is the first one that names a run."""
-    resources = [generation.resource for generation in selection.generations]
-    named = next((r for r in resources if any(k.endswith(".run_id") for k in r)), resources[0] if resources else {})
     summary = dict(selection.summary or {})
     summary.setdefault(contract.SEEN, selection.seen)
     summary.setdefault(contract.KEPT, selection.kept)
@@ -45,7 +43,7 @@ def step_from_selection(selection: StepSelection) -> ClosedStep:
         group_id=selection.run_id,
         step=selection.step,
         generations=order_generations(selection.generations),
-        resource=dict(named),
+        resource=run_resource(generation.resource for generation in selection.generations),
         summary=summary,
         complete=True,
         reason="push",

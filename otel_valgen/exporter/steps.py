@@ -15,7 +15,7 @@ import math
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, Final
 
 from otel_valgen import contract
 from otel_valgen.exporter.ledger import ShownAttempt
@@ -29,7 +29,9 @@ __all__ = [
     "StepKey",
     "assemble",
     "attempt_facts",
+    "names_a_run",
     "order_generations",
+    "run_resource",
     "summary_scalars",
 ]
 
@@ -123,8 +125,31 @@ def summary_scalars(summary: Mapping[str, Any] | None) -> dict[str, float]:
     return out
 
 
-def _names_a_run(resource: Mapping[str, Any]) -> bool:
-    return any(key.endswith(".run_id") or key == "tensorboard.log_dir" for key in resource)
+RUN_ATTRIBUTES: Final = frozenset(
+    {
+        contract.WANDB_RUN_ID,
+        "mlflow.run_id",
+        "tensorboard.log_dir",
+        "clearml.task_id",
+        "trackio.run_id",
+    }
+)
+"""Resource attributes that name a tracker run (``otel_valgen._identity.tracker_resource`` sets them)."""
+
+
+def names_a_run(resource: Mapping[str, Any]) -> bool:
+    """Whether a resource names the job's run in some tracker."""
+    return not RUN_ATTRIBUTES.isdisjoint(resource)
+
+
+def run_resource(resources: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """The first of a step's resources that names a run, else its first, else empty."""
+    first: Mapping[str, Any] | None = None
+    for resource in resources:
+        if names_a_run(resource):
+            return dict(resource)
+        first = resource if first is None else first
+    return dict(first or {})
 
 
 @dataclass
@@ -183,7 +208,7 @@ def assemble(records: Iterable[tuple[Record, Mapping[str, Any]]], *, now: float 
                 out.duplicates += 1
                 continue
             part.generations[record.sample_id] = record
-        if not part.resource or (_names_a_run(resource) and not _names_a_run(part.resource)):
+        if not part.resource or (names_a_run(resource) and not names_a_run(part.resource)):
             part.resource = dict(resource)
     received_at = time.monotonic() if now is None else now
     for key, part in parts.items():

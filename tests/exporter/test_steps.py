@@ -55,3 +55,12 @@ def test_steps_and_attempts_are_kept_apart_and_duplicates_counted() -> None:
     out = steps_of(*logs)
     assert [(s.step, s.attempt, len(s.generations)) for s in out.steps] == [(5, "", 1), (6, "", 1), (6, "b", 1)]
     assert out.duplicates == 1
+
+
+def test_the_step_takes_the_resource_that_names_a_run_in_any_tracker() -> None:
+    """A worker's resource comes first, the trainer's names only its ClearML task: the step takes the trainer's."""
+    worker = request(generation("r", 7, 0), resource={"service.name": "worker"})
+    trainer = request(generation("r", 7, 1), summary("r", 7, 2), resource={"clearml.task_id": "t-1"})
+    worker.resource_logs.extend(trainer.resource_logs)
+    (step,) = assemble(split_request(to_otlp_json(worker)).records, now=0.0).steps
+    assert step.resource == {"clearml.task_id": "t-1"}
