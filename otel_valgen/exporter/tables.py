@@ -10,11 +10,9 @@ step's extra columns by name, then ``attempt``. ``markdown`` is verl's TensorBoa
 from __future__ import annotations
 
 import inspect
-from collections.abc import Mapping
 from typing import Any, Final, Literal
 
 from otel_valgen.exporter.steps import ClosedStep
-from otel_valgen.reader import Generation
 
 __all__ = [
     "LAYOUTS",
@@ -46,14 +44,9 @@ ROW_COLUMNS: Final = [
 WideRow = dict[str, Any]  # {"cells": [step, input_1, output_1, score_1, ...], "extra": {name: [v_1, ...]}}
 
 
-def _extra(generation: Generation) -> Mapping[str, Any]:
-    extra = getattr(generation, "extra", None)
-    return extra if isinstance(extra, Mapping) else {}
-
-
 def extra_names(step: ClosedStep) -> list[str]:
     """The step's extra column names, sorted."""
-    return sorted({name for generation in step.generations for name in _extra(generation)})
+    return sorted({name for generation in step.generations for name in generation.extra})
 
 
 def verl_row(step: ClosedStep) -> WideRow:
@@ -62,7 +55,7 @@ def verl_row(step: ClosedStep) -> WideRow:
     for generation in step.generations:
         cells += [generation.input, generation.output, generation.score]
     names = extra_names(step)
-    return {"cells": cells, "extra": {name: [_extra(g).get(name) for g in step.generations] for name in names}}
+    return {"cells": cells, "extra": {name: [g.extra.get(name) for g in step.generations] for name in names}}
 
 
 def _as_wide(row: Any) -> WideRow:
@@ -109,7 +102,7 @@ def generation_rows(step: ClosedStep, skip: set[str] | frozenset[str] = frozense
             generation.output,
             generation.ground_truth,
             generation.score,
-            *(_extra(generation).get(name) for name in names),
+            *(generation.extra.get(name) for name in names),
             step.attempt,
         ]
         for generation in step.generations
@@ -125,7 +118,7 @@ def record_dicts(step: ClosedStep) -> list[dict[str, Any]]:
         item: dict[str, Any] = {"input": generation.input, "output": generation.output, "score": generation.score}
         item |= {"step": step.step, "rank": rank, "sample_id": generation.sample_id}
         item |= {"data_source": generation.data_source, "ground_truth": generation.ground_truth}
-        item |= {name: _extra(generation).get(name) for name in names}
+        item |= {name: generation.extra.get(name) for name in names}
         item["attempt"] = step.attempt
         out.append(item)
     return out
@@ -141,7 +134,7 @@ def markdown(step: ClosedStep) -> str:
         text += f"**Output:** {generation.output}\n\n"
         text += f"**Score:** {generation.score}\n\n"
         for name in names:
-            text += f"**{name}:** {_extra(generation).get(name)}\n\n"
+            text += f"**{name}:** {generation.extra.get(name)}\n\n"
         text += "---\n\n"
     return text
 
