@@ -190,8 +190,10 @@ def follow_trackers(emitter: Emitter) -> Emitter:
     ``mlflow.start_run`` in its actor) then names the records of every step opened from then on.
     """
     try:
+        if emitter.has_open_steps():  # a step keeps the runs it opened with; no need to look
+            return emitter
         followed = follow_tracker_runs(emitter.settings)
-        if followed is None or emitter.has_open_steps():
+        if followed is None:
             return emitter
         with _lock:
             if _emitter is not emitter:  # another thread moved it already, or shut it down
