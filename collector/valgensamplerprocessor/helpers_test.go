@@ -168,27 +168,33 @@ type output struct {
 	resources []pcommon.Resource // resource of each kept record
 }
 
+// eachRecord calls fn with every log record of ld, in order, and the resource logs it is in.
+func eachRecord(ld plog.Logs, fn func(rl plog.ResourceLogs, lr plog.LogRecord)) {
+	for i := 0; i < ld.ResourceLogs().Len(); i++ {
+		rl := ld.ResourceLogs().At(i)
+		for j := 0; j < rl.ScopeLogs().Len(); j++ {
+			lrs := rl.ScopeLogs().At(j).LogRecords()
+			for k := 0; k < lrs.Len(); k++ {
+				fn(rl, lrs.At(k))
+			}
+		}
+	}
+}
+
 func collect(sink *consumertest.LogsSink) output {
 	var out output
 	for _, ld := range sink.AllLogs() {
-		for i := 0; i < ld.ResourceLogs().Len(); i++ {
-			rl := ld.ResourceLogs().At(i)
-			for j := 0; j < rl.ScopeLogs().Len(); j++ {
-				lrs := rl.ScopeLogs().At(j).LogRecords()
-				for k := 0; k < lrs.Len(); k++ {
-					lr := lrs.At(k)
-					switch eventName(lr) {
-					case eventGeneration:
-						out.kept = append(out.kept, lr)
-						out.resources = append(out.resources, rl.Resource())
-					case eventSummary:
-						out.summaries = append(out.summaries, lr)
-					default:
-						out.other = append(out.other, lr)
-					}
-				}
+		eachRecord(ld, func(rl plog.ResourceLogs, lr plog.LogRecord) {
+			switch eventName(lr) {
+			case eventGeneration:
+				out.kept = append(out.kept, lr)
+				out.resources = append(out.resources, rl.Resource())
+			case eventSummary:
+				out.summaries = append(out.summaries, lr)
+			default:
+				out.other = append(out.other, lr)
 			}
-		}
+		})
 	}
 	return out
 }

@@ -116,34 +116,27 @@ func collectVector(t *testing.T, sink []plog.Logs) vectorOutput {
 	out := vectorOutput{late: map[string][]int64{}}
 	var pending []string
 	for _, ld := range sink {
-		for i := 0; i < ld.ResourceLogs().Len(); i++ {
-			sls := ld.ResourceLogs().At(i).ScopeLogs()
-			for j := 0; j < sls.Len(); j++ {
-				lrs := sls.At(j).LogRecords()
-				for k := 0; k < lrs.Len(); k++ {
-					lr := lrs.At(k)
-					switch lr.EventName() {
-					case eventGeneration:
-						if _, ranked := lr.Attributes().Get(attrRank); ranked {
-							pending = append(pending, strOf(t, lr, attrSampleID))
-							continue
-						}
-						late, ok := lr.Attributes().Get(attrLate)
-						require.True(t, ok && late.Bool(), "an unranked generation is a tagged late one")
-						out.forwarded = append(out.forwarded, strOf(t, lr, attrSampleID))
-					case eventSummary:
-						out.summaries = append(out.summaries, lr)
-						out.kept = append(out.kept, pending)
-						pending = nil
-					case eventLate:
-						name := groupName(strOf(t, lr, attrRunID), intOf(t, lr, attrStep), strOf(t, lr, attrAttempt))
-						out.late[name] = append(out.late[name], intOf(t, lr, attrLate))
-					default:
-						t.Fatalf("unexpected record %q downstream", lr.EventName())
-					}
+		eachRecord(ld, func(_ plog.ResourceLogs, lr plog.LogRecord) {
+			switch lr.EventName() {
+			case eventGeneration:
+				if _, ranked := lr.Attributes().Get(attrRank); ranked {
+					pending = append(pending, strOf(t, lr, attrSampleID))
+					return
 				}
+				late, ok := lr.Attributes().Get(attrLate)
+				require.True(t, ok && late.Bool(), "an unranked generation is a tagged late one")
+				out.forwarded = append(out.forwarded, strOf(t, lr, attrSampleID))
+			case eventSummary:
+				out.summaries = append(out.summaries, lr)
+				out.kept = append(out.kept, pending)
+				pending = nil
+			case eventLate:
+				name := groupName(strOf(t, lr, attrRunID), intOf(t, lr, attrStep), strOf(t, lr, attrAttempt))
+				out.late[name] = append(out.late[name], intOf(t, lr, attrLate))
+			default:
+				t.Fatalf("unexpected record %q downstream", lr.EventName())
 			}
-		}
+		})
 	}
 	require.Empty(t, pending, "kept records without their summary")
 	return out

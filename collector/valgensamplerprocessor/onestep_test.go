@@ -19,19 +19,12 @@ func requestGroups(t *testing.T, all []plog.Logs) (steps [][]int64, summaries []
 	for _, ld := range all {
 		var these []int64
 		n := 0
-		for i := 0; i < ld.ResourceLogs().Len(); i++ {
-			sls := ld.ResourceLogs().At(i).ScopeLogs()
-			for j := 0; j < sls.Len(); j++ {
-				lrs := sls.At(j).LogRecords()
-				for k := 0; k < lrs.Len(); k++ {
-					lr := lrs.At(k)
-					if eventName(lr) == eventSummary {
-						n++
-					}
-					these = append(these, intOf(t, lr, attrStep))
-				}
+		eachRecord(ld, func(_ plog.ResourceLogs, lr plog.LogRecord) {
+			if eventName(lr) == eventSummary {
+				n++
 			}
-		}
+			these = append(these, intOf(t, lr, attrStep))
+		})
 		steps = append(steps, these)
 		summaries = append(summaries, n)
 	}
