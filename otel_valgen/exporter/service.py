@@ -142,7 +142,6 @@ class BackendWorker:
         return self._failing_since is not None and time.monotonic() > self._stop_deadline
 
     def _write(self, step: ClosedStep) -> None:
-        failed = False
         try:
             rows = self.backend.write(step)
         except BackendUnavailable as error:
@@ -153,26 +152,25 @@ class BackendWorker:
                     _logger.warning("%s unavailable, holding %d steps: %s", self.name, len(self._pending), error)
                 self._cond.wait(min(self._config.retry_after_s, 1.0) if not self._stopping else 0.2)
             return
-        except StepNotWritable as error:
-            rows, failed = None, True
+        except StepNotWritable as error:  # the backend logged why, once per run
             self.stats.failed_steps += 1
             _logger.debug("%s: run %s step %d not written: %s", self.name, step.group_id, step.step, error)
         except Exception:
-            rows, failed = None, True
             self.stats.failed_steps += 1
             _logger.exception("%s: dropping run %s step %d: the write failed", self.name, step.group_id, step.step)
+        else:
+            if rows is None:
+                self.stats.unchanged_steps += 1
+            else:
+                self.stats.rows += rows
+                self.stats.written_steps += 1
+                self.latencies.append(time.monotonic() - step.received_at)
         with self._cond:
             if self._pending and self._pending[0] is step:
                 self._pending.popleft()
             if self._failing_since is not None:
                 _logger.info("%s available again", self.name)
             self._failing_since = None
-            if rows is None:
-                self.stats.unchanged_steps += 0 if failed else 1
-            else:
-                self.stats.rows += rows
-                self.stats.written_steps += 1
-                self.latencies.append(time.monotonic() - step.received_at)
 
     def stop(self, timeout_s: float) -> None:
         """Write what is queued (giving up on a failing tracker after a few seconds); spool the rest."""
