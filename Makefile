@@ -1,19 +1,56 @@
 # otel-valgen: the two commands a user needs are `make demo` and `make test` (see README).
-PYTHON ?= python3
+#
+# Python environments are made by uv, pinned below and installed from PyPI into build/tools:
+#   .venv                    `make test` and `make demo`: exactly requirements/dev.lock (+ this checkout)
+#   build/lanes/newest       `make test-ranges`: the newest versions pyproject.toml's ranges allow today
+#   build/lanes/lowest       `make test-ranges`: the lowest version of every direct dependency
+BOOTSTRAP_PYTHON ?= python3
 GO ?= go
+UV_VERSION := 0.13.8
+UV_DIR := build/tools/uv-$(UV_VERSION)
+UV := $(UV_DIR)/bin/uv
+VENV := .venv
+PYTHON := $(VENV)/bin/python
+LOCK := requirements/dev.lock
+EXPORTER_LOCK := requirements/exporter.lock
+LOCK_PLATFORM := --python-version 3.11 --python-platform x86_64-unknown-linux-gnu --generate-hashes
 COLLECTOR_BIN := build/otelcol-valgen
 PROCESSOR_DIR := collector/valgensamplerprocessor
+# The library's own tests: what the range lanes run (the library and its runtime dependencies only).
+LIBRARY_TESTS := tests/test_api.py tests/test_accounting.py tests/test_bad_input.py tests/test_k_rule.py \
+	tests/test_launchers.py tests/test_lifecycle.py tests/test_presampling.py tests/test_sampling.py \
+	tests/test_settings.py tests/test_testing_helpers.py
 
-.PHONY: demo install install-dev collector docker go-test go-lint lint typecheck test-py test deploy-check
+.PHONY: demo install install-dev lock test-ranges collector docker go-test go-lint lint typecheck test-py test deploy-check
 
 demo: install
 	$(PYTHON) -m otel_valgen.tools demo
 
-install:
-	$(PYTHON) -m pip install --quiet -e ".[cli,ray]"
+$(UV):
+	$(BOOTSTRAP_PYTHON) -m pip install --quiet --disable-pip-version-check --target $(UV_DIR) uv==$(UV_VERSION)
 
-install-dev:
-	$(PYTHON) -m pip install --quiet -e ".[dev]"
+$(PYTHON): | $(UV)
+	$(UV) venv --quiet --python "$$($(BOOTSTRAP_PYTHON) -c 'import sys; print(sys.executable)')" $(VENV)
+
+# The demo's packages, at the versions of the lock.
+install: $(PYTHON)
+	$(UV) pip install --quiet --python $(PYTHON) --constraint $(LOCK) -e ".[cli,ray]"
+
+# Exactly the lock: `pip sync` also removes what the lock does not name.
+install-dev: $(PYTHON)
+	$(UV) pip sync --quiet --python $(PYTHON) --require-hashes $(LOCK)
+	$(UV) pip install --quiet --python $(PYTHON) --no-deps -e .
+
+# Refreshes the locks to the newest versions pyproject.toml's ranges allow (commit them with it).
+lock: | $(UV)
+	$(UV) pip compile --quiet --upgrade $(LOCK_PLATFORM) --extra dev -o $(LOCK) pyproject.toml
+	$(UV) pip compile --quiet --upgrade $(LOCK_PLATFORM) --extra exporter -o $(EXPORTER_LOCK) pyproject.toml
+
+# The library's ranges at both ends, each in a venv of its own: the newest versions (index
+# metadata refreshed, never a cached answer) and the lowest direct versions.
+test-ranges: | $(UV)
+	bash tools/range_lane.sh $(UV) newest --resolution highest --refresh -- $(LIBRARY_TESTS)
+	bash tools/range_lane.sh $(UV) lowest --resolution lowest-direct -- $(LIBRARY_TESTS)
 
 collector:
 	bash collector/build.sh
@@ -33,23 +70,24 @@ go-test:
 go-lint:
 	@unformatted="$$(gofmt -l $(PROCESSOR_DIR))"; if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 
-lint:
-	ruff check .
-	ruff format --check .
+lint: install-dev
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
-typecheck:
-	mypy
+typecheck: install-dev
+	$(VENV)/bin/mypy
 
 # VALGEN_REQUIRE_ALL=1: a tool or binary this target's prerequisites install must be there; its
 # absence fails the tests that need it instead of skipping them (tests/support/require.py).
+# The venv's bin comes first on PATH, so that tools the tests start (torchrun, ray) are the lock's.
 test-py:
-	VALGEN_REQUIRE_ALL=1 $(PYTHON) -m pytest
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" VALGEN_REQUIRE_ALL=1 $(PYTHON) -m pytest
 
-# Installs everything this project needs (Python packages, the collector build, Docker and
-# its tools) and runs every check, the compose stack among them.
+# Installs everything this project needs (the locked Python packages, the collector build, Docker
+# and its tools) and runs every check, the compose stack among them.
 test: install-dev collector docker lint typecheck go-lint go-test test-py
 
 # Deployment checks (tests/deploy) only. No Loki or Grafana is built: see docs/deployment.md,
 # "What is verified about Loki and Grafana".
-deploy-check:
+deploy-check: install-dev
 	$(PYTHON) -m pytest tests/deploy

@@ -14,13 +14,16 @@ ARG PYTHON_IMAGE=python:3.11.14-slim-bookworm
 FROM ${PYTHON_IMAGE} AS build
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
+COPY requirements/exporter.lock requirements/
 COPY pyproject.toml README.md ./
 COPY otel_valgen/ otel_valgen/
-# Versions come from pyproject.toml (the OTel packages are pinned there). pip's download cache
-# is a cache mount: later builds on this engine reuse it, and it stays out of the image.
+# Versions come from requirements/exporter.lock (`make lock`), hash-checked: the image holds the
+# set the tests ran. pip's download cache is a cache mount: later builds on this engine reuse
+# it, and it stays out of the image.
 RUN --mount=type=cache,target=/root/.cache/pip \
     python -m venv /opt/venv \
-    && /opt/venv/bin/pip install ".[exporter]"
+    && /opt/venv/bin/pip install --require-hashes -r requirements/exporter.lock \
+    && /opt/venv/bin/pip install --no-deps ".[exporter]"
 
 FROM ${PYTHON_IMAGE}
 RUN groupadd --system --gid 10001 valgen \

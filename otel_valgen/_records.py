@@ -118,7 +118,8 @@ def _derived_ids(inputs: Sequence[Any]) -> _Ids | None:
     if set(map(type, inputs)) != _STR_ONLY:  # bytes would hash too, but are ids of their repaired text
         return None
     try:
-        digests = b"".join(map(xxhash.xxh64_digest, inputs))  # a str is hashed as its UTF-8
+        # Encoded here: xxhash 3 hashed a str as its UTF-8, xxhash 4 raises TypeError for one.
+        digests = b"".join([xxhash.xxh64_digest(text.encode()) for text in inputs])
     except UnicodeEncodeError:  # lone surrogates: see _any_ids
         return None
     return _Ids(
