@@ -17,7 +17,7 @@ from otel_valgen.sampling import SortKey, bottom_k, sample_key, step_k
 from otel_valgen.selection import select_steps
 from otel_valgen.testing import capture_records
 from tests.conftest import REPO
-from tests.test_key_versions import otlp_generation
+from tests.support.otlp_json_records import otlp_generation
 
 CASES = json.loads((REPO / "testdata" / "sampling" / "k_rule.json").read_text(encoding="utf-8"))
 

@@ -16,34 +16,9 @@ from otel_valgen.sampling import KEY_VERSION, LEGACY_KEY_VERSION, SortKey, botto
 from otel_valgen.selection import select_steps
 from otel_valgen.testing import capture_records
 from otel_valgen.tools.cli import main
+from tests.support.otlp_json_records import SEED, otlp_generation
 
-SEED = 42
 IDS = [f"p{i}/0" for i in range(40)]
-
-
-def otlp_generation(sample_id: str, version: int | None, *, keyed: bool = True, count: int = 6) -> dict[str, Any]:
-    """An OTLP/JSON generation record as an SDK of key ``version`` sends it (None: an old SDK)."""
-    attributes: dict[str, Any] = {
-        contract.RUN_ID: "r",
-        contract.STEP: 1,
-        contract.SAMPLE_ID: sample_id,
-        contract.SEED: SEED,
-        contract.SAMPLE_COUNT: count,
-    }
-    if keyed:
-        attributes[contract.SAMPLE_KEY] = sample_key(SEED, sample_id, version or LEGACY_KEY_VERSION)
-    if version is not None:
-        attributes[contract.KEY_VERSION] = version
-
-    def value(v: Any) -> dict[str, Any]:
-        return {"intValue": str(v)} if isinstance(v, int) else {"stringValue": v}
-
-    log = {
-        "eventName": contract.EVENT_GENERATION,
-        "attributes": [{"key": key, "value": value(v)} for key, v in attributes.items()],
-        "body": {"kvlistValue": {"values": []}},
-    }
-    return {"resourceLogs": [{"resource": {}, "scopeLogs": [{"logRecords": [log]}]}]}
 
 
 def _read(requests: list[dict[str, Any]]) -> list[Generation]:
