@@ -101,10 +101,18 @@ def test_contexts_send_what_the_dockerfiles_copy() -> None:
     assert "collector-config/collector.yaml" in collector
     assert not [p for p in collector if p.endswith("_test.go") or "/testdata/" in p or p.startswith("build/")]
     exporter = context_files(DOCKER / "wandb-exporter.Dockerfile")
-    assert {"pyproject.toml", "README.md", "docker/wandb-exporter-entrypoint.sh", "otel_valgen/tools/cli.py"} <= set(
-        exporter
-    )
-    assert not [p for p in exporter if not p.startswith(("otel_valgen/", "docker/", "pyproject", "README"))]
+    assert {
+        "pyproject.toml",
+        "README.md",
+        "requirements/exporter.lock",
+        "docker/wandb-exporter-entrypoint.sh",
+        "otel_valgen/tools/cli.py",
+    } <= set(exporter)
+    assert not [
+        p
+        for p in exporter
+        if not p.startswith(("otel_valgen/", "docker/", "pyproject", "README", "requirements/exporter.lock"))
+    ]
 
 
 @pytest.mark.timeout(720)

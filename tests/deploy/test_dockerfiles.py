@@ -94,12 +94,19 @@ def test_collector_image_paths_match_its_environment() -> None:
 
 
 def test_wandb_exporter_image_installs_this_package_with_the_exporter_extra() -> None:
-    """The exporter image installs this repository's package with its exporter extra into a venv it copies."""
+    """The exporter image installs the hash-checked exporter lock, then this package, into a venv it copies."""
     steps = _instructions(DOCKER / "wandb-exporter.Dockerfile")
-    assert any(keyword == "RUN" and 'pip install ".[exporter]"' in args for keyword, args in steps)
+    runs = [args for keyword, args in steps if keyword == "RUN"]
+    assert any("pip install --require-hashes -r requirements/exporter.lock" in args for args in runs)
+    assert any('pip install --no-deps ".[exporter]"' in args for args in runs)
     assert not any("WANDB_API_KEY" in args for _, args in steps), "the key is a run-time secret"
     ignored = (DOCKER / "wandb-exporter.Dockerfile.dockerignore").read_text(encoding="utf-8").split()
-    assert {"!pyproject.toml", "!otel_valgen/", "!docker/wandb-exporter-entrypoint.sh"} <= set(ignored)
+    assert {
+        "!pyproject.toml",
+        "!requirements/exporter.lock",
+        "!otel_valgen/",
+        "!docker/wandb-exporter-entrypoint.sh",
+    } <= set(ignored)
 
 
 def _run_entrypoint(tmp_path: Path, env: dict[str, str]) -> str:
