@@ -50,8 +50,26 @@ OTEL_VALGEN_VERL: Final = "OTEL_VALGEN_VERL"
 OTEL_VALGEN_LAUNCH_ID: Final = "OTEL_VALGEN_LAUNCH_ID"
 """This launch of the training job; part of every record's attempt.
 
-Default: ``ray-<job id>`` in a Ray job's processes (when the driver forwarded none), else a
-random id per process."""
+Default: the launcher's (Ray, torchrun, Slurm, an MPI launcher; ``_identity.resolve_launch_id``),
+else ``run``: one launch per run."""
+# The launchers' own variables, read for the launch id (README, *Launches*).
+TORCHELASTIC_RUN_ID: Final = "TORCHELASTIC_RUN_ID"
+"""torchrun's rendezvous id (``--rdzv-id``), the same in every worker; ``none`` when not given."""
+TORCHELASTIC_RESTART_COUNT: Final = "TORCHELASTIC_RESTART_COUNT"
+"""How many times torchrun restarted its worker group."""
+MASTER_ADDR: Final = "MASTER_ADDR"
+"""torchrun's rendezvous host (rank 0's store), the same in every worker of a launch."""
+MASTER_PORT: Final = "MASTER_PORT"
+SLURM_JOB_ID: Final = "SLURM_JOB_ID"
+"""The Slurm job of every task and of the batch script; kept when the job is requeued."""
+SLURM_JOB_ID_HET_GROUP_0: Final = "SLURM_JOB_ID_HET_GROUP_0"
+"""A heterogeneous Slurm job's leader, set in every component (whose own SLURM_JOB_ID differs)."""
+SLURM_RESTART_COUNT: Final = "SLURM_RESTART_COUNT"
+"""How many times Slurm requeued (restarted) the batch job."""
+PMIX_NAMESPACE: Final = "PMIX_NAMESPACE"
+"""The PMIx namespace of an MPI job (Open MPI 5 / PRRTE, Open MPI 4, any PMIx server): one per job."""
+OMPI_MCA_ESS_BASE_JOBID: Final = "OMPI_MCA_ess_base_jobid"
+"""Open MPI's (ORTE, up to 4.x) job id, set in every process of one mpirun."""
 OTEL_VALGEN_PROGRESS_INTERVAL: Final = "OTEL_VALGEN_PROGRESS_INTERVAL"
 """Seconds between progress records of an open block (0 = none). Default 5, at least 0.05."""
 OTEL_EXPORTER_OTLP_ENDPOINT: Final = "OTEL_EXPORTER_OTLP_ENDPOINT"

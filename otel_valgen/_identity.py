@@ -1,7 +1,8 @@
-"""Which run and which launch a process's records belong to, from wandb, Ray and the environment."""
+"""Which run and which launch a process's records belong to, from wandb, the launchers and the environment."""
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import sys
@@ -10,16 +11,29 @@ from typing import Final
 
 from otel_valgen._env import (
     CLEARML_TASK_ID,
+    MASTER_ADDR,
+    MASTER_PORT,
     MLFLOW_EXPERIMENT_NAME,
     MLFLOW_RUN_ID,
+    OMPI_MCA_ESS_BASE_JOBID,
     OTEL_VALGEN_DEFAULT_RUN_ID,
     OTEL_VALGEN_LAUNCH_ID,
     OTEL_VALGEN_RUN_ID,
+    PMIX_NAMESPACE,
+    SLURM_JOB_ID,
+    SLURM_JOB_ID_HET_GROUP_0,
+    SLURM_RESTART_COUNT,
     TENSORBOARD_DIR,
+    TORCHELASTIC_RESTART_COUNT,
+    TORCHELASTIC_RUN_ID,
     WANDB_ENTITY,
     WANDB_PROJECT,
     WANDB_RUN_ID,
+    env_first,
+    env_int,
 )
+
+_logger = logging.getLogger("otel_valgen")
 
 # How the run id was found. The explicit ones stay; the others follow the process's wandb run.
 RUN_ID_EXPLICIT: Final = frozenset({"argument", "environment"})
@@ -122,15 +136,19 @@ def tracker_resource(origin: str) -> dict[str, str]:
     return found | clearml_resource() | trackio_resource()
 
 
-_process_launch_id: str | None = None
+FALLBACK_LAUNCH_ID: Final = "run"
+"""The launch id of a process that cannot tell its launch: all such processes of a run share it."""
+LAUNCH_FALLBACK: Final = "fallback"
+TORCHRUN_NO_RDZV_ID: Final = "none"  # torchrun's --rdzv-id default: the same value in every launch
+# Launch ids a child process could not find again by itself (a new interpreter neither ran
+# ``configure(launch_id=...)`` nor joined the Ray job); the launchers' variables it inherits.
+_TOLD_TO_CHILDREN: Final = frozenset({"argument", "ray"})
 
 
-def process_launch_id() -> str:
-    """Return this process's own launch id, generated once (forked children inherit it)."""
-    global _process_launch_id
-    if _process_launch_id is None:
-        _process_launch_id = uuid.uuid4().hex[:12]
-    return _process_launch_id
+def _restarted(launch_id: str, restart_count: str) -> str:
+    """``launch_id``, plus ``-r<n>`` when the launcher restarted the job n > 0 times (a new launch)."""
+    restarts = env_int(restart_count, 0, minimum=0)
+    return f"{launch_id}-r{restarts}" if restarts else launch_id
 
 
 def ray_job_launch_id() -> str | None:
@@ -140,12 +158,107 @@ def ray_job_launch_id() -> str | None:
         return None
     try:
         job_id = ray.get_runtime_context().get_job_id()
-    except Exception:  # Ray's context API differs across versions; the process id will do
+    except Exception:  # Ray's context API differs across versions; the other launchers will do
         return None
     return f"ray-{job_id}" if job_id else None
 
 
-def resolve_launch_id(launch_id: str | None) -> str:
+def slurm_launch_id() -> str | None:
+    """``slurm-<job id>`` (a heterogeneous job's leader), ``-r<n>`` after n requeues.
+
+    Not the step id: the batch script, each ``srun`` and each heterogeneous component of one job
+    are different steps of the same launch.
+    """
+    _, job_id = env_first(SLURM_JOB_ID_HET_GROUP_0, SLURM_JOB_ID)
+    return _restarted(f"slurm-{job_id}", SLURM_RESTART_COUNT) if job_id else None
+
+
+def mpi_launch_id() -> str | None:
+    """``pmix-<namespace>`` (Open MPI 5 / PRRTE, Open MPI 4), else ``openmpi-<job id>`` (ORTE)."""
+    name, value = env_first(PMIX_NAMESPACE, OMPI_MCA_ESS_BASE_JOBID)
+    if not name:
+        return None
+    return f"pmix-{value}" if name == PMIX_NAMESPACE else f"openmpi-{value}"
+
+
+def torchelastic_launch_id() -> str | None:
+    """``torchelastic-<rendezvous id>`` in a torchrun worker, ``-r<n>`` after n worker-group restarts.
+
+    Without ``--rdzv-id`` the id is ``none`` in every launch: the launch is then named by the job
+    around it (Slurm, MPI), else by its rendezvous endpoint ``MASTER_ADDR:MASTER_PORT``, which
+    every worker of one launch shares.
+    """
+    run_id = os.environ.get(TORCHELASTIC_RUN_ID, "").strip()
+    if not run_id:
+        return None
+    if run_id.lower() == TORCHRUN_NO_RDZV_ID:
+        endpoint = ":".join(os.environ.get(name, "").strip() for name in (MASTER_ADDR, MASTER_PORT))
+        run_id = slurm_launch_id() or mpi_launch_id() or (endpoint if endpoint != ":" else run_id)
+    return _restarted(f"torchelastic-{run_id}", TORCHELASTIC_RESTART_COUNT)
+
+
+_LAUNCHERS: Final = (
+    ("ray", ray_job_launch_id),
+    ("torchelastic", torchelastic_launch_id),
+    ("slurm", slurm_launch_id),
+    ("mpi", mpi_launch_id),
+)
+
+
+def resolve_launch_id(launch_id: str | None) -> tuple[str, str]:
+    """The launch id and its origin: argument, environment, ray, torchelastic, slurm, mpi or fallback.
+
+    Every process of one launch finds the same id; a process that cannot tell its launch gets
+    ``FALLBACK_LAUNCH_ID``, shared by the whole run, so that processes merge rather than split.
+    """
     if launch_id is not None and str(launch_id).strip():
-        return str(launch_id).strip()
-    return os.environ.get(OTEL_VALGEN_LAUNCH_ID, "").strip() or ray_job_launch_id() or process_launch_id()
+        return str(launch_id).strip(), "argument"
+    from_env = os.environ.get(OTEL_VALGEN_LAUNCH_ID, "").strip()
+    if from_env:
+        return from_env, "environment"
+    for origin, find in _LAUNCHERS:
+        found = find()
+        if found:
+            return found, origin
+    return FALLBACK_LAUNCH_ID, LAUNCH_FALLBACK
+
+
+# (the value this process put into OTEL_VALGEN_LAUNCH_ID, the value it replaced)
+_told: tuple[str, str | None] | None = None
+
+
+def tell_children(launch_id: str, origin: str) -> None:
+    """Put a launch id children could not find themselves into ``OTEL_VALGEN_LAUNCH_ID``.
+
+    A ``multiprocessing`` child started by spawn or forkserver is a new interpreter: it inherits
+    the environment (the launchers' variables too), not ``configure(launch_id=...)`` nor the Ray
+    job. Every process started from here later inherits the variable and takes it as its own.
+    """
+    global _told
+    if origin not in _TOLD_TO_CHILDREN:
+        return
+    current = os.environ.get(OTEL_VALGEN_LAUNCH_ID)
+    if current == launch_id:
+        return
+    replaced = _told[1] if _told is not None and current == _told[0] else current
+    try:
+        os.environ[OTEL_VALGEN_LAUNCH_ID] = launch_id
+    except (ValueError, OSError) as error:  # e.g. a NUL character: this process's records are unaffected
+        _logger.warning("otel_valgen: cannot pass launch id %r to child processes: %s", launch_id, error)
+        return
+    _told = (launch_id, replaced)
+
+
+def untell_children() -> None:
+    """Undo ``tell_children`` (``reset_for_testing``), unless something else set the variable since."""
+    global _told
+    if _told is None:
+        return
+    told, replaced = _told
+    _told = None
+    if os.environ.get(OTEL_VALGEN_LAUNCH_ID) != told:
+        return
+    if replaced is None:
+        del os.environ[OTEL_VALGEN_LAUNCH_ID]
+    else:
+        os.environ[OTEL_VALGEN_LAUNCH_ID] = replaced

@@ -24,6 +24,7 @@ from opentelemetry.sdk._logs.export import LogRecordExporter
 
 from otel_valgen import _stats
 from otel_valgen._emitter import Emitter, StepState
+from otel_valgen._identity import tell_children, untell_children
 from otel_valgen._settings import Settings, follow_tracker_runs, resolve_settings
 
 
@@ -171,6 +172,7 @@ def install(settings: Settings, exporter: LogRecordExporter | None = None) -> Em
         _install_sigterm_handler()
     except Exception:
         _logger.exception("otel_valgen: installing the SIGTERM handler failed")
+    tell_children(settings.launch_id, settings.launch_id_origin)
     if settings.run_id_origin == "generated":
         print(
             f"otel_valgen: no run id configured (OTEL_VALGEN_RUN_ID, WANDB_RUN_ID or a wandb run); using "
@@ -178,7 +180,12 @@ def install(settings: Settings, exporter: LogRecordExporter | None = None) -> Em
             file=sys.stderr,
         )
     _logger.info(
-        "otel_valgen: run %s, k=%d, sending to %s", settings.run_id, settings.count, emitter.pipeline.description
+        "otel_valgen: run %s, launch %s (%s), k=%d, sending to %s",
+        settings.run_id,
+        settings.launch_id,
+        settings.launch_id_origin,
+        settings.count,
+        emitter.pipeline.description,
     )
     return emitter
 
@@ -199,11 +206,13 @@ def follow_trackers(emitter: Emitter) -> Emitter:
             if _emitter is not emitter:  # another thread moved it already, or shut it down
                 return _emitter or emitter
         _logger.info(
-            "otel_valgen: run id %s, tracker runs %s (was %s, %s)",
+            "otel_valgen: run id %s, tracker runs %s, launch %s (was %s, %s, %s)",
             followed.run_id,
             followed.resource_attributes,
+            followed.launch_id,
             emitter.settings.run_id,
             emitter.settings.resource_attributes,
+            emitter.settings.launch_id,
         )
         return install(followed)
     except Exception:
@@ -238,5 +247,6 @@ def reset_for_testing(keep_stats: bool = False) -> None:
         _shut_down = False
         if not keep_stats:
             counters = _stats.Stats()
+        untell_children()
     if emitter is not None:
         emitter.shutdown(1.0)

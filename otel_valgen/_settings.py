@@ -19,7 +19,9 @@ from typing import Any, Final
 
 from otel_valgen import _env as env
 from otel_valgen._identity import (
+    LAUNCH_FALLBACK,
     RUN_ID_EXPLICIT,
+    ray_job_launch_id,
     resolve_launch_id,
     resolve_run_id,
     tracker_resource,
@@ -76,7 +78,10 @@ _RUN_ID = (
     "the process's wandb run (also one started later), else `WANDB_RUN_ID`, else the Ray driver's, "
     "else a generated id printed once"
 )
-_LAUNCH_ID = "the driver's, forwarded; else `ray-<job id>` in a Ray job; else a random id per process"
+_LAUNCH_ID = (
+    "the launcher's (see *Launches*): in a Ray job the driver's, forwarded, else `ray-<job id>`; else "
+    "torchrun's, Slurm's or the MPI launcher's; else `run`, one launch per run"
+)
 
 SETTINGS: Final[tuple[Setting, ...]] = (
     Setting((env.OTEL_VALGEN_RUN_ID,), "run_id", _RUN_ID, "The training run (see *Run identity*)."),
@@ -159,6 +164,24 @@ SETTINGS: Final[tuple[Setting, ...]] = (
         _LAUNCH_ID,
         "This launch of the job; the first part of `valgen.attempt`. Set it only to a value that is "
         "new for each launch.",
+    ),
+    Setting(
+        (
+            env.TORCHELASTIC_RUN_ID,
+            env.TORCHELASTIC_RESTART_COUNT,
+            env.MASTER_ADDR,
+            env.MASTER_PORT,
+            env.SLURM_JOB_ID,
+            env.SLURM_JOB_ID_HET_GROUP_0,
+            env.SLURM_RESTART_COUNT,
+            env.PMIX_NAMESPACE,
+            env.OMPI_MCA_ESS_BASE_JOBID,
+        ),
+        None,
+        "set by the launcher",
+        "The launchers' own (torchrun, Slurm, Open MPI / PMIx); they name the launch when "
+        "`OTEL_VALGEN_LAUNCH_ID` is unset (see *Launches*). Each process reads its own.",
+        forwarded=False,
     ),
     Setting(
         (env.OTEL_VALGEN_VERL,),
@@ -286,6 +309,7 @@ class Settings:
     launch_id: str = ""
     progress_interval_s: float = DEFAULT_PROGRESS_INTERVAL_S
     run_id_origin: str = "argument"
+    launch_id_origin: str = "argument"  # how resolve_launch_id found it; "fallback": no launcher known
     resource_attributes: dict[str, str] = field(default_factory=dict)
     transport: OtlpTransport = field(default_factory=OtlpTransport)
 
@@ -311,13 +335,26 @@ def _argument_or_env(argument: str, value: Any, accept: Callable[[Any], bool], w
     return _from_env(argument)
 
 
+def _follow_launch(settings: Settings) -> Settings:
+    """A process that could not tell its launch takes the Ray job's once it has joined one.
+
+    A Ray driver configured before ``ray.init`` forwards no launch id; its workers use
+    ``ray-<job id>``, and so does the driver from its next step on.
+    """
+    if settings.launch_id_origin != LAUNCH_FALLBACK:
+        return settings
+    ray_launch = ray_job_launch_id()
+    return replace(settings, launch_id=ray_launch, launch_id_origin="ray") if ray_launch else settings
+
+
 def follow_tracker_runs(settings: Settings) -> Settings | None:
-    """``settings`` moved to the tracker runs this process has now, or None when nothing changed.
+    """``settings`` moved to the tracker runs (and Ray job) this process has now, or None when nothing changed.
 
     The run id follows a wandb run started after ``configure`` unless it was set explicitly
     (argument, ``OTEL_VALGEN_RUN_ID``); the resource attributes follow every tracker's run
     (a wandb or MLflow run started later), so the exporter writes into the job's own runs.
     """
+    original, settings = settings, _follow_launch(settings)
     wandb_id = getattr(wandb_run(), "id", None)
     moves = (
         settings.run_id_origin not in RUN_ID_EXPLICIT
@@ -329,7 +366,7 @@ def follow_tracker_runs(settings: Settings) -> Settings | None:
         return replace(settings, run_id=str(wandb_id), run_id_origin="wandb", resource_attributes=resource)
     resource = tracker_resource(settings.run_id_origin)
     if resource == settings.resource_attributes:
-        return None
+        return None if settings is original else settings
     return replace(settings, resource_attributes=resource)
 
 
@@ -371,6 +408,7 @@ def resolve_settings(
 ) -> Settings:
     """Resolve every setting of the table: argument > environment > default."""
     resolved_run_id, origin = resolve_run_id(run_id)
+    resolved_launch_id, launch_origin = resolve_launch_id(launch_id)
     resolved_protocol = resolve_protocol(protocol)
     return Settings(
         run_id=resolved_run_id,
@@ -385,7 +423,8 @@ def resolve_settings(
         max_field_bytes=_argument_or_env("max_field_bytes", max_field_bytes, lambda v: v > 0),
         flush_timeout_s=_argument_or_env("flush_timeout_s", flush_timeout_s, lambda v: v >= 0),
         spool=bool(_argument_or_env("spool", spool, lambda v: True)),
-        launch_id=resolve_launch_id(launch_id),
+        launch_id=resolved_launch_id,
+        launch_id_origin=launch_origin,
         progress_interval_s=_resolve_progress_interval(progress_interval_s),
         resource_attributes=tracker_resource(origin),
         transport=resolve_transport(),

@@ -18,7 +18,7 @@ from typing import Any, Final
 
 from otel_valgen import _api
 from otel_valgen import _env as env
-from otel_valgen._identity import RUN_ID_EXPLICIT
+from otel_valgen._identity import LAUNCH_FALLBACK, RUN_ID_EXPLICIT, tell_children
 from otel_valgen._settings import resolve_settings, variable_names
 
 _logger = logging.getLogger("otel_valgen")
@@ -35,7 +35,10 @@ def worker_env() -> dict[str, str]:
     A run id set explicitly (argument, ``OTEL_VALGEN_RUN_ID``) goes as ``OTEL_VALGEN_RUN_ID``;
     any other (this process's wandb run, ``WANDB_RUN_ID``, generated) as
     ``OTEL_VALGEN_DEFAULT_RUN_ID``, which a worker's own wandb run overrides. The endpoint goes
-    as the resolved ``OTEL_EXPORTER_OTLP_LOGS_ENDPOINT``, which workers use as it is.
+    as the resolved ``OTEL_EXPORTER_OTLP_LOGS_ENDPOINT``, which workers use as it is. The launch
+    id goes when this process knows its launch; a driver that cannot tell (no launcher, not yet
+    in a Ray job) sends none, so that every worker, and the driver once connected, uses
+    ``ray-<job id>``: new for each run of the driver.
     """
     settings = _api.current_settings() or _api.configure()
     values = {name: os.environ[name] for name in FORWARDED_ENV if os.environ.get(name)}
@@ -46,7 +49,8 @@ def worker_env() -> dict[str, str]:
         values[env.OTEL_VALGEN_SEED] = str(settings.seed)
         values[env.OTEL_VALGEN_PRESAMPLE] = "true" if settings.presample else "false"
         values[env.OTEL_VALGEN_DIR] = os.path.abspath(settings.directory)
-        values[env.OTEL_VALGEN_LAUNCH_ID] = settings.launch_id
+        if settings.launch_id_origin != LAUNCH_FALLBACK:
+            values[env.OTEL_VALGEN_LAUNCH_ID] = settings.launch_id
         values[env.OTEL_VALGEN_PROGRESS_INTERVAL] = str(settings.progress_interval_s)
         if settings.endpoint:
             values[env.OTEL_EXPORTER_OTLP_LOGS_ENDPOINT] = settings.endpoint
@@ -91,13 +95,15 @@ def runtime_env_hook(job_runtime_env: dict[str, Any] | None) -> dict[str, Any]:
 def setup_worker() -> None:
     """Ray's worker setup hook: check the forwarded settings and hook the integrations.
 
-    A bad value is logged now; the emitter itself starts on the worker's first record. verl's
-    trainers are hooked when (if ever) this worker imports them.
+    A bad value is logged now; the emitter itself starts on the worker's first record. The
+    launch id is put into the worker's environment now, for processes it starts before that.
+    verl's trainers are hooked when (if ever) this worker imports them.
     """
     try:
         from otel_valgen.integrations import verl
 
-        resolve_settings()
+        settings = resolve_settings()
+        tell_children(settings.launch_id, settings.launch_id_origin)
         verl.install()
     except Exception:  # a setup hook that raises would fail the worker
         _logger.exception("otel_valgen: worker setup failed; records will use defaults")

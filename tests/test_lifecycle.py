@@ -108,21 +108,6 @@ def test_reconfiguring_keeps_counting_attempts() -> None:
     assert [r["attributes"][contract.ATTEMPT] for r in ends] == ["L.1", "L.2"]
 
 
-def test_each_process_is_its_own_launch_unless_told() -> None:
-    """Without OTEL_VALGEN_LAUNCH_ID two processes have different launch ids; with it, the same."""
-    code = "import otel_valgen._settings as s; print(s.resolve_settings(run_id='r').launch_id)"
-    env = {k: v for k, v in os.environ.items() if k != "OTEL_VALGEN_LAUNCH_ID"}
-    env["PYTHONPATH"] = str(REPO)
-    ids = {
-        subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
-        for _ in range(2)
-    }
-    assert len(ids) == 2
-    env["OTEL_VALGEN_LAUNCH_ID"] = "job-42"
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "job-42"
-
-
 def test_the_launch_id_goes_to_ray_workers(monkeypatch: pytest.MonkeyPatch) -> None:
     """worker_env() forwards the driver's launch id and progress interval, as it does the run id."""
     from otel_valgen import ray as vg_ray

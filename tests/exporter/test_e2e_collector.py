@@ -132,9 +132,9 @@ def summarized_steps(path: Path) -> set[int]:
 def emit(endpoint: str, steps: str) -> str:
     """Two emitting processes (trainer and rollouter) of one launch send their parts of ``steps``.
 
-    Processes not started by Ray share their launch's attempts only through ``OTEL_VALGEN_LAUNCH_ID``
-    (one new value per launch, docs/configuration.md); without it each process is an attempt of its
-    own, and a step with ``sources_expected=2`` never completes. Returns the launch id.
+    Plain processes (no launcher the library knows) share the fallback launch id ``run`` of their
+    run; each launch here gets its own ``OTEL_VALGEN_LAUNCH_ID`` (one new value per launch, README
+    *Launches*), so that the two launches' attempts differ. Returns the launch id.
     """
     launch = uuid.uuid4().hex[:12]
     env = os.environ | {"OTEL_VALGEN_LAUNCH_ID": launch}

@@ -1,0 +1,279 @@
+"""Processes of one launch share its launch id (hence each step's attempt); the next launch gets a new one.
+
+The launchers' variables are set as torchrun, Slurm and the MPI launchers set them; processes
+are real subprocesses where the story needs several. Only the library, pytest and hypothesis.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import textwrap
+import types
+from collections.abc import Mapping
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import otel_valgen as vg
+from otel_valgen import _env, _process
+from otel_valgen import ray as vg_ray
+from otel_valgen._settings import resolve_settings
+from otel_valgen.reader import read_paths
+from otel_valgen.sampling import SortKey, bottom_k, sample_key
+from otel_valgen.selection import select_attempts
+from otel_valgen.testing import capture_records
+from tests.conftest import REPO
+
+TORCHRUN = {
+    "TORCHELASTIC_RUN_ID": "3f2a",
+    "TORCHELASTIC_RESTART_COUNT": "0",
+    "MASTER_ADDR": "node0",
+    "MASTER_PORT": "29500",
+}
+TORCHRUN_NO_ID = {**TORCHRUN, "TORCHELASTIC_RUN_ID": "none"}
+SLURM = {"SLURM_JOB_ID": "4242", "SLURM_STEP_ID": "0", "SLURM_PROCID": "3"}
+HYDRA = {"PMI_RANK": "1", "PMI_SIZE": "4", "PMI_FD": "7", "MPI_LOCALRANKID": "1", "MPI_LOCALNRANKS": "4"}
+
+CASES: dict[str, tuple[dict[str, str], str]] = {
+    "no launcher": ({}, "run"),
+    "torchrun --rdzv-id": (TORCHRUN, "torchelastic-3f2a"),
+    "torchrun, restarted twice": ({**TORCHRUN, "TORCHELASTIC_RESTART_COUNT": "2"}, "torchelastic-3f2a-r2"),
+    "torchrun without --rdzv-id": (TORCHRUN_NO_ID, "torchelastic-node0:29500"),
+    "torchrun without --rdzv-id, restarted": (
+        {**TORCHRUN_NO_ID, "TORCHELASTIC_RESTART_COUNT": "1"},
+        "torchelastic-node0:29500-r1",
+    ),
+    "torchrun without --rdzv-id in a Slurm job": ({**TORCHRUN_NO_ID, **SLURM}, "torchelastic-slurm-4242"),
+    "torchrun without --rdzv-id under mpirun": (
+        {**TORCHRUN_NO_ID, "PMIX_NAMESPACE": "prterun-n0-77@1"},
+        "torchelastic-pmix-prterun-n0-77@1",
+    ),
+    "torchrun in a Slurm job": ({**TORCHRUN, **SLURM}, "torchelastic-3f2a"),
+    "Slurm task": (SLURM, "slurm-4242"),
+    "Slurm batch script (its own step)": ({"SLURM_JOB_ID": "4242", "SLURM_STEP_ID": "4294967291"}, "slurm-4242"),
+    "Slurm, requeued once": ({**SLURM, "SLURM_RESTART_COUNT": "1"}, "slurm-4242-r1"),
+    "Slurm, never requeued": ({**SLURM, "SLURM_RESTART_COUNT": "0"}, "slurm-4242"),
+    "Slurm heterogeneous component": ({"SLURM_JOB_ID": "4243", "SLURM_JOB_ID_HET_GROUP_0": "4242"}, "slurm-4242"),
+    "Open MPI 5 (PMIx)": ({"PMIX_NAMESPACE": "prterun-n0-77@1", "OMPI_COMM_WORLD_RANK": "2"}, "pmix-prterun-n0-77@1"),
+    "Open MPI 4 (ORTE)": ({"OMPI_MCA_ess_base_jobid": "2914451457", "OMPI_COMM_WORLD_RANK": "2"}, "openmpi-2914451457"),
+    "mpirun in a Slurm job": ({**SLURM, "PMIX_NAMESPACE": "prterun-n0-77@1"}, "slurm-4242"),
+    "MPICH or Intel MPI (Hydra): nothing per job": (HYDRA, "run"),
+    "OTEL_VALGEN_LAUNCH_ID wins": ({**TORCHRUN, **SLURM, "OTEL_VALGEN_LAUNCH_ID": "mine"}, "mine"),
+}
+
+
+def _set(monkeypatch: pytest.MonkeyPatch, variables: Mapping[str, str]) -> None:
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+
+
+def _subprocess_env(variables: Mapping[str, str]) -> dict[str, str]:
+    """The test's environment (the conftest cleared every variable the library reads), plus ``variables``."""
+    return {**os.environ, "PYTHONPATH": str(REPO), **variables}
+
+
+@pytest.mark.parametrize(("variables", "expected"), CASES.values(), ids=CASES.keys())
+def test_each_launchers_variables_name_the_launch(
+    monkeypatch: pytest.MonkeyPatch, variables: dict[str, str], expected: str
+) -> None:
+    """The launch id comes from the first launcher whose variables the process has, else `run`."""
+    _set(monkeypatch, variables)
+    assert resolve_settings(run_id="r").launch_id == expected
+
+
+def test_an_argument_beats_every_launcher(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``configure(launch_id=...)`` wins over OTEL_VALGEN_LAUNCH_ID and the launchers."""
+    _set(monkeypatch, {**TORCHRUN, "OTEL_VALGEN_LAUNCH_ID": "from-env"})
+    assert resolve_settings(run_id="r", launch_id="from-code").launch_id == "from-code"
+
+
+@given(st.integers(0, 10**6), st.integers(0, 10**6), st.sampled_from(["torchelastic", "slurm"]))
+def test_a_restart_is_a_new_launch(first: int, second: int, launcher: str) -> None:
+    """Two restart counts give the same launch id exactly when they are equal; the id stays the launcher's."""
+    base = TORCHRUN if launcher == "torchelastic" else SLURM
+    counter = "TORCHELASTIC_RESTART_COUNT" if launcher == "torchelastic" else "SLURM_RESTART_COUNT"
+    ids = []
+    for restarts in (first, second):
+        with pytest.MonkeyPatch.context() as monkeypatch:
+            _set(monkeypatch, {**base, counter: str(restarts)})
+            ids.append(resolve_settings(run_id="r").launch_id)
+    assert (ids[0] == ids[1]) is (first == second)
+    assert all(launch.startswith(f"{launcher}-") for launch in ids)
+
+
+@pytest.mark.parametrize("counter", ["TORCHELASTIC_RESTART_COUNT", "SLURM_RESTART_COUNT"])
+def test_a_bad_restart_count_warns_and_counts_as_none(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, counter: str
+) -> None:
+    """A restart count that is not a number is logged; the launch id is that of no restart."""
+    launcher, expected = (TORCHRUN, "torchelastic-3f2a") if counter.startswith("TORCH") else (SLURM, "slurm-4242")
+    _set(monkeypatch, {**launcher, counter: "two"})
+    with caplog.at_level(logging.WARNING, logger="otel_valgen"):
+        assert resolve_settings(run_id="r").launch_id == expected
+    assert f"{counter}='two'" in caplog.text
+
+
+def test_torchruns_constant_none_is_never_the_launch_id(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two launches without --rdzv-id (both `none`) on different rendezvous ports get different ids."""
+    ids = set()
+    for port in ("29500", "29501"):
+        _set(monkeypatch, {**TORCHRUN_NO_ID, "MASTER_PORT": port})
+        ids.add(resolve_settings(run_id="r").launch_id)
+    assert len(ids) == 2
+    assert not any("none" in launch for launch in ids)
+
+
+_PRINT_LAUNCH = "import otel_valgen as vg; print(vg.configure(run_id='r').launch_id)"
+
+
+@pytest.mark.parametrize(
+    ("variables", "expected"),
+    [({}, "run"), ({"OTEL_VALGEN_LAUNCH_ID": "job-42"}, "job-42"), (TORCHRUN_NO_ID, "torchelastic-node0:29500")],
+    ids=["no launcher", "OTEL_VALGEN_LAUNCH_ID", "torchrun without --rdzv-id"],
+)
+def test_separate_processes_of_one_launch_find_the_same_id(variables: dict[str, str], expected: str) -> None:
+    """Two real processes of one run with the same launcher environment resolve the same launch id."""
+    env = _subprocess_env(variables)
+    ids = {
+        subprocess.run(
+            [sys.executable, "-c", _PRINT_LAUNCH], env=env, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        for _ in range(2)
+    }
+    assert ids == {expected}
+
+
+_VALIDATE_PART = textwrap.dedent(
+    """
+    import sys
+    import otel_valgen as vg
+    part = sys.argv[1]
+    ids = [f"{part}-{i}" for i in range(int(sys.argv[2]))]
+    with vg.validation(step=1, sources_expected=2):
+        vg.log_generations([f"question {i}" for i in ids], ["answer"] * len(ids), [0.5] * len(ids), sample_ids=ids)
+    """
+)
+
+
+def test_two_plain_processes_validating_one_step_form_one_attempt(tmp_path: Path) -> None:
+    """Issue 22's story: two plain processes, one run id, each half of step 1: one attempt of all 40."""
+    sink = tmp_path / "sink"
+    env = _subprocess_env({"OTEL_VALGEN_RUN_ID": "plain", "OTEL_VALGEN_COUNT": "5", "OTEL_VALGEN_DIR": str(sink)})
+    for part in ("a", "b"):
+        subprocess.run([sys.executable, "-c", _VALIDATE_PART, part, "20"], env=env, check=True, timeout=60)
+    ((_, attempts),) = select_attempts(read_paths([sink], pytest.fail)).items()
+    (attempt,) = attempts
+    ids = [f"{part}-{i}/0" for part in "ab" for i in range(20)]
+    expected = [i for _, i in bottom_k(((SortKey.of(sample_key(42, i), i), i) for i in ids), 5)]
+    assert (attempt.attempt, attempt.seen, attempt.complete) == ("run.1", 40, True)
+    assert [g.sample_id for g in attempt.generations] == expected
+
+
+_PARENT_AND_CHILD = textwrap.dedent(
+    """
+    import multiprocessing
+    import sys
+    import otel_valgen as vg
+
+
+    def part(name):
+        with vg.validation(step=1, source=name, sources_expected=2):
+            vg.log_generations([name], ["answer"], [1.0], sample_ids=[name])
+
+
+    if __name__ == "__main__":
+        launch_id = sys.argv[2] or None
+        vg.configure(run_id="mp", directory=sys.argv[3], launch_id=launch_id)
+        child = multiprocessing.get_context(sys.argv[1]).Process(target=part, args=("child",))
+        child.start()
+        child.join(60)
+        part("parent")
+        sys.exit(child.exitcode)
+    """
+)
+
+
+@pytest.mark.parametrize("start_method", ["spawn", "forkserver", "fork"])
+@pytest.mark.parametrize("launch_id", ["from-configure", ""], ids=["configured launch id", "no launcher"])
+def test_a_multiprocessing_child_shares_its_configured_parents_attempt(
+    tmp_path: Path, start_method: str, launch_id: str
+) -> None:
+    """A child started after configure() (spawn, forkserver or fork) validates under the parent's attempt."""
+    script = tmp_path / "parent.py"
+    script.write_text(_PARENT_AND_CHILD, encoding="utf-8")
+    sink = tmp_path / "sink"
+    subprocess.run(
+        [sys.executable, str(script), start_method, launch_id, str(sink)],
+        env=_subprocess_env({}),
+        check=True,
+        timeout=120,
+    )
+    records = list(read_paths([sink], pytest.fail))
+    assert {(r.source, r.attempt) for r in records} == {
+        ("child", f"{launch_id or 'run'}.1"),
+        ("parent", f"{launch_id or 'run'}.1"),
+    }
+
+
+def test_only_ids_a_child_could_not_find_go_into_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """configure(launch_id=...) is told to children via OTEL_VALGEN_LAUNCH_ID; a launcher's or the fallback is not."""
+    vg.configure(run_id="r")
+    assert _env.OTEL_VALGEN_LAUNCH_ID not in os.environ
+    _set(monkeypatch, SLURM)
+    vg.configure(run_id="r")
+    assert _env.OTEL_VALGEN_LAUNCH_ID not in os.environ
+    vg.configure(run_id="r", launch_id="L")
+    assert os.environ[_env.OTEL_VALGEN_LAUNCH_ID] == "L"
+    vg.configure(run_id="r", launch_id="M")
+    assert os.environ[_env.OTEL_VALGEN_LAUNCH_ID] == "M"
+    _process.reset_for_testing()
+    assert _env.OTEL_VALGEN_LAUNCH_ID not in os.environ
+
+
+def test_capture_records_leaves_the_environment_as_it_found_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The testing helper's launch id is told to children only inside the block; a user's own value stays."""
+    monkeypatch.setenv(_env.OTEL_VALGEN_LAUNCH_ID, "users")
+    with capture_records(run_id="r", launch_id="captured"):
+        assert os.environ[_env.OTEL_VALGEN_LAUNCH_ID] == "captured"
+    assert os.environ[_env.OTEL_VALGEN_LAUNCH_ID] == "users"
+
+
+class _FakeRay(types.ModuleType):
+    """Just enough of ``ray`` for the launch id: a job id once ``init`` was called."""
+
+    def __init__(self) -> None:
+        super().__init__("ray")
+        self.job_id: str | None = None
+
+    def is_initialized(self) -> bool:
+        return self.job_id is not None
+
+    def get_runtime_context(self) -> types.SimpleNamespace:
+        return types.SimpleNamespace(get_job_id=lambda: self.job_id)
+
+
+def test_a_ray_driver_without_a_launcher_lets_its_workers_use_the_ray_job(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Configured before ray.init: no launch id is forwarded; once connected, the driver uses `ray-<job id>` too."""
+    ray = _FakeRay()
+    monkeypatch.setitem(sys.modules, "ray", ray)
+    vg.configure(run_id="r", directory=str(tmp_path))
+    assert _env.OTEL_VALGEN_LAUNCH_ID not in vg_ray.worker_env()
+    ray.job_id = "02000000"
+    with vg.validation(step=1):
+        vg.log_generations(["q"], ["a"], [1.0])
+    vg.flush()
+    assert {r.attempt for r in read_paths([tmp_path], pytest.fail)} == {"ray-02000000.1"}
+    assert os.environ[_env.OTEL_VALGEN_LAUNCH_ID] == "ray-02000000"  # for the driver's own children
+
+
+def test_a_ray_driver_forwards_a_launchers_id(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A driver in a Slurm job forwards the Slurm launch id, which Ray workers then rank first."""
+    _set(monkeypatch, SLURM)
+    assert vg_ray.worker_env()[_env.OTEL_VALGEN_LAUNCH_ID] == "slurm-4242"
