@@ -53,7 +53,8 @@ def configure(
         spool: keep records the collector did not accept in ``<directory>/spool``
             (``OTEL_VALGEN_SPOOL``, on); replay them with ``otel-valgen resend``.
         launch_id: this launch of the job, part of every record's attempt
-            (``OTEL_VALGEN_LAUNCH_ID``; default: the launcher's (README, *Launches*), else ``run``; forwarded to Ray workers).
+            (``OTEL_VALGEN_LAUNCH_ID``; default: the launcher's (README, *Launches*), else ``run``;
+            forwarded to Ray workers).
         progress_interval_s: seconds between progress records of an open block
             (``OTEL_VALGEN_PROGRESS_INTERVAL``, 5; 0 turns them off; at least 0.05).
 
