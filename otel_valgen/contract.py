@@ -54,7 +54,7 @@ MAX_EXTRA_COLUMNS: Final = 32
 # End-of-source and summary attributes.
 SEEN: Final = "valgen.seen"  # int: generations the source (or the group) saw
 EMITTED: Final = "valgen.emitted"  # int: generation records the source sent
-DROPPED: Final = "valgen.dropped"  # int: generations the source dropped (bad input)
+DROPPED: Final = "valgen.dropped"  # int: end record: what the source dropped (bad input); summary: the step's total
 SOURCES_EXPECTED: Final = "valgen.sources_expected"  # int, optional
 # Score statistics over every generation a source saw (not only the kept ones), on end records
 # (cumulative, like valgen.seen) and, summed over the ended sources, on the step summary.
@@ -71,6 +71,13 @@ RANK: Final = "valgen.rank"  # int, 1-based, set by the sampler on kept records
 ATTEMPT_START: Final = "valgen.attempt_start"  # int, unix nanos: the smallest record time of the attempt
 SOURCES_ANNOUNCED: Final = "valgen.sources_announced"  # int: sources that sent a start record
 SOURCES_MISSING: Final = "valgen.sources_missing"  # str array: "source@instance" known but not ended
+# The summary's balance, valgen.seen = valgen.kept + valgen.dropped: on a summary, valgen.dropped
+# (DROPPED) is the step's total, and one valgen.dropped.<reason> per reason of
+# otel_valgen.balance.DROP_REASONS says where the rest of what its sources saw went.
+DROPPED_PREFIX: Final = "valgen.dropped."
+# int, summary: the other attempts of the step that ran at the same time with no common source
+# (one launch probably split into attempts; otel_valgen.splits).
+ATTEMPTS_CONCURRENT: Final = "valgen.attempts_concurrent"
 
 # Resource attributes.
 WANDB_PROJECT: Final = "wandb.project"

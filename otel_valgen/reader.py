@@ -163,6 +163,11 @@ class Summary:
         """Their mean; None when no score was counted."""
         return _opt_float(self.attributes.get(contract.SCORE_MEAN))
 
+    @property
+    def attempts_concurrent(self) -> int | None:
+        """Other attempts of the step that ran at the same time with no common source; None if unreported."""
+        return _opt_int(self.attributes.get(contract.ATTEMPTS_CONCURRENT))
+
 
 @dataclass(frozen=True)
 class ReadError:

@@ -19,7 +19,14 @@ Two kinds of files:
 
 Score statistics (``score_count``, ``score_sum``, ``score_mean``) cover every generation the
 sources saw, not only the kept ones: from the summary for collector output, else from the end
-records (``score_totals``), by the rule the collector's summary follows.
+records (``score_totals``), by the rule the collector's summary follows. So do ``seen`` and
+its balance, ``seen = kept + dropped`` by reason (``otel_valgen.balance``): the summary's, else
+computed from each source's end and progress records and the generations read.
+
+Attempts of one step that ran at the same time with no common source (one launch probably
+split into attempts, ``otel_valgen.splits``) are counted per attempt: the summary's
+``valgen.attempts_concurrent`` when it has one, else from the attempts' sources and record
+times as read.
 
 The records of an attempt are compared under one key version (``valgen.key_version``, absent
 is 1): that of its first generation; a generation of another version gets its key recomputed
@@ -32,14 +39,17 @@ part of a selection.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Protocol, TypeVar
 
 from otel_valgen._settings import DEFAULT_COUNT, DEFAULT_SEED
+from otel_valgen.balance import SourceFigures, step_balance, summary_dropped
 from otel_valgen.reader import EndRecord, Generation, LateReport, ProgressRecord, Record, StartRecord, Summary
 from otel_valgen.sampling import LEGACY_KEY_VERSION, BottomK, SortKey, sample_key, step_k
+from otel_valgen.splits import Footprint, concurrent_counts
 
 __all__ = [
     "AttemptSelection",
@@ -81,7 +91,9 @@ class StepSelection:
     """The kept generations of one (run, step, attempt), ascending by sort key, and its counts.
 
     ``select_steps`` returns one per (run, step): the chosen attempt, with ``attempts`` the
-    number of attempts of the step seen and ``late`` the late records reported for it.
+    number of attempts of the step seen, ``late`` the late records reported for it, and
+    ``split_attempts`` how many of the step's attempts ran at the same time as another one with
+    no common source (0: no sign of a launch split into attempts; see ``_split_attempts``).
     """
 
     run_id: str
@@ -98,6 +110,9 @@ class StepSelection:
     late: int = 0
     score_count: int | None = None  # None: no source reported score statistics
     score_sum: float | None = None  # None also when the sum overflows a double
+    dropped: dict[str, int] | None = None  # by reason (otel_valgen.balance); None: a summary without it
+    attempts_concurrent: int = 0  # the step's other attempts concurrent with this one (otel_valgen.splits)
+    split_attempts: int = 0
 
     @property
     def score_mean(self) -> float | None:
@@ -140,10 +155,23 @@ class _Attempt:
     late: int = 0
     read: int = 0
     first: int | None = None
+    last: int = 0
+    sources: set[tuple[str, str]] = field(default_factory=set)
+    received: Counter[tuple[str, str]] = field(default_factory=Counter)
+    progress: dict[tuple[str, str], int] = field(default_factory=dict)
 
-    def saw(self, timestamp: int) -> None:
+    def saw(self, timestamp: int, source: tuple[str, str] | None = None) -> None:
         if timestamp > 0 and (self.first is None or timestamp < self.first):
             self.first = timestamp
+        self.last = max(self.last, timestamp)
+        if source is not None:
+            self.sources.add(source)
+
+    def footprint(self) -> Footprint:
+        """Its sources and the span of its record times (starting at its summary's attempt start when earlier)."""
+        starts = [t for t in (self.first, self.summary.attempt_start if self.summary is not None else 0) if t]
+        first = min(starts, default=0)
+        return Footprint(frozenset(self.sources), first, max(self.last, first))
 
     def expect(self, value: int | None) -> None:
         if value is not None:
@@ -235,22 +263,50 @@ def _add(group: _Attempt, record: Record, count: int | None, max_count: int | No
     elif isinstance(record, LateReport):
         group.late = max(group.late, record.late)  # cumulative counts: the largest is the latest
     elif isinstance(record, StartRecord):
-        group.saw(record.timestamp)
+        group.saw(record.timestamp, (record.source, record.instance))
         group.starts.add((record.source, record.instance))
         group.expect(record.sources_expected)
     elif isinstance(record, ProgressRecord):
-        group.saw(record.timestamp)
-    elif isinstance(record, EndRecord):
-        group.saw(record.timestamp)
         source = (record.source, record.instance)
+        group.saw(record.timestamp, source)
+        group.progress[source] = max(group.progress.get(source, 0), record.seen)
+    elif isinstance(record, EndRecord):
+        source = (record.source, record.instance)
+        group.saw(record.timestamp, source)
         group.ends[source] = _larger_end(group.ends.get(source), record)
         group.expect(record.sources_expected)
     elif not record.late:
-        group.saw(record.timestamp)
+        source = _source_of(record)
+        group.saw(record.timestamp, source)
+        group.received[source] += 1
         group.read += 1
         if record.rank is not None:
             group.ranked.setdefault(record.sample_id, record)
         _offer(group, record, count, max_count, seed)
+
+
+def _source_of(generation: Generation) -> tuple[str, str]:
+    return (generation.source or "", generation.instance)
+
+
+def _embedded_balance(group: _Attempt, kept: Iterable[Generation]) -> tuple[int, dict[str, int]]:
+    """Seen and dropped by reason of an attempt read from embedded-sink files (``otel_valgen.balance``)."""
+    kept_by = Counter(map(_source_of, kept))
+    figures = []
+    for source in group.sources:
+        end = group.ends.get(source)
+        figures.append(
+            SourceFigures(
+                ended=end is not None,
+                seen=end.seen if end is not None else 0,
+                emitted=end.emitted if end is not None else 0,
+                dropped=end.dropped if end is not None else 0,
+                progress_seen=group.progress.get(source, 0),
+                received=group.received[source],
+                kept=kept_by[source],
+            )
+        )
+    return step_balance(figures)
 
 
 def _finish(group: _Attempt, collector: bool, count: int | None, seed: int) -> StepSelection:
@@ -276,26 +332,39 @@ def _finish(group: _Attempt, collector: bool, count: int | None, seed: int) -> S
             late=late,
             score_count=summary.score_count if summary is not None else None,
             score_sum=summary.score_sum if summary is not None else None,
+            dropped=summary_dropped(summary.attributes) if summary is not None else None,
         )
     ended = set(group.ends)
     scores = score_totals(group.ends)
     known = group.starts | ended
     complete = bool(known) and group.starts <= ended and len(ended) >= (group.sources_expected or 0)
+    generations = [item for _, item in group.selector.items()] if group.selector is not None else []
+    seen, dropped = _embedded_balance(group, generations)
     return StepSelection(
         run_id=group.run_id,
         step=group.step,
         k=group.k if group.k is not None else (count or DEFAULT_COUNT),
         read=group.read,
-        seen_reported=sum(end.seen for end in group.ends.values()) if group.ends else None,
+        seen_reported=seen,
         summary=None,
-        generations=[item for _, item in group.selector.items()] if group.selector is not None else [],
+        generations=generations,
         attempt=group.attempt,
         attempt_start=group.first or 0,
         complete=complete,
         late=group.late,
         score_count=scores[0] if scores is not None else None,
         score_sum=scores[1] if scores is not None else None,
+        dropped=dropped,
     )
+
+
+def _concurrent(groups: list[_Attempt]) -> dict[str, int]:
+    """Per attempt of one step: the summary's ``valgen.attempts_concurrent``, else counted from the footprints."""
+    out = concurrent_counts({group.attempt: group.footprint() for group in groups})
+    for group in groups:
+        if group.summary is not None and group.summary.attempts_concurrent is not None:
+            out[group.attempt] = group.summary.attempts_concurrent
+    return out
 
 
 def select_attempts(
@@ -318,13 +387,29 @@ def select_attempts(
             group = groups[key] = _Attempt(record.run_id, record.step, record.attempt)
         _add(group, record, count, max_count, seed)
     collector_steps = {(g.run_id, g.step) for g in groups.values() if g.summary is not None}
-    steps: dict[tuple[str, int], list[StepSelection]] = {}
+    by_step: dict[tuple[str, int], list[_Attempt]] = {}
     for (run_id, step, _), group in sorted(groups.items()):
-        collector = (run_id, step) in collector_steps
-        if collector and group.summary is None:
+        if (run_id, step) in collector_steps and group.summary is None:
             continue  # ranked or late records of an attempt whose summary is not in these files
-        steps.setdefault((run_id, step), []).append(_finish(group, collector, count, seed))
+        by_step.setdefault((run_id, step), []).append(group)
+    steps: dict[tuple[str, int], list[StepSelection]] = {}
+    for step_key, attempts in by_step.items():
+        concurrent = _concurrent(attempts)
+        steps[step_key] = [_finish(group, step_key in collector_steps, count, seed) for group in attempts]
+        for selection in steps[step_key]:
+            selection.attempts_concurrent = concurrent[selection.attempt]
     return steps
+
+
+def _split_attempts(attempts: list[StepSelection]) -> int:
+    """How many attempts of a step ran at the same time as another with no common source (0: none).
+
+    Each such attempt of the files counts, and an attempt whose summary counts c others stands
+    for c + 1 (those others may not be in the files).
+    """
+    involved = sum(1 for attempt in attempts if attempt.attempts_concurrent > 0)
+    most = max((attempt.attempts_concurrent for attempt in attempts), default=0)
+    return max(involved, most + 1) if involved else 0
 
 
 def select_steps(
@@ -344,5 +429,6 @@ def select_steps(
         chosen = choose_attempt(attempts)
         if chosen is not None:
             chosen.attempts = len(attempts)
+            chosen.split_attempts = _split_attempts(attempts)
             selections.append(chosen)
     return selections

@@ -1,9 +1,11 @@
 """Attempts in files: `otel-valgen show` and ``otel_valgen.selection`` pick one attempt per step.
 
 The shared vectors in ``testdata/lifecycle/*.json`` (also replayed by the Go processor's tests)
-are checked here through ``otel_valgen.selection``: each group's kept set, and the attempt
-shown, both from the raw records (embedded-sink rule) and from the collector output the
-vector expects (sampler rule).
+are checked here through ``otel_valgen.selection``: each group's kept set, its balance (seen =
+kept + dropped by reason), the attempts that ran concurrently, and the attempt shown, both
+from the raw records (embedded-sink rule) and from the collector output the vector expects
+(sampler rule). Generations without ``valgen.sample_id`` (the sampler drops them as invalid)
+are rejected by the reader; the balance rule itself is checked with them too.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from click.testing import CliRunner
 
 import otel_valgen as vg
 from otel_valgen import contract
+from otel_valgen.balance import SourceFigures, step_balance
 from otel_valgen.reader import Record, records_from_request
 from otel_valgen.selection import choose_attempt, select_attempts, select_steps
 from otel_valgen.tools.cli import main
@@ -59,13 +62,16 @@ _FIELDS = {
     "seen": contract.SEEN,
     "emitted": contract.EMITTED,
     "sources_expected": contract.SOURCES_EXPECTED,
+    "dropped": contract.DROPPED,
 }
 
 
 def _vector_request(record: dict[str, Any], **extra: Any) -> dict[str, Any]:
     attributes = {_FIELDS[k]: v for k, v in record.items() if k in _FIELDS}
     attributes.update(extra)
-    body = {"input": record["sample_id"], "output": ""} if record["event"] == contract.EVENT_GENERATION else None
+    body = (
+        {"input": record.get("sample_id", ""), "output": ""} if record["event"] == contract.EVENT_GENERATION else None
+    )
     return _request(record["event"], attributes, record["instance"], record["timestamp_ms"], body)
 
 
@@ -78,8 +84,24 @@ def _load(path: Path) -> dict[str, Any]:
     return vector
 
 
-def _arrivals(vector: dict[str, Any]) -> list[tuple[int, dict[str, Any]]]:
-    return [(event["t_ms"], event["record"]) for event in vector["events"] if "record" in event]
+def _invalid(record: dict[str, Any]) -> bool:
+    """A generation without a sample id: dropped as invalid by the sampler, rejected by the reader."""
+    return record["event"] == contract.EVENT_GENERATION and "sample_id" not in record
+
+
+def _arrivals(vector: dict[str, Any], *, invalid: bool = False) -> list[tuple[int, dict[str, Any]]]:
+    """The vector's records with their arrival times; ``invalid``: with the invalid generations."""
+    events = [(event["t_ms"], event["record"]) for event in vector["events"] if "record" in event]
+    return [(t_ms, record) for t_ms, record in events if invalid or not _invalid(record)]
+
+
+def _group_arrivals(vector: dict[str, Any], group: dict[str, Any], *, invalid: bool = False) -> list[dict[str, Any]]:
+    """The records of the group's attempt that arrived by its close."""
+    return [
+        record
+        for t_ms, record in _arrivals(vector, invalid=invalid)
+        if record.get("attempt", "") == group["attempt"] and t_ms <= group["closed_at_ms"]
+    ]
 
 
 def _collector_output(vector: dict[str, Any]) -> list[dict[str, Any]]:
@@ -101,6 +123,9 @@ def _collector_output(vector: dict[str, Any]) -> list[dict[str, Any]]:
             contract.SOURCES_ENDED: group["sources_ended"],
             contract.SOURCES_MISSING: group["sources_missing"],
             contract.LATE: 0,
+            contract.DROPPED: sum(group["dropped"].values()),
+            **{contract.DROPPED_PREFIX + reason: n for reason, n in group["dropped"].items()},
+            contract.ATTEMPTS_CONCURRENT: group["attempts_concurrent"],
         }
         requests.append(_request(contract.EVENT_STEP_SUMMARY, summary, "collector", group["closed_at_ms"]))
         for late in group.get("late_reports", []):
@@ -123,11 +148,7 @@ def test_vector_groups_keep_the_bottom_k_of_what_arrived_before_the_close(path: 
     vector = _load(path)
     count = vector["config"]["count"]
     for group in vector["expected"]["groups"]:
-        arrived = [
-            _vector_request(record)
-            for t_ms, record in _arrivals(vector)
-            if record.get("attempt", "") == group["attempt"] and t_ms <= group["closed_at_ms"]
-        ]
+        arrived = [_vector_request(record) for record in _group_arrivals(vector, group)]
         attempts = select_attempts(_records(arrived), count=count)[(group["run_id"], group["step"])]
         (selection,) = [a for a in attempts if a.attempt == group["attempt"]]
         assert [g.sample_id for g in selection.generations] == group["kept_ids"]
@@ -155,7 +176,7 @@ def test_vector_complete_groups_count_each_sources_largest_end_record(path: Path
         if group["closed_reason"] != "complete" or group["late"]:
             continue
         arrived = [_vector_request(r) for _, r in _arrivals(vector) if r.get("attempt", "") == group["attempt"]]
-        attempts = select_attempts(_records(arrived))[(group["run_id"], group["step"])]
+        attempts = select_attempts(_records(arrived), count=vector["config"]["count"])[(group["run_id"], group["step"])]
         (selection,) = [a for a in attempts if a.attempt == group["attempt"]]
         assert (selection.complete, selection.seen) == (True, group["seen"])
 
@@ -174,6 +195,63 @@ def test_vector_shown_attempt_from_the_collector_output(path: Path) -> None:
         assert selection.attempts == len(vector["expected"]["groups"])
         assert selection.late == group["late"]
         assert selection.seen == group["seen"]
+        assert selection.dropped == group["dropped"]
+        concurrent = [g for g in vector["expected"]["groups"] if g["attempts_concurrent"] > 0]
+        assert selection.split_attempts == len(concurrent)
+
+
+@pytest.mark.parametrize("path", VECTORS, ids=lambda p: p.stem)
+def test_vector_balance_by_the_shared_rule(path: Path) -> None:
+    """``otel_valgen.balance`` over each group's sources as they stood at its close: the expected seen and dropped."""
+    vector = _load(path)
+    for group in vector["expected"]["groups"]:
+        figures: dict[tuple[str, str], dict[str, Any]] = {}
+        kept: set[tuple[tuple[str, str], str]] = set()
+        for record in _group_arrivals(vector, group, invalid=True):
+            source = (record["source"], record["instance"])
+            f = figures.setdefault(source, {"ended": False, "received": 0, "invalid": 0, "progress_seen": 0})
+            if record["event"] == contract.EVENT_VALIDATION_END:
+                f["ended"] = True
+                for name in ("seen", "emitted", "dropped"):
+                    f[name] = max(f.get(name, 0), record.get(name, 0))
+            elif record["event"] == contract.EVENT_VALIDATION_PROGRESS:
+                f["progress_seen"] = max(f["progress_seen"], record["seen"])
+            elif _invalid(record):
+                f["invalid"] += 1
+            elif record["event"] == contract.EVENT_GENERATION:
+                f["received"] += 1
+                if record["sample_id"] in group["kept_ids"]:
+                    kept.add((source, record["sample_id"]))
+        sources = [SourceFigures(**f, kept=sum(1 for s, _ in kept if s == source)) for source, f in figures.items()]
+        assert step_balance(sources) == (group["seen"], group["dropped"]), group["attempt"]
+
+
+@pytest.mark.parametrize("path", VECTORS, ids=lambda p: p.stem)
+def test_vector_balance_from_embedded_files(path: Path) -> None:
+    """Embedded-sink rule over what arrived by the close: the collector's seen and dropped by reason.
+
+    Groups with invalid generations are left out: the reader rejects those records, which the
+    sampler counts (checked by ``test_vector_balance_by_the_shared_rule``).
+    """
+    vector = _load(path)
+    for group in vector["expected"]["groups"]:
+        if group["dropped"]["invalid"]:
+            continue
+        arrived = [_vector_request(record) for record in _group_arrivals(vector, group)]
+        attempts = select_attempts(_records(arrived), count=vector["config"]["count"])
+        (selection,) = [a for a in attempts[(group["run_id"], group["step"])] if a.attempt == group["attempt"]]
+        assert (selection.seen, selection.dropped) == (group["seen"], group["dropped"])
+        assert selection.seen == selection.kept + sum(group["dropped"].values())
+
+
+@pytest.mark.parametrize("path", VECTORS, ids=lambda p: p.stem)
+def test_vector_concurrent_attempts_from_the_raw_records(path: Path) -> None:
+    """Embedded-sink rule over every record: each attempt counts the concurrent ones the collector counts."""
+    vector = _load(path)
+    attempts = select_attempts(_records([_vector_request(r) for _, r in _arrivals(vector)]))
+    got = {(a.run_id, a.step, a.attempt): a.attempts_concurrent for step in attempts.values() for a in step}
+    want = {(g["run_id"], g["step"], g["attempt"]): g["attempts_concurrent"] for g in vector["expected"]["groups"]}
+    assert got == want
 
 
 # -- the rule --------------------------------------------------------------------------------
@@ -355,3 +433,83 @@ def test_an_embedded_step_is_complete_only_when_sources_expected_sources_ended()
     assert (one.complete, one.seen) == (False, 1)
     (both,) = select_steps(_records([*part("A", 10), *part("B", 20)]))
     assert (both.complete, both.seen) == (True, 2)
+
+
+# -- the balance and split launches in show ---------------------------------------------------
+
+
+def _part(attempt: str, source: str, t_ms: int, ids: list[str]) -> list[dict[str, Any]]:
+    """One process's embedded-sink records of step 7: start at t_ms, its generations, end 200 ms later."""
+    common = {contract.RUN_ID: "run", contract.STEP: 7, contract.ATTEMPT: attempt, contract.SOURCE: source}
+    instance = f"i-{source}"
+    end = {**common, contract.SEEN: len(ids) + 3, contract.EMITTED: len(ids), contract.DROPPED: 1}
+    return [
+        _request(contract.EVENT_VALIDATION_START, common, instance, t_ms),
+        *[
+            _request(
+                contract.EVENT_GENERATION,
+                {**common, contract.SAMPLE_ID: i, contract.SAMPLE_KEY: 10 + n},
+                instance,
+                t_ms + 100,
+                {"input": i, "output": "o"},
+            )
+            for n, i in enumerate(ids)
+        ],
+        _request(contract.EVENT_VALIDATION_END, end, instance, t_ms + 200),
+    ]
+
+
+def _show(*paths: Path) -> tuple[list[dict[str, Any]], list[str]]:
+    """``show --format json``: the steps, and the lines on stderr."""
+    result = CliRunner().invoke(main, ["show", *map(str, paths), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    return [json.loads(line) for line in result.stdout.splitlines()], result.stderr.splitlines()
+
+
+def test_show_warns_when_one_launch_was_split_into_attempts(tmp_path: Path) -> None:
+    """Two processes of one launch, each its own attempt at the same time: one warning naming the fix."""
+    path = _write(
+        tmp_path / "valgen.jsonl", _part("pA.1", "rank0", 0, ["a/0", "a/1"]) + _part("pB.1", "rank1", 50, ["b/0"])
+    )
+    (step,), stderr = _show(path)
+    assert (step["attempt"], step["attempts"], step["split_attempts"]) == ("pB.1", 2, 2)
+    (warning,) = stderr
+    assert warning.startswith("warning: run run step 7: 2 attempts ran at the same time with no common source")
+    assert "set OTEL_VALGEN_LAUNCH_ID to one new value per launch for all processes" in warning
+    assert "torchrun/Slurm/MPI/Ray" in warning
+
+
+def test_show_does_not_warn_for_a_resumed_launch(tmp_path: Path) -> None:
+    """The resumed launch's attempt starts after the first stopped (or the two share a source): no warning."""
+    resumed = _part("L1.1", "rank0", 0, ["a/0"]) + _part("L2.1", "rank1", 5000, ["a/0"])
+    (step,), stderr = _show(_write(tmp_path / "resumed.jsonl", resumed))
+    assert (step["attempt"], step["split_attempts"], stderr) == ("L2.1", 0, [])
+    shared = _part("L.1", "rank0", 0, ["a/0"]) + _part("L.2", "rank0", 50, ["a/1"])
+    (step,), stderr = _show(_write(tmp_path / "shared.jsonl", shared))
+    assert (step["split_attempts"], stderr) == (0, [])
+
+
+def test_show_reports_the_balance_of_embedded_files(tmp_path: Path) -> None:
+    """Embedded files: seen = kept + dropped by reason, from the end records and the generations read."""
+    (step,), _ = _show(_write(tmp_path / "valgen.jsonl", _part("L1.1", "rank0", 0, ["a/0", "a/1", "a/2"])))
+    # seen 6: 1 dropped by the source, 2 left out by its presampler, 3 emitted and read; k = 64 keeps them.
+    assert (step["seen"], step["kept"]) == (6, 3)
+    assert step["dropped"] == {"sampled": 2, "source": 1, "invalid": 0, "undelivered": 0, "not_ended": 0}
+
+
+def test_show_passes_the_samplers_balance_and_split_mark_through(tmp_path: Path) -> None:
+    """Collector output: the summary's dropped by reason and valgen.attempts_concurrent; older summaries: null, 0."""
+    summary = _summary("L1.1", 0, "complete", 9, 1)
+    attributes = summary["resourceLogs"][0]["scopeLogs"][0]["logRecords"][0]["attributes"]
+    balance = {contract.DROPPED: 8, contract.DROPPED_PREFIX + "sampled": 6, contract.DROPPED_PREFIX + "undelivered": 2}
+    attributes += [{"key": k, "value": _value(v)} for k, v in {**balance, contract.ATTEMPTS_CONCURRENT: 1}.items()]
+    (step,), stderr = _show(
+        _write(tmp_path / "new.jsonl", [_gen("L1.1", "x/0", 40, 100, **{contract.RANK: 1}), summary])
+    )
+    assert (step["dropped"], step["split_attempts"]) == ({"sampled": 6, "undelivered": 2}, 2)
+    (warning,) = stderr
+    assert warning.startswith("warning: run run step 7: 2 attempts ran at the same time")
+    assert "OTEL_VALGEN_LAUNCH_ID" in warning
+    old = [_gen("", "x/0", 40, 100, **{contract.RANK: 1}), _summary("", 0, "complete", 9, 1)]
+    (step,), stderr = _show(_write(tmp_path / "old.jsonl", old))
+    assert (step["dropped"], step["split_attempts"], stderr) == (None, 0, [])

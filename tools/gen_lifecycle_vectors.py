@@ -47,11 +47,30 @@ def gens(t, keys, source, **kw):
     return [rec(t, "valgen.generation", source, sample_id=i, sample_key=k, **kw) for i, k in keys.items()]
 
 
+def invalid_gen(t, source, **kw):
+    """A generation without valgen.sample_id: the sampler drops it as invalid (dropped.invalid)."""
+    return rec(t, "valgen.generation", source, **kw)
+
+
 def tick(t):
     return {"t_ms": t, "tick": True}
 
 
-def group(attempt, reason, closed_at, seen, kept, ended, missing, attempt_start, announced, late=0, **extra):
+def drops(sampled=0, source=0, invalid=0, undelivered=0, not_ended=0):
+    """The summary's valgen.dropped.<reason> values (their sum is valgen.dropped = seen - kept)."""
+    return {
+        "sampled": sampled,
+        "source": source,
+        "invalid": invalid,
+        "undelivered": undelivered,
+        "not_ended": not_ended,
+    }
+
+
+def group(
+    attempt, reason, closed_at, seen, kept, ended, missing, attempt_start, announced, dropped, concurrent=0, **extra
+):
+    assert seen == len(kept) + sum(dropped.values()), "seen = kept + dropped"
     g = {
         "run_id": RUN,
         "step": STEP,
@@ -62,9 +81,11 @@ def group(attempt, reason, closed_at, seen, kept, ended, missing, attempt_start,
         "kept_ids": kept,
         "sources_ended": ended,
         "sources_missing": missing,
-        "late": late,
+        "late": extra.pop("late", 0),
         "attempt_start_ms": attempt_start,
         "sources_announced": announced,
+        "dropped": dropped,
+        "attempts_concurrent": concurrent,
     }
     g.update(extra)
     return g
@@ -87,7 +108,8 @@ VECTORS = []
 # announce itself. It closes `complete` at the first tick with decision_wait of silence since
 # its last record (3200): not at 4199 (999 ms), at 4200 (1000 ms); the 4500 tick finds nothing.
 # Bottom-4 of keys {50,10,70,30,90} u {20,60,5,80,40} = 5 b/2, 10 a/1, 20 b/0, 30 a/3.
-# seen = 12 (A's end) + 15 (B's end) = 27.
+# seen = 12 (A's end) + 15 (B's end) = 27. Balance: A left 12 - 5 = 7 out in its presampler and
+# 3 of its 5 were ranked out (2 kept); B 15 - 5 = 10 and 3: sampled 23; 4 + 23 = 27.
 VECTORS.append(
     {
         "name": "slow_source_progress",
@@ -116,7 +138,7 @@ VECTORS.append(
             tick(4500),
         ],
         "expected": {
-            "groups": [group("L1.1", "complete", 4200, 27, ["b/2", "a/1", "b/0", "a/3"], 2, [], 0, 2)],
+            "groups": [group("L1.1", "complete", 4200, 27, ["b/2", "a/1", "b/0", "a/3"], 2, [], 0, 2, drops(23))],
             "shown": shown("L1.1"),
         },
     }
@@ -127,6 +149,8 @@ VECTORS.append(
 # does not apply); silence closes it by wait at 200 + 1000.
 # B's 5 generations and its end at 3200 are late: 6 late records, reported at the tick of 3300.
 # Kept = bottom-4 of A = 10 a/1, 30 a/3, 50 a/0, 70 a/2; seen = 12 (A's end) + 0 (B delivered nothing).
+# Balance: A's 12 - 5 presampled out + 1 ranked out = sampled 8. B's late part is not in the
+# summary: B had not ended and reported nothing (no progress), so it counts 0 seen.
 VECTORS.append(
     {
         "name": "slow_source_no_progress",
@@ -148,7 +172,18 @@ VECTORS.append(
         "expected": {
             "groups": [
                 group(
-                    "L1.1", "wait", 1200, 12, ["a/1", "a/3", "a/0", "a/2"], 1, ["b@i-b"], 0, 2, late=6, late_reports=[6]
+                    "L1.1",
+                    "wait",
+                    1200,
+                    12,
+                    ["a/1", "a/3", "a/0", "a/2"],
+                    1,
+                    ["b@i-b"],
+                    0,
+                    2,
+                    drops(8),
+                    late=6,
+                    late_reports=[6],
                 )
             ],
             "shown": shown("L1.1"),
@@ -158,6 +193,7 @@ VECTORS.append(
 
 # (c) sources_expected = 2: B announces and dies. One of two promised sources ended, so silence
 # does not close the step; max_step_duration (5000 after the first record at 0) does, at 5000.
+# Balance as in (b): A's 7 presampled out + 1 ranked out; B saw nothing it reported.
 VECTORS.append(
     {
         "name": "expected_source_dies",
@@ -176,7 +212,9 @@ VECTORS.append(
             tick(5000),
         ],
         "expected": {
-            "groups": [group("L1.1", "max_duration", 5000, 12, ["a/1", "a/3", "a/0", "a/2"], 1, ["b@i-b"], 0, 2)],
+            "groups": [
+                group("L1.1", "max_duration", 5000, 12, ["a/1", "a/3", "a/0", "a/2"], 1, ["b@i-b"], 0, 2, drops(8))
+            ],
             "shown": shown("L1.1"),
         },
     }
@@ -189,6 +227,7 @@ VECTORS.append(
 # decision_wait of silence: not at the 6000 tick (900 ms), at the 6100 tick (1000 ms).
 # Keys: a/i -> 1000 + 7*i except five small ones in all batches: a/59=1, a/23=3, a/5=7,
 # a/31=9, a/44=11. The true bottom-4 of all 60: a/59, a/23, a/5, a/31 (a/44=11 is 5th).
+# Balance: no presampling (emitted 60 = seen), 56 ranked out.
 SMALL = {"a/5": 7, "a/23": 3, "a/31": 9, "a/44": 11, "a/59": 1}
 
 
@@ -225,7 +264,7 @@ VECTORS.append(
             tick(6100),
         ],
         "expected": {
-            "groups": [group("L1.1", "complete", 6100, 60, ["a/59", "a/23", "a/5", "a/31"], 1, [], 0, 1)],
+            "groups": [group("L1.1", "complete", 6100, 60, ["a/59", "a/23", "a/5", "a/31"], 1, [], 0, 1, drops(56))],
             "shown": shown("L1.1"),
         },
     }
@@ -238,6 +277,9 @@ VECTORS.append(
 # sources_expected it closes `complete` at the first tick at least decision_wait after its last
 # record (3200 + 1000 = 4200): the tick at 4500.
 # shown: the latest attempt_start among complete ones = L2.1.
+# Balance: L1.1's source never ended and sent no progress: seen = the 5 that arrived, 1 ranked
+# out. L2.1: 6 emitted, 6 arrived, 2 ranked out. Not a split launch: L2.1's records (2990 to
+# 3200) all come after L1.1's (0 to 100), so neither counts the other as concurrent.
 KEYS_A6 = {**KEYS_A, "a/5": 1}
 VECTORS.append(
     {
@@ -259,8 +301,8 @@ VECTORS.append(
         ],
         "expected": {
             "groups": [
-                group("L1.1", "wait", 1100, 5, ["a/1", "a/3", "a/0", "a/2"], 0, ["a@i-a"], 0, 1),
-                group("L2.1", "complete", 4500, 6, ["a/5", "a/1", "a/3", "a/0"], 1, [], 2990, 1),
+                group("L1.1", "wait", 1100, 5, ["a/1", "a/3", "a/0", "a/2"], 0, ["a@i-a"], 0, 1, drops(1)),
+                group("L2.1", "complete", 4500, 6, ["a/5", "a/1", "a/3", "a/0"], 1, [], 2990, 1, drops(2)),
             ],
             "shown": shown("L2.1"),
         },
@@ -273,6 +315,10 @@ VECTORS.append(
 # No sources_expected, so L2.1 closes `complete` after decision_wait of silence since its end:
 # open at the 1000, 1549, 1550 ticks (300, 849, 850 ms), closed at the 1700 tick (1000 ms).
 # Closing order: L1.1 (wait, 1550), then L2.1 (complete, 1700).
+# L1.1's last generation (a/3) is stamped 450, before L2.1 started, and delivered at 550: the
+# earlier launch stopped before the resumed one began, so this is a resume, not a split
+# launch: attempts_concurrent 0 on both (record times [0, 450] and [500, 700] do not overlap).
+# Balance: L1.1 never ended, 4 arrived, 4 kept; L2.1 5 of 5 arrived, 1 ranked out.
 KEYS_A3 = {k: KEYS_A[k] for k in ("a/0", "a/1", "a/2")}
 VECTORS.append(
     {
@@ -283,7 +329,7 @@ VECTORS.append(
             start(0, "a"),
             *gens(100, KEYS_A3, "a"),
             start(500, "a", attempt="L2.1", instance="i-a2"),
-            *gens(550, {"a/3": 30}, "a"),
+            {"t_ms": 550, "record": gens(450, {"a/3": 30}, "a")[0]["record"]},
             *gens(600, KEYS_A, "a", attempt="L2.1", instance="i-a2"),
             end(700, "a", 5, 5, attempt="L2.1", instance="i-a2"),
             tick(1000),
@@ -293,8 +339,8 @@ VECTORS.append(
         ],
         "expected": {
             "groups": [
-                group("L1.1", "wait", 1550, 4, ["a/1", "a/3", "a/0", "a/2"], 0, ["a@i-a"], 0, 1),
-                group("L2.1", "complete", 1700, 5, ["a/1", "a/3", "a/0", "a/2"], 1, [], 500, 1),
+                group("L1.1", "wait", 1550, 4, ["a/1", "a/3", "a/0", "a/2"], 0, ["a@i-a"], 0, 1, drops()),
+                group("L2.1", "complete", 1700, 5, ["a/1", "a/3", "a/0", "a/2"], 1, [], 500, 1, drops(1)),
             ],
             "shown": shown("L2.1"),
         },
@@ -308,6 +354,7 @@ VECTORS.append(
 # At 1000 two generations and a progress record arrive: 3 late; at the 1500 tick one late
 # report says 3. At 2000 one more generation: the 2500 tick reports 4 (cumulative).
 # The 3 late generations go on tagged valgen.late=true; the progress record does not.
+# Balance at the close: 4 seen, 4 emitted, 4 kept: nothing dropped (the late ones come after).
 VECTORS.append(
     {
         "name": "late_records_forward",
@@ -331,7 +378,18 @@ VECTORS.append(
         "expected": {
             "groups": [
                 group(
-                    "L1.1", "complete", 200, 4, ["a/1", "a/3", "a/0", "a/2"], 1, [], 0, 1, late=4, late_reports=[3, 4]
+                    "L1.1",
+                    "complete",
+                    200,
+                    4,
+                    ["a/1", "a/3", "a/0", "a/2"],
+                    1,
+                    [],
+                    0,
+                    1,
+                    drops(),
+                    late=4,
+                    late_reports=[3, 4],
                 )
             ],
             "forwarded_ids": ["a/4", "a/5", "a/6"],
@@ -353,7 +411,10 @@ VECTORS.append(
             end(100, "a", 3, 3, attempt=None, sources_expected=1),
             tick(2000),
         ],
-        "expected": {"groups": [group("", "complete", 100, 3, ["a/1", "a/0", "a/2"], 1, [], 0, 0)], "shown": shown("")},
+        "expected": {
+            "groups": [group("", "complete", 100, 3, ["a/1", "a/0", "a/2"], 1, [], 0, 0, drops())],
+            "shown": shown(""),
+        },
     }
 )
 
@@ -370,6 +431,9 @@ VECTORS.append(
 # record (900): not at the 1899 tick, at 1900. Kept = bottom-4 of {50, 10, 70, 30, 5} and
 # {b/0=20, b/1=60} = 5 a/5, 10 a/1, 20 b/0, 30 a/3; seen = 6 (A's largest end) + 2 (B's).
 # A sent one start record: later parts of the same attempt do not announce again.
+# Balance: A saw 6 and emitted 5 (1 left out by its presampler); of its 5 that arrived, 3 are
+# kept (a/5, a/1, a/3) and 2 ranked out. B's 2 arrived, 1 kept (b/0), 1 ranked out: sampled
+# 1 + 2 + 1 = 4, and 4 kept + 4 dropped = 8 = seen.
 VECTORS.append(
     {
         "name": "blockless_parts",
@@ -392,7 +456,131 @@ VECTORS.append(
             tick(1900),
         ],
         "expected": {
-            "groups": [group("L1.1", "complete", 1900, 8, ["a/5", "a/1", "b/0", "a/3"], 2, [], 0, 2)],
+            "groups": [group("L1.1", "complete", 1900, 8, ["a/5", "a/1", "b/0", "a/3"], 2, [], 0, 2, drops(4))],
+            "shown": shown("L1.1"),
+        },
+    }
+)
+
+# (j) The balance, reason by reason (count 4, no sources_expected, one attempt).
+# A saw 20: dropped 2 itself (bad input), presampled the other 18 down to 6 and sent them: a/0=50,
+# a/1=10, a/2=70, a/3=30, one without valgen.sample_id (invalid at the sampler) and one that
+# never arrives. B sent b/0=20, b/1=60, b/2=5 (no presampling, seen 3), b/2 delivered twice.
+# C sends c/0=15 as it logs, a progress record saying 40 seen at 500, then dies (no end).
+# Nothing after 500 and C never ends: wait closes the step at the 1500 tick.
+# Kept: bottom-4 of the valid arrivals {50, 10, 70, 30} u {20, 60, 5} u {15} = 5 b/2, 10 a/1,
+# 15 c/0, 20 b/0 (A 1, B 2, C 1).
+# A: seen 20 = 1 kept + 2 source + 1 invalid + 1 undelivered + sampled 15 (12 left out by its
+#    presampler, and a/0, a/2, a/3 ranked out).
+# B: 3 = 2 kept + 1 sampled (b/1); the second copy of b/2 changes nothing.
+# C: not ended: seen = max(1 arrived, 40 reported) = 40 = 1 kept + 39 not_ended.
+# seen 63 = 4 kept + sampled 16 + source 2 + invalid 1 + undelivered 1 (= valgen.missing) + not_ended 39.
+VECTORS.append(
+    {
+        "name": "balance_by_reason",
+        "description": (
+            "Each reason of the summary's balance (seen = kept + dropped): presampled and ranked out, "
+            "dropped at the source, invalid at the sampler, undelivered, seen by a source that never ended."
+        ),
+        "config": config(),
+        "events": [
+            start(0, "a"),
+            start(0, "b"),
+            start(0, "c"),
+            *gens(100, {k: KEYS_A[k] for k in ("a/0", "a/1", "a/2", "a/3")}, "a"),
+            invalid_gen(100, "a"),
+            end(200, "a", 20, 6, dropped=2),
+            *gens(300, {"b/0": 20, "b/1": 60, "b/2": 5}, "b"),
+            *gens(300, {"c/0": 15}, "c"),
+            *gens(350, {"b/2": 5}, "b"),
+            end(400, "b", 3, 3),
+            progress(500, "c", 40),
+            tick(1499),
+            tick(1500),
+        ],
+        "expected": {
+            "groups": [
+                group(
+                    "L1.1",
+                    "wait",
+                    1500,
+                    63,
+                    ["b/2", "a/1", "c/0", "b/0"],
+                    2,
+                    ["c@i-c"],
+                    0,
+                    3,
+                    drops(sampled=16, source=2, invalid=1, undelivered=1, not_ended=39),
+                )
+            ],
+            "shown": shown("L1.1"),
+        },
+    }
+)
+
+# (k) One launch split into attempts: two processes of one job (torchrun ranks without a shared
+# launch id) each formed their own attempt. pA.1 (rank0@i-0) records from 0 to 300, pB.1
+# (rank1@i-1) from 10 to 320: their times overlap and they share no source. Each is complete
+# at its end (no sources_expected) and closes decision_wait after its last record: pA.1 at the
+# 1319 tick (1019 ms after 300), pB.1 at the 1320 tick (not at 1319: 999 ms after 320). pA.1
+# counts the still open pB.1, pB.1 the closed pA.1: attempts_concurrent 1 on both.
+# Kept: pA.1 bottom-4 of {50, 10, 70, 30, 90} = a/1, a/3, a/0, a/2 (a/4 ranked out);
+# pB.1 of {20, 60, 5, 80, 40} = b/2, b/0, b/4, b/1 (b/3 ranked out).
+# shown: both complete, pB.1 started later (10 > 0).
+VECTORS.append(
+    {
+        "name": "split_launch",
+        "description": (
+            "Two processes of one launch, each its own attempt: concurrent and without a common source, "
+            "each summary counts the other in valgen.attempts_concurrent."
+        ),
+        "config": config(),
+        "events": [
+            start(0, "rank0", attempt="pA.1", instance="i-0"),
+            start(10, "rank1", attempt="pB.1", instance="i-1"),
+            *gens(100, KEYS_A, "rank0", attempt="pA.1", instance="i-0"),
+            *gens(150, KEYS_B, "rank1", attempt="pB.1", instance="i-1"),
+            end(300, "rank0", 5, 5, attempt="pA.1", instance="i-0"),
+            end(320, "rank1", 5, 5, attempt="pB.1", instance="i-1"),
+            tick(1319),
+            tick(1320),
+        ],
+        "expected": {
+            "groups": [
+                group("pA.1", "complete", 1319, 5, ["a/1", "a/3", "a/0", "a/2"], 1, [], 0, 1, drops(1), concurrent=1),
+                group("pB.1", "complete", 1320, 5, ["b/2", "b/0", "b/4", "b/1"], 1, [], 10, 1, drops(1), concurrent=1),
+            ],
+            "shown": [{"run_id": RUN, "step": STEP, "attempt": "pB.1"}],
+        },
+    }
+)
+
+# (l) Only an older part's end record: A's block-less first part (a/0=50, a/1=10, a/2=70) ends with
+# seen 3, emitted 3 at 150; its second part's generations a/3=30, a/5=5 arrive at 600 (within the
+# wait), and its end record never does. The group is complete at 150 (3 of 3 arrived) and stays
+# so; no sources_expected: it closes decision_wait after 600, at the 1600 tick.
+# Kept: bottom-4 of {50, 10, 70, 30, 5} = a/5, a/1, a/3, a/0: 4 kept from a source whose end
+# record says it emitted 3. So it emitted at least 4 and saw at least 4: seen 4. The 5 arrivals
+# exceed that emitted 4: the extra one is taken for a redelivery (the sampler cannot tell a
+# copy from a record the end record does not count), so nothing is dropped: seen 4 = kept 4.
+VECTORS.append(
+    {
+        "name": "older_end_record_only",
+        "description": (
+            "A source's only end record is an older part's (emitted 3) while 4 of its records are kept: "
+            "the summary takes it to have emitted and seen at least those 4."
+        ),
+        "config": config(),
+        "events": [
+            start(0, "a"),
+            *gens(100, {k: KEYS_A[k] for k in ("a/0", "a/1", "a/2")}, "a"),
+            end(150, "a", 3, 3),
+            *gens(600, {"a/3": 30, "a/5": 5}, "a"),
+            tick(1599),
+            tick(1600),
+        ],
+        "expected": {
+            "groups": [group("L1.1", "complete", 1600, 4, ["a/5", "a/1", "a/3", "a/0"], 1, [], 0, 1, drops())],
             "shown": shown("L1.1"),
         },
     }

@@ -41,7 +41,8 @@ func (o origin) keep(lr plog.LogRecord) keptRecord {
 
 // sourceState is what a group knows of one source.
 type sourceState struct {
-	received     int64 // generation records that arrived
+	received     int64 // valid generation records that arrived
+	invalid      int64 // generation records of the group dropped as invalid (no sample id, ...)
 	announced    bool  // a start record arrived
 	progressSeen int64 // the largest valgen.seen of its progress records
 	ended        bool
@@ -57,6 +58,7 @@ type group struct {
 
 	attempt      string // valgen.attempt ("" for legacy records)
 	attemptStart int64  // smallest record time seen (unix nanos), see recordTime
+	attemptLast  int64  // largest record time seen (unix nanos): with attemptStart, its span
 
 	k    int // the smallest k any record asked for; -1 before the first generation
 	kept *bottomK[keptRecord]
@@ -82,6 +84,7 @@ func newGroup(key string, seq uint64, lr plog.LogRecord, res pcommon.Resource, n
 		firstSeen:    now,
 		attempt:      attemptOf(lr.Attributes()),
 		attemptStart: recordTime(lr, now),
+		attemptLast:  recordTime(lr, now),
 		k:            -1,
 		resource:     pcommon.NewResource(),
 		runID:        pcommon.NewValueEmpty(),
@@ -100,7 +103,9 @@ func newGroup(key string, seq uint64, lr plog.LogRecord, res pcommon.Resource, n
 
 func (g *group) touch(lr plog.LogRecord, src sourceID, now time.Time) *sourceState {
 	g.lastSeen = now
-	g.attemptStart = min(g.attemptStart, recordTime(lr, now))
+	at := recordTime(lr, now)
+	g.attemptStart = min(g.attemptStart, at)
+	g.attemptLast = max(g.attemptLast, at)
 	if g.traceID.IsEmpty() {
 		g.traceID = lr.TraceID()
 	}
@@ -133,6 +138,13 @@ func (g *group) addGeneration(gen generation, lr plog.LogRecord, at origin, src 
 	g.kept.offer(gen.order, func() keptRecord { return at.keep(lr) })
 }
 
+// addInvalid counts a generation of the group that the sampler dropped as invalid (it has
+// the group's run, step and attempt, but not a usable sample id, key, seed, count or key
+// version): it is activity of its source and part of the step's balance (dropped.invalid).
+func (g *group) addInvalid(lr plog.LogRecord, src sourceID, now time.Time) {
+	g.touch(lr, src, now).invalid++
+}
+
 // addEnd records a source's end of step; a repeated end record keeps the largest counts (and
 // the score statistics of the one with the largest score count, see scoreStats.larger).
 func (g *group) addEnd(end endInfo, lr plog.LogRecord, src sourceID, now time.Time) {
@@ -149,20 +161,6 @@ func (g *group) addEnd(end endInfo, lr plog.LogRecord, src sourceID, now time.Ti
 // many sent generations but never ended (e.g. a worker killed mid-step).
 func (g *group) endedSources() int64 {
 	return g.countSources(func(state *sourceState) bool { return state.ended })
-}
-
-// totals sums the group's counts for the summary record: an ended source counts the seen of
-// its end record, one that did not end what it delivered or reported in progress records.
-func (g *group) totals() (seen, missing int64) {
-	for _, state := range g.sources {
-		if !state.ended {
-			seen += max(state.received, state.progressSeen)
-			continue
-		}
-		seen += state.end.seen
-		missing += max(0, state.end.emitted-state.received)
-	}
-	return seen, missing
 }
 
 // stepK is a group's k once a record asks for asked: the smallest k asked for wins. Shrinking

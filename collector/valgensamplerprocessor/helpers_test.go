@@ -88,8 +88,14 @@ type rec struct {
 	source     string
 	instance   string
 	traceID    byte
-	// end records (expected, valgen.sources_expected, also on start records)
-	seen, emitted, expected int64
+	// end records (expected, valgen.sources_expected, also on start records; seen, also on
+	// progress records; dropped: valgen.dropped, sent when > 0)
+	seen, emitted, expected, dropped int64
+	// noID leaves valgen.sample_id out of a generation: the sampler drops it as invalid
+	noID bool
+	// attempt is valgen.attempt, sent when not empty; at is the record's time when not zero
+	attempt string
+	at      time.Time
 	// valgen.score.count and valgen.score.sum on an end record, when scored
 	scored     bool
 	scoreCount int64
@@ -119,9 +125,22 @@ func appendRec(lrs plog.LogRecordSlice, r rec) plog.LogRecord {
 	attrs.PutStr(attrRunID, orDefault(r.run, "run-1"))
 	attrs.PutInt(attrStep, r.step)
 	attrs.PutStr(attrSource, orDefault(r.source, "trainer"))
+	if r.attempt != "" {
+		attrs.PutStr(attrAttempt, r.attempt)
+	}
+	if !r.at.IsZero() {
+		lr.SetTimestamp(pcommon.NewTimestampFromTime(r.at))
+	}
+	if lr.EventName() == eventProgress {
+		attrs.PutInt(attrSeen, r.seen)
+		return lr
+	}
 	if lr.EventName() == eventEnd {
 		attrs.PutInt(attrSeen, r.seen)
 		attrs.PutInt(attrEmitted, r.emitted)
+		if r.dropped > 0 {
+			attrs.PutInt(attrDropped, r.dropped)
+		}
 		if r.expected > 0 {
 			attrs.PutInt(attrSourcesExpected, r.expected)
 		}
@@ -134,7 +153,9 @@ func appendRec(lrs plog.LogRecordSlice, r rec) plog.LogRecord {
 	if lr.EventName() == eventStart && r.expected > 0 {
 		attrs.PutInt(attrSourcesExpected, r.expected)
 	}
-	attrs.PutStr(attrSampleID, r.id)
+	if !r.noID {
+		attrs.PutStr(attrSampleID, r.id)
+	}
 	if r.hasKey {
 		attrs.PutInt(attrSampleKey, r.key)
 	}

@@ -56,33 +56,36 @@ func TestLateRecords(t *testing.T) {
 }
 
 // TestMalformedRecords checks that bad attributes are dropped with a reason and never panic.
+// A generation whose run, step and attempt are usable is still a record of its step: the
+// step's summary counts it in valgen.dropped.invalid.
 func TestMalformedRecords(t *testing.T) {
 	tests := []struct {
 		name   string
 		event  string
 		edit   func(pcommon.Map)
 		reason string
+		ofStep bool // a generation of a known step: counted in its summary
 	}{
-		{"missing run_id", eventGeneration, func(m pcommon.Map) { m.Remove(attrRunID) }, reasonMissingAttribute},
-		{"int run_id", eventGeneration, func(m pcommon.Map) { m.PutInt(attrRunID, 1) }, reasonInvalidAttribute},
-		{"empty run_id", eventGeneration, func(m pcommon.Map) { m.PutStr(attrRunID, "") }, reasonInvalidAttribute},
-		{"missing step", eventGeneration, func(m pcommon.Map) { m.Remove(attrStep) }, reasonMissingAttribute},
-		{"string step", eventGeneration, func(m pcommon.Map) { m.PutStr(attrStep, "3") }, reasonInvalidAttribute},
-		{"double step", eventGeneration, func(m pcommon.Map) { m.PutDouble(attrStep, 3) }, reasonInvalidAttribute},
-		{"missing sample_id", eventGeneration, func(m pcommon.Map) { m.Remove(attrSampleID) }, reasonMissingAttribute},
-		{"map sample_id", eventGeneration, func(m pcommon.Map) { m.PutEmptyMap(attrSampleID) }, reasonInvalidAttribute},
-		{"negative sample_key", eventGeneration, func(m pcommon.Map) { m.PutInt(attrSampleKey, -1) }, reasonInvalidAttribute},
-		{"string sample_key", eventGeneration, func(m pcommon.Map) { m.PutStr(attrSampleKey, "1") }, reasonInvalidAttribute},
-		{"string seed", eventGeneration, func(m pcommon.Map) { m.PutStr(attrSeed, "42") }, reasonInvalidAttribute},
-		{"unknown key_version", eventGeneration, func(m pcommon.Map) { m.PutInt(attrKeyVersion, 3) }, reasonInvalidAttribute},
-		{"zero key_version", eventGeneration, func(m pcommon.Map) { m.PutInt(attrKeyVersion, 0) }, reasonInvalidAttribute},
-		{"string key_version", eventGeneration, func(m pcommon.Map) { m.PutStr(attrKeyVersion, "2") }, reasonInvalidAttribute},
-		{"negative sample_count", eventGeneration, func(m pcommon.Map) { m.PutInt(attrSampleCount, -5) }, reasonInvalidAttribute},
-		{"bytes sample_count", eventGeneration, func(m pcommon.Map) { m.PutEmptyBytes(attrSampleCount) }, reasonInvalidAttribute},
-		{"end without emitted", eventEnd, func(m pcommon.Map) { m.Remove(attrEmitted) }, reasonMissingAttribute},
-		{"end with string seen", eventEnd, func(m pcommon.Map) { m.PutStr(attrSeen, "x") }, reasonInvalidAttribute},
-		{"end with negative expected", eventEnd, func(m pcommon.Map) { m.PutInt(attrSourcesExpected, -2) }, reasonInvalidAttribute},
-		{"end without run_id", eventEnd, func(m pcommon.Map) { m.Remove(attrRunID) }, reasonMissingAttribute},
+		{"missing run_id", eventGeneration, func(m pcommon.Map) { m.Remove(attrRunID) }, reasonMissingAttribute, false},
+		{"int run_id", eventGeneration, func(m pcommon.Map) { m.PutInt(attrRunID, 1) }, reasonInvalidAttribute, false},
+		{"empty run_id", eventGeneration, func(m pcommon.Map) { m.PutStr(attrRunID, "") }, reasonInvalidAttribute, false},
+		{"missing step", eventGeneration, func(m pcommon.Map) { m.Remove(attrStep) }, reasonMissingAttribute, false},
+		{"string step", eventGeneration, func(m pcommon.Map) { m.PutStr(attrStep, "3") }, reasonInvalidAttribute, false},
+		{"double step", eventGeneration, func(m pcommon.Map) { m.PutDouble(attrStep, 3) }, reasonInvalidAttribute, false},
+		{"missing sample_id", eventGeneration, func(m pcommon.Map) { m.Remove(attrSampleID) }, reasonMissingAttribute, true},
+		{"map sample_id", eventGeneration, func(m pcommon.Map) { m.PutEmptyMap(attrSampleID) }, reasonInvalidAttribute, true},
+		{"negative sample_key", eventGeneration, func(m pcommon.Map) { m.PutInt(attrSampleKey, -1) }, reasonInvalidAttribute, true},
+		{"string sample_key", eventGeneration, func(m pcommon.Map) { m.PutStr(attrSampleKey, "1") }, reasonInvalidAttribute, true},
+		{"string seed", eventGeneration, func(m pcommon.Map) { m.PutStr(attrSeed, "42") }, reasonInvalidAttribute, true},
+		{"unknown key_version", eventGeneration, func(m pcommon.Map) { m.PutInt(attrKeyVersion, 3) }, reasonInvalidAttribute, true},
+		{"zero key_version", eventGeneration, func(m pcommon.Map) { m.PutInt(attrKeyVersion, 0) }, reasonInvalidAttribute, true},
+		{"string key_version", eventGeneration, func(m pcommon.Map) { m.PutStr(attrKeyVersion, "2") }, reasonInvalidAttribute, true},
+		{"negative sample_count", eventGeneration, func(m pcommon.Map) { m.PutInt(attrSampleCount, -5) }, reasonInvalidAttribute, true},
+		{"bytes sample_count", eventGeneration, func(m pcommon.Map) { m.PutEmptyBytes(attrSampleCount) }, reasonInvalidAttribute, true},
+		{"end without emitted", eventEnd, func(m pcommon.Map) { m.Remove(attrEmitted) }, reasonMissingAttribute, false},
+		{"end with string seen", eventEnd, func(m pcommon.Map) { m.PutStr(attrSeen, "x") }, reasonInvalidAttribute, false},
+		{"end with negative expected", eventEnd, func(m pcommon.Map) { m.PutInt(attrSourcesExpected, -2) }, reasonInvalidAttribute, false},
+		{"end without run_id", eventEnd, func(m pcommon.Map) { m.Remove(attrRunID) }, reasonMissingAttribute, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -91,7 +94,15 @@ func TestMalformedRecords(t *testing.T) {
 			tt.edit(ld.ResourceLogs().At(0).ScopeLogs().At(0).LogRecords().At(0).Attributes())
 			require.NotPanics(t, func() { h.consume(t, ld) })
 			require.NoError(t, h.p.Shutdown(context.Background()))
-			require.Empty(t, h.sink.AllLogs())
+			if tt.ofStep {
+				got := collect(h.sink)
+				require.Len(t, got.summaries, 1, "the step of an invalid generation still closes")
+				s := got.summaries[0]
+				assert.Equal(t, []int64{1, 0, 1, 1}, []int64{intOf(t, s, attrSeen), intOf(t, s, attrKept),
+					intOf(t, s, attrDropped), intOf(t, s, attrDroppedInvalid)})
+			} else {
+				require.Empty(t, h.sink.AllLogs())
+			}
 			metadatatest.AssertEqualValgenSamplerRecordsDropped(t, h.tel, []metricdata.DataPoint[int64]{
 				{Value: 1, Attributes: attribute.NewSet(attribute.String("reason", tt.reason))},
 			}, metricdatatest.IgnoreTimestamp())

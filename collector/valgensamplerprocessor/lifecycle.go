@@ -4,6 +4,7 @@
 package valgensamplerprocessor // import "github.com/otel-valgen/otel-valgen/collector/valgensamplerprocessor"
 
 import (
+	"context"
 	"sort"
 	"time"
 
@@ -74,15 +75,15 @@ func (g *group) addProgress(progress endInfo, lr plog.LogRecord, src sourceID, n
 }
 
 // complete reports whether every known source has ended, all that each ended source emitted
-// has arrived (more arrivals, retried deliveries, also count), and at least sources_expected
-// sources have ended.
+// has arrived (more arrivals, retried deliveries, also count, and so do generations dropped
+// as invalid: they arrived), and at least sources_expected sources have ended.
 func (g *group) complete() bool {
 	if len(g.sources) == 0 {
 		return false
 	}
 	var ended int64
 	for _, state := range g.sources {
-		if !state.ended || state.received < state.end.emitted {
+		if !state.ended || state.arrived() < state.end.emitted {
 			return false
 		}
 		ended++
@@ -145,4 +146,60 @@ func (g *group) missingSources() []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// closeExpired closes the groups whose time is up (see group.closeReason) and sends the late
+// reports of the closed groups that received late records since the last tick.
+func (p *samplerProcessor) closeExpired(ctx context.Context) {
+	out := &outbox{}
+	var st stats
+	p.mu.Lock()
+	now := p.now()
+	for _, g := range p.groupsByAge() {
+		if reason := g.closeReason(now, p.cfg); reason != "" {
+			p.closeGroup(g, reason, now, out, &st, p.store)
+		}
+	}
+	p.reportLate(out, now)
+	wait := p.store.save(ctx, p, nil)
+	p.mu.Unlock()
+	_ = wait() // a failed write is logged and counted, and the next one rewrites the whole state
+	st.record(ctx, p.telemetry)
+	p.emit(ctx, out)
+}
+
+// reportLate appends the pending valgen.step.late records and queues the storage writes of
+// the late counts they report. Callers hold p.mu.
+func (p *samplerProcessor) reportLate(out *outbox, now time.Time) {
+	reports := p.closed.takeReports()
+	if len(reports) == 0 {
+		return
+	}
+	appendLateReports(out.add(), reports, now)
+	for key, r := range reports {
+		if e, ok := p.closed.entries[key]; ok {
+			p.store.lateCounted(e.slot, r.late)
+		}
+	}
+}
+
+// groupsByAge lists the open groups, oldest first. Callers hold p.mu.
+func (p *samplerProcessor) groupsByAge() []*group {
+	list := make([]*group, 0, len(p.groups))
+	for _, g := range p.groups {
+		list = append(list, g)
+	}
+	sort.Slice(list, func(i, j int) bool { return list[i].seq < list[j].seq })
+	return list
+}
+
+// closeGroup removes a group, counts the other attempts of its step that ran at the same
+// time with no common source, remembers it as closed (with its footprint), notes it in store
+// and appends its output. Callers hold p.mu.
+func (p *samplerProcessor) closeGroup(g *group, reason string, now time.Time, out *outbox, st *stats, store stateStore) {
+	delete(p.groups, g.key)
+	fp := g.footprint()
+	concurrent := p.concurrentAttempts(g, fp, st)
+	store.closed(g.key, p.closed.add(g.key, fp))
+	st.close(reason, appendClosed(out.add(), g, reason, concurrent, now))
 }

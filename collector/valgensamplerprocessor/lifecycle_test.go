@@ -58,6 +58,9 @@ type vectorGroup struct {
 	AttemptStartMs   *int64   `json:"attempt_start_ms,omitempty"`
 	SourcesAnnounced *int64   `json:"sources_announced,omitempty"`
 	LateReports      []int64  `json:"late_reports,omitempty"`
+	// Dropped is valgen.dropped.<reason> by reason; AttemptsConcurrent valgen.attempts_concurrent.
+	Dropped            map[string]int64 `json:"dropped"`
+	AttemptsConcurrent int64            `json:"attempts_concurrent"`
 }
 
 // vectorEpoch is t_ms = 0 and timestamp_ms = 0 of every vector.
@@ -88,7 +91,7 @@ func vectorLogs(t *testing.T, r map[string]any) plog.Logs {
 	}
 	for field, attr := range map[string]string{
 		"step": attrStep, "sample_key": attrSampleKey, "seen": attrSeen, "emitted": attrEmitted,
-		"sources_expected": attrSourcesExpected, "sample_count": attrSampleCount,
+		"sources_expected": attrSourcesExpected, "sample_count": attrSampleCount, "dropped": attrDropped,
 	} {
 		if v, ok := r[field].(float64); ok {
 			attrs.PutInt(attr, int64(v))
@@ -217,6 +220,13 @@ func TestLifecycleVectors(t *testing.T) {
 				}
 				assert.Equal(t, missing, sliceOf(t, s, attrSourcesMissing), name)
 				assert.Equal(t, int64(0), intOf(t, s, attrLate), "late records come after the summary")
+				dropped := requireBalance(t, s)
+				require.NotNil(t, want.Dropped, name)
+				for reason, n := range want.Dropped {
+					assert.Equal(t, n, dropped["valgen.dropped."+reason], "%s: dropped.%s", name, reason)
+				}
+				assert.Len(t, want.Dropped, len(dropped), "%s: every reason", name)
+				assert.Equal(t, want.AttemptsConcurrent, intOf(t, s, attrAttemptsConcurrent), name)
 				if want.AttemptStartMs != nil {
 					assert.Equal(t, *want.AttemptStartMs, msSince(pcommon.Timestamp(intOf(t, s, attrAttemptStart))), name) //nolint:gosec
 				}

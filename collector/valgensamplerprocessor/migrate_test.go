@@ -143,3 +143,38 @@ func TestLifecycleRecords(t *testing.T) {
 		})
 	}
 }
+
+// TestStorageGroupStoredBeforeInvalidCounts checks that a group stored before the sampler
+// kept a source's invalid count and the attempt's last record time loads with invalid 0 and
+// its last record's arrival as that time, and that a mistyped invalid count is corrupt.
+func TestStorageGroupStoredBeforeInvalidCounts(t *testing.T) {
+	h := newHarness(t, nil)
+	h.consume(t, logsOf(rec{step: 1, id: "A/0", source: "A"}, rec{step: 1, id: "A/1", source: "A", noID: true}))
+	var g *group
+	for _, g = range h.p.groups {
+	}
+	data, err := encodeGroup(g)
+	require.NoError(t, err)
+	rewrite := func(edit func(header, source pcommon.Map)) []byte {
+		ld, err := (&plog.ProtoUnmarshaler{}).UnmarshalLogs(data)
+		require.NoError(t, err)
+		header := ld.ResourceLogs().At(0).ScopeLogs().At(0).LogRecords().At(0).Attributes()
+		sources, _ := header.Get(stateAttrSources)
+		edit(header, sources.Slice().At(0).Map())
+		out, err := (&plog.ProtoMarshaler{}).MarshalLogs(ld)
+		require.NoError(t, err)
+		return out
+	}
+
+	older := rewrite(func(header, source pcommon.Map) {
+		header.Remove(stateAttrAttemptLast)
+		source.Remove(stateAttrSourceInvalid)
+	})
+	back, _, err := decodeGroup(older)
+	require.NoError(t, err)
+	assert.Equal(t, int64(0), back.sources[sourceID{"A", "i-A"}].invalid)
+	assert.Equal(t, g.lastSeen.UnixNano(), back.attemptLast)
+
+	_, _, err = decodeGroup(rewrite(func(_, source pcommon.Map) { source.PutStr(stateAttrSourceInvalid, "1") }))
+	require.ErrorIs(t, err, errCorruptState)
+}

@@ -6,7 +6,6 @@ package valgensamplerprocessor // import "github.com/otel-valgen/otel-valgen/col
 import (
 	"context"
 	"fmt"
-	"sort"
 	"sync"
 	"time"
 
@@ -216,7 +215,10 @@ func (p *samplerProcessor) take(lr plog.LogRecord, at origin, b *batch) bool {
 	default:
 		info, reason = parseEnd(attrs)
 	}
-	if reason != "" {
+	// A generation with a usable run, step and attempt but no usable sample id (key, seed,
+	// count, key version) is still a record of its group: dropped, and counted there.
+	invalid := reason != "" && name == eventGeneration && checkCommon(attrs) == ""
+	if reason != "" && !invalid {
 		b.st.drop(reason)
 		return true
 	}
@@ -234,7 +236,7 @@ func (p *samplerProcessor) take(lr plog.LogRecord, at origin, b *batch) bool {
 	if !open {
 		if p.closed.markLate(key, lr, at.rl.Resource()) {
 			b.st.late++
-			if name == eventGeneration && p.cfg.LateRecords == LateRecordsForward {
+			if name == eventGeneration && !invalid && p.cfg.LateRecords == LateRecordsForward {
 				attrs.PutBool(attrLate, true)
 				return false
 			}
@@ -244,17 +246,20 @@ func (p *samplerProcessor) take(lr plog.LogRecord, at origin, b *batch) bool {
 		g = p.open(key, lr, at.rl.Resource(), b)
 	}
 	src := sourceOf(attrs, at.rl.Resource())
-	switch name {
-	case eventGeneration:
+	switch {
+	case invalid:
+		b.st.drop(reason)
+		g.addInvalid(lr, src, b.now)
+	case name == eventGeneration:
 		rekeyed := g.rekeyed
 		g.addGeneration(gen, lr, at, src, b.now)
 		if rekeyed == 0 && g.rekeyed > 0 {
 			p.logger.Warn("a valgen step mixes sampling key versions; keys of the other version are recomputed",
 				zap.String("group", g.key), zap.Int64("key_version", g.keyVersion))
 		}
-	case eventStart:
+	case name == eventStart:
 		g.addStart(info, lr, src, b.now)
-	case eventProgress:
+	case name == eventProgress:
 		g.addProgress(info, lr, src, b.now)
 	default:
 		g.addEnd(info, lr, src, b.now)
@@ -288,86 +293,4 @@ func (p *samplerProcessor) oldestGroup() *group {
 		}
 	}
 	return oldest
-}
-
-// closeExpired closes the groups whose time is up (see group.closeReason) and sends the late
-// reports of the closed groups that received late records since the last tick.
-func (p *samplerProcessor) closeExpired(ctx context.Context) {
-	out := &outbox{}
-	var st stats
-	p.mu.Lock()
-	now := p.now()
-	for _, g := range p.groupsByAge() {
-		if reason := g.closeReason(now, p.cfg); reason != "" {
-			p.closeGroup(g, reason, now, out, &st, p.store)
-		}
-	}
-	p.reportLate(out, now)
-	wait := p.store.save(ctx, p, nil)
-	p.mu.Unlock()
-	_ = wait() // a failed write is logged and counted, and the next one rewrites the whole state
-	st.record(ctx, p.telemetry)
-	p.emit(ctx, out)
-}
-
-// reportLate appends the pending valgen.step.late records and queues the storage writes of
-// the late counts they report. Callers hold p.mu.
-func (p *samplerProcessor) reportLate(out *outbox, now time.Time) {
-	reports := p.closed.takeReports()
-	if len(reports) == 0 {
-		return
-	}
-	appendLateReports(out.add(), reports, now)
-	for key, r := range reports {
-		if e, ok := p.closed.entries[key]; ok {
-			p.store.lateCounted(e.slot, r.late)
-		}
-	}
-}
-
-// groupsByAge lists the open groups, oldest first. Callers hold p.mu.
-func (p *samplerProcessor) groupsByAge() []*group {
-	list := make([]*group, 0, len(p.groups))
-	for _, g := range p.groups {
-		list = append(list, g)
-	}
-	sort.Slice(list, func(i, j int) bool { return list[i].seq < list[j].seq })
-	return list
-}
-
-// closeGroup removes a group, remembers it as closed, notes it in store and appends its
-// output. Callers hold p.mu.
-func (p *samplerProcessor) closeGroup(g *group, reason string, now time.Time, out *outbox, st *stats, store stateStore) {
-	delete(p.groups, g.key)
-	store.closed(g.key, p.closed.add(g.key))
-	st.close(reason, appendClosed(out.add(), g, reason, now))
-}
-
-// outbox holds what one call sends downstream: each closed group in its own plog.Logs, so that
-// every closed step (its kept records and its summary) reaches the next consumer as one
-// request, which the exporter service writes without buffering (README: "One closed step per
-// request").
-type outbox struct {
-	logs []plog.Logs
-}
-
-// add starts the next request.
-func (o *outbox) add() plog.Logs {
-	ld := plog.NewLogs()
-	o.logs = append(o.logs, ld)
-	return ld
-}
-
-// emit sends the closed groups downstream, one ConsumeLogs call each; it is called without
-// holding p.mu.
-func (p *samplerProcessor) emit(ctx context.Context, out *outbox) {
-	for _, ld := range out.logs {
-		if ld.LogRecordCount() == 0 {
-			continue
-		}
-		if err := p.next.ConsumeLogs(ctx, ld); err != nil {
-			p.logger.Error("failed to send a closed valgen group downstream",
-				zap.Int("records", ld.LogRecordCount()), zap.Error(err))
-		}
-	}
 }

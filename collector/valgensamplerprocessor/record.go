@@ -49,6 +49,15 @@ const (
 	attrScoreCount      = "valgen.score.count"
 	attrScoreSum        = "valgen.score.sum"
 	attrScoreMean       = "valgen.score.mean"
+
+	// The summary's balance, seen = kept + dropped (balance.go), and its split-launch mark
+	// (concurrent.go). valgen.dropped is the total of the reasons.
+	attrDroppedSampled     = "valgen.dropped.sampled"
+	attrDroppedSource      = "valgen.dropped.source"
+	attrDroppedInvalid     = "valgen.dropped.invalid"
+	attrDroppedUndelivered = "valgen.dropped.undelivered"
+	attrDroppedNotEnded    = "valgen.dropped.not_ended"
+	attrAttemptsConcurrent = "valgen.attempts_concurrent"
 )
 
 // Reasons attached to the dropped-records metric.

@@ -15,6 +15,7 @@ import (
 // stats gathers counts under the processor's lock; record reports them after it is released.
 type stats struct {
 	received, kept, late, openDelta int64
+	concurrent                      int64 // groups closed with valgen.attempts_concurrent > 0
 	dropped                         map[string]int64
 	closed                          map[string]int64
 }
@@ -44,6 +45,9 @@ func (s *stats) record(ctx context.Context, tb *metadata.TelemetryBuilder) {
 	}
 	if s.late > 0 {
 		tb.ValgenSamplerRecordsLate.Add(ctx, s.late)
+	}
+	if s.concurrent > 0 {
+		tb.ValgenSamplerGroupsConcurrent.Add(ctx, s.concurrent)
 	}
 	if s.openDelta != 0 {
 		tb.ValgenSamplerGroupsOpen.Add(ctx, s.openDelta)

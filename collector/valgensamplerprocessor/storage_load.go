@@ -83,7 +83,7 @@ func (p *samplerProcessor) loadClosed(ctx context.Context, client storage.Client
 		if legacy {
 			key += attemptKey("")
 		}
-		if p.closed.add(key) < 0 {
+		if p.closed.add(key, nil) < 0 { // footprints are not stored
 			if cap(p.closed.ring) > 0 {
 				p.corruptState(ctx, op.Key, corrupt("closed group repeated"))
 				damaged = true

@@ -464,7 +464,8 @@ func TestStorageEncodeRoundTrip(t *testing.T) {
 			h := newHarness(t, func(c *Config) { c.Count = 7 })
 			scored := endRec(1, "C", 4, 0, 3)
 			scored.scored, scored.scoreCount, scored.scoreSum = true, 3, -0.75
-			h.consume(t, logsOf(append(stepRecords(1, "A", n, 0), endRec(1, "B", 9, 8, 3), scored)...))
+			invalid := rec{step: 1, id: "A/x", source: "A", noID: true, at: h.clock.Now().Add(time.Minute)}
+			h.consume(t, logsOf(append(stepRecords(1, "A", n, 0), endRec(1, "B", 9, 8, 3), scored, invalid)...))
 			require.Len(t, h.p.groups, 1)
 			var g *group
 			for _, g = range h.p.groups {
@@ -478,6 +479,8 @@ func TestStorageEncodeRoundTrip(t *testing.T) {
 			assert.Equal(t, g.attempt, back.attempt)
 			assert.True(t, g.firstSeen.Equal(back.firstSeen))
 			assert.Equal(t, g.attemptStart, back.attemptStart)
+			assert.Equal(t, g.attemptLast, back.attemptLast)
+			assert.Equal(t, int64(1), back.sources[sourceID{"A", "i-A"}].invalid)
 			assert.Equal(t, g.key, back.key)
 			assert.Equal(t, g.seq, back.seq)
 			assert.True(t, g.lastSeen.Equal(back.lastSeen))

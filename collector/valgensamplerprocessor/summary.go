@@ -4,19 +4,23 @@
 package valgensamplerprocessor // import "github.com/otel-valgen/otel-valgen/collector/valgensamplerprocessor"
 
 import (
+	"context"
 	"sort"
 	"time"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/plog"
+	"go.uber.org/zap"
 
 	"github.com/otel-valgen/otel-valgen/collector/valgensamplerprocessor/internal/metadata"
 )
 
 // appendClosed appends the group's kept records in ascending sort-key order, each ranked
-// from 1 and with its own resource and scope, then the group's step summary record.
-// It returns how many generation records it appended.
-func appendClosed(out plog.Logs, g *group, reason string, now time.Time) int {
+// from 1 and with its own resource and scope, then the group's step summary record
+// (concurrent: the other attempts of the step that ran at the same time with no common
+// source, see concurrent.go). It returns how many generation records it appended.
+func appendClosed(out plog.Logs, g *group, reason string, concurrent int64, now time.Time) int {
+	seen, dropped := g.balance() // before the kept records move out of the group
 	var entries []entry[keptRecord]
 	if g.kept != nil {
 		entries = g.kept.sorted()
@@ -38,7 +42,9 @@ func appendClosed(out plog.Logs, g *group, reason string, now time.Time) int {
 		kept.record.MoveTo(lr)
 		lr.Attributes().PutInt(attrRank, int64(i+1))
 	}
-	appendSummary(out, g, len(entries), reason, now)
+	lr := appendSummary(out, g, len(entries), reason, now)
+	putBalance(lr.Attributes(), seen, dropped)
+	lr.Attributes().PutInt(attrAttemptsConcurrent, concurrent)
 	return len(entries)
 }
 
@@ -49,8 +55,9 @@ func sameOrigin(a, b *keptRecord) bool {
 		a.scope.Attributes().Equal(b.scope.Attributes())
 }
 
-// appendSummary appends the valgen.step.summary record of a closed group.
-func appendSummary(out plog.Logs, g *group, kept int, reason string, now time.Time) {
+// appendSummary appends the valgen.step.summary record of a closed group, without its
+// balance (putBalance) and split-launch mark.
+func appendSummary(out plog.Logs, g *group, kept int, reason string, now time.Time) plog.LogRecord {
 	rl := out.ResourceLogs().AppendEmpty()
 	g.resource.CopyTo(rl.Resource())
 	sl := rl.ScopeLogs().AppendEmpty()
@@ -64,13 +71,11 @@ func appendSummary(out plog.Logs, g *group, kept int, reason string, now time.Ti
 	lr.SetSeverityText("INFO")
 	lr.SetTraceID(g.traceID)
 
-	seen, missing := g.totals()
 	attrs := lr.Attributes()
 	g.runID.CopyTo(attrs.PutEmpty(attrRunID))
 	g.step.CopyTo(attrs.PutEmpty(attrStep))
 	attrs.PutStr(attrAttempt, g.attempt)
 	attrs.PutInt(attrAttemptStart, g.attemptStart)
-	attrs.PutInt(attrSeen, seen)
 	attrs.PutInt(attrKept, int64(kept))
 	attrs.PutInt(attrSources, int64(len(g.sources)))
 	attrs.PutInt(attrSourcesAnnounce, g.announcedSources())
@@ -83,7 +88,6 @@ func appendSummary(out plog.Logs, g *group, kept int, reason string, now time.Ti
 		attrs.PutInt(attrSourcesExpected, g.sourcesExpected)
 	}
 	attrs.PutInt(attrLate, g.late) // 0: late records come after the close, see appendLateReports
-	attrs.PutInt(attrMissing, missing)
 	attrs.PutStr(attrClosedReason, reason)
 	if count, sum, reported, fits := g.scoreTotals(); reported {
 		attrs.PutInt(attrScoreCount, count)
@@ -94,6 +98,20 @@ func appendSummary(out plog.Logs, g *group, kept int, reason string, now time.Ti
 			attrs.PutDouble(attrScoreMean, sum/float64(count))
 		}
 	}
+	return lr
+}
+
+// putBalance writes the summary's seen, its dropped generations (the total and one attribute
+// per reason) and valgen.missing, which is dropped.undelivered under its older name.
+func putBalance(attrs pcommon.Map, seen int64, d dropCounts) {
+	attrs.PutInt(attrSeen, seen)
+	attrs.PutInt(attrDropped, d.total())
+	attrs.PutInt(attrDroppedSampled, d.sampled)
+	attrs.PutInt(attrDroppedSource, d.source)
+	attrs.PutInt(attrDroppedInvalid, d.invalid)
+	attrs.PutInt(attrDroppedUndelivered, d.undelivered)
+	attrs.PutInt(attrDroppedNotEnded, d.notEnded)
+	attrs.PutInt(attrMissing, d.undelivered)
 }
 
 // appendLateReports appends one valgen.step.late record per closed group that received late
@@ -119,5 +137,34 @@ func appendLateReports(out plog.Logs, reports map[string]*lateReport, now time.T
 		lr.SetSeverityText("WARN")
 		r.attrs.CopyTo(lr.Attributes())
 		lr.Attributes().PutInt(attrLate, r.late)
+	}
+}
+
+// outbox holds what one call sends downstream: each closed group in its own plog.Logs, so that
+// every closed step (its kept records and its summary) reaches the next consumer as one
+// request, which the exporter service writes without buffering (README: "One closed step per
+// request").
+type outbox struct {
+	logs []plog.Logs
+}
+
+// add starts the next request.
+func (o *outbox) add() plog.Logs {
+	ld := plog.NewLogs()
+	o.logs = append(o.logs, ld)
+	return ld
+}
+
+// emit sends the closed groups downstream, one ConsumeLogs call each; it is called without
+// holding p.mu.
+func (p *samplerProcessor) emit(ctx context.Context, out *outbox) {
+	for _, ld := range out.logs {
+		if ld.LogRecordCount() == 0 {
+			continue
+		}
+		if err := p.next.ConsumeLogs(ctx, ld); err != nil {
+			p.logger.Error("failed to send a closed valgen group downstream",
+				zap.Int("records", ld.LogRecordCount()), zap.Error(err))
+		}
 	}
 }

@@ -9,7 +9,9 @@ fails keeps its steps queued and retries them, while the others go on. ``accept`
 sending queue and retries) before taking anything when every backend is failing, or when one
 backend's queue is full. A retried request is written only where it is missing: each ledger
 skips what its backend already has. ``stop`` writes what it can; with a state folder, steps
-still queued are spooled per backend and queued again by the next start.
+still queued are spooled per backend and queued again by the next start. A step whose
+attempts ran at the same time with no common source (one launch split into attempts,
+``otel_valgen.exporter.split_watch``) is logged once as a warning naming the fix, and counted.
 """
 
 from __future__ import annotations
@@ -25,8 +27,10 @@ from typing import Any
 
 from otel_valgen.exporter.backends import Backend, BackendUnavailable, StepNotWritable
 from otel_valgen.exporter.ledger import ledger_dir
+from otel_valgen.exporter.split_watch import SplitWatch
 from otel_valgen.exporter.steps import ClosedStep, RecordCounts, assemble
 from otel_valgen.reader import Generation, split_request
+from otel_valgen.splits import split_warning
 
 __all__ = ["BackendWorker", "ExporterService", "Outcome", "ServiceConfig", "Unavailable"]
 
@@ -198,6 +202,7 @@ class ServiceStats(RecordCounts):
     rejected: int = 0
     refused_requests: int = 0
     steps: int = 0
+    split_steps: int = 0  # steps whose attempts ran at the same time with no common source
 
 
 class ExporterService:
@@ -209,6 +214,7 @@ class ExporterService:
         self.config = config
         self.workers = [BackendWorker(backend, config) for backend in backends]
         self.counts = ServiceStats()
+        self._splits = SplitWatch()
         self._lock = threading.Lock()
         self._stopping = False
 
@@ -236,6 +242,10 @@ class ExporterService:
             self.counts.add(assembled)
             self.counts.steps += len(assembled.steps)
             self.counts.rejected += decoded.rejected
+            split = [(step, n) for step in assembled.steps if (n := self._splits.observe(step))]
+            self.counts.split_steps += len(split)
+        for step, attempts in split:
+            _logger.warning("%s", split_warning(step.group_id, step.step, attempts))
         if assembled.without_summary:
             _logger.warning(
                 "%d steps arrived without their summary (written incomplete): the exporter expects one closed "

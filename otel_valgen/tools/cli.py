@@ -17,6 +17,7 @@ from rich.console import Console
 
 from otel_valgen.reader import ReadError, Record, read_paths
 from otel_valgen.selection import StepSelection, select_steps
+from otel_valgen.splits import split_warning
 from otel_valgen.tools._support import OperationalError, ValgenGroup, report_read_error
 from otel_valgen.tools.render import extra_names, render_tables
 
@@ -42,6 +43,8 @@ def _generation_json(selection: StepSelection, extras: Sequence[str]) -> dict[st
         "score_count": selection.score_count,
         "score_sum": selection.score_sum,
         "score_mean": selection.score_mean,
+        "dropped": selection.dropped,
+        "split_attempts": selection.split_attempts,
         "generations": [
             {
                 "sample_id": g.sample_id,
@@ -115,6 +118,8 @@ def show(
     Reads OTLP/JSON lines, plain or zstd, and the collector file exporter's length-prefixed
     messages. Of a step validated more than once (resume, retry), the latest complete attempt
     is shown. Collector output is shown as the sampler chose it (its ranked records; late ones never).
+    A step whose attempts ran at the same time with no common source (one launch split into
+    attempts) is named in a warning on stderr.
     """
     errors: list[ReadError] = []
     runs: dict[str, set[int]] = {}
@@ -128,6 +133,11 @@ def show(
         return (run_id is None or record.run_id == run_id) and (step is None or record.step == step)
 
     selections = select_steps((r for r in read_paths(paths, report) if wanted(r)), count=count, seed=seed)
+    for selection in selections:
+        if selection.split_attempts:
+            click.echo(
+                f"warning: {split_warning(selection.run_id, selection.step, selection.split_attempts)}", err=True
+            )
     extras = extra_names(selections)
     if output_format == "json":
         for selection in selections:

@@ -23,16 +23,17 @@ func Tracer(settings component.TelemetrySettings) trace.Tracer {
 // TelemetryBuilder provides an interface for components to report telemetry
 // as defined in metadata and user config.
 type TelemetryBuilder struct {
-	meter                        metric.Meter
-	mu                           sync.Mutex
-	registrations                []metric.Registration
-	ValgenSamplerGroupsClosed    metric.Int64Counter
-	ValgenSamplerGroupsOpen      metric.Int64UpDownCounter
-	ValgenSamplerRecordsDropped  metric.Int64Counter
-	ValgenSamplerRecordsKept     metric.Int64Counter
-	ValgenSamplerRecordsLate     metric.Int64Counter
-	ValgenSamplerRecordsReceived metric.Int64Counter
-	ValgenSamplerStorageErrors   metric.Int64Counter
+	meter                         metric.Meter
+	mu                            sync.Mutex
+	registrations                 []metric.Registration
+	ValgenSamplerGroupsClosed     metric.Int64Counter
+	ValgenSamplerGroupsConcurrent metric.Int64Counter
+	ValgenSamplerGroupsOpen       metric.Int64UpDownCounter
+	ValgenSamplerRecordsDropped   metric.Int64Counter
+	ValgenSamplerRecordsKept      metric.Int64Counter
+	ValgenSamplerRecordsLate      metric.Int64Counter
+	ValgenSamplerRecordsReceived  metric.Int64Counter
+	ValgenSamplerStorageErrors    metric.Int64Counter
 }
 
 // TelemetryBuilderOption applies changes to default builder.
@@ -67,6 +68,12 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	builder.ValgenSamplerGroupsClosed, err = builder.meter.Int64Counter(
 		"otelcol_valgen_sampler_groups_closed",
 		metric.WithDescription("Number of groups closed, by reason. [Alpha]"),
+		metric.WithUnit("{groups}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.ValgenSamplerGroupsConcurrent, err = builder.meter.Int64Counter(
+		"otelcol_valgen_sampler_groups_concurrent",
+		metric.WithDescription("Number of closed groups whose step had another attempt running at the same time with no common source (one launch probably split into attempts; valgen.attempts_concurrent > 0). [Alpha]"),
 		metric.WithUnit("{groups}"),
 	)
 	errs = errors.Join(errs, err)

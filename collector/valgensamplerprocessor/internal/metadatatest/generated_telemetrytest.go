@@ -37,6 +37,22 @@ func AssertEqualValgenSamplerGroupsClosed(t *testing.T, tt *componenttest.Teleme
 	metricdatatest.AssertEqual(t, want, got, opts...)
 }
 
+func AssertEqualValgenSamplerGroupsConcurrent(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_valgen_sampler_groups_concurrent",
+		Description: "Number of closed groups whose step had another attempt running at the same time with no common source (one launch probably split into attempts; valgen.attempts_concurrent > 0). [Alpha]",
+		Unit:        "{groups}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_valgen_sampler_groups_concurrent")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
 func AssertEqualValgenSamplerGroupsOpen(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_valgen_sampler_groups_open",

@@ -20,6 +20,7 @@ func TestSetupTelemetry(t *testing.T) {
 	require.NoError(t, err)
 	defer tb.Shutdown()
 	tb.ValgenSamplerGroupsClosed.Add(context.Background(), 1)
+	tb.ValgenSamplerGroupsConcurrent.Add(context.Background(), 1)
 	tb.ValgenSamplerGroupsOpen.Add(context.Background(), 1)
 	tb.ValgenSamplerRecordsDropped.Add(context.Background(), 1)
 	tb.ValgenSamplerRecordsKept.Add(context.Background(), 1)
@@ -27,6 +28,9 @@ func TestSetupTelemetry(t *testing.T) {
 	tb.ValgenSamplerRecordsReceived.Add(context.Background(), 1)
 	tb.ValgenSamplerStorageErrors.Add(context.Background(), 1)
 	AssertEqualValgenSamplerGroupsClosed(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualValgenSamplerGroupsConcurrent(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualValgenSamplerGroupsOpen(t, testTel,

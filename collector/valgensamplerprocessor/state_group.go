@@ -1,0 +1,193 @@
+// Copyright The otel-valgen Authors
+// SPDX-License-Identifier: Apache-2.0
+
+package valgensamplerprocessor // import "github.com/otel-valgen/otel-valgen/collector/valgensamplerprocessor"
+
+import (
+	"time"
+
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/plog"
+)
+
+// The parts of a stored group's header record (state_codec.go has the layout): its sources,
+// its lifecycle times, its key version and its kept records.
+
+// encodeSources writes the group's per-source figures into the header's attributes.
+func encodeSources(attrs pcommon.Map, g *group) {
+	sources := attrs.PutEmptySlice(stateAttrSources)
+	sources.EnsureCapacity(len(g.sources))
+	for id, state := range g.sources {
+		m := sources.AppendEmpty().SetEmptyMap()
+		m.PutStr(stateAttrSourceName, id.name)
+		m.PutStr(stateAttrSourceInstance, id.instance)
+		m.PutInt(stateAttrSourceReceived, state.received)
+		m.PutBool(stateAttrSourceEnded, state.ended)
+		m.PutInt(stateAttrSourceSeen, state.end.seen)
+		m.PutInt(stateAttrSourceEmitted, state.end.emitted)
+		m.PutInt(stateAttrSourceDropped, state.end.dropped)
+		m.PutBool(stateAttrSourceAnnounced, state.announced)
+		m.PutInt(stateAttrSourceProgress, state.progressSeen)
+		if state.invalid > 0 {
+			m.PutInt(stateAttrSourceInvalid, state.invalid)
+		}
+		if state.end.scores.reported {
+			m.PutInt(stateAttrSourceScoreN, state.end.scores.count)
+			m.PutDouble(stateAttrSourceScoreSum, state.end.scores.sum)
+		}
+	}
+}
+
+func decodeSources(attrs pcommon.Map, g *group, version int64) error {
+	v, ok := attrs.Get(stateAttrSources)
+	if !ok || v.Type() != pcommon.ValueTypeSlice {
+		return corrupt("no sources")
+	}
+	for i := 0; i < v.Slice().Len(); i++ {
+		item := v.Slice().At(i)
+		if item.Type() != pcommon.ValueTypeMap {
+			return corrupt("source %d is not a map", i)
+		}
+		m := item.Map()
+		var id sourceID
+		state := &sourceState{}
+		for name, dst := range map[string]*string{stateAttrSourceName: &id.name, stateAttrSourceInstance: &id.instance} {
+			s, ok := m.Get(name)
+			if !ok || s.Type() != pcommon.ValueTypeStr {
+				return corrupt("source %d: %s", i, name)
+			}
+			*dst = s.Str()
+		}
+		for name, dst := range map[string]*int64{
+			stateAttrSourceReceived: &state.received,
+			stateAttrSourceSeen:     &state.end.seen,
+			stateAttrSourceEmitted:  &state.end.emitted,
+			stateAttrSourceDropped:  &state.end.dropped,
+		} {
+			n, ok := m.Get(name)
+			if !ok || n.Type() != pcommon.ValueTypeInt || n.Int() < 0 {
+				return corrupt("source %d: %s", i, name)
+			}
+			*dst = n.Int()
+		}
+		if invalid, ok := m.Get(stateAttrSourceInvalid); ok {
+			if invalid.Type() != pcommon.ValueTypeInt || invalid.Int() < 0 {
+				return corrupt("source %d: %s", i, stateAttrSourceInvalid)
+			}
+			state.invalid = invalid.Int()
+		}
+		ended, ok := m.Get(stateAttrSourceEnded)
+		if !ok || ended.Type() != pcommon.ValueTypeBool {
+			return corrupt("source %d: %s", i, stateAttrSourceEnded)
+		}
+		state.ended = ended.Bool()
+		if version != legacyVersion {
+			announced, ok := m.Get(stateAttrSourceAnnounced)
+			progress, ok2 := m.Get(stateAttrSourceProgress)
+			if !ok || !ok2 || announced.Type() != pcommon.ValueTypeBool || progress.Type() != pcommon.ValueTypeInt || progress.Int() < 0 {
+				return corrupt("source %d: start or progress", i)
+			}
+			state.announced, state.progressSeen = announced.Bool(), progress.Int()
+		}
+		scores, reason := readScoreStats(m, stateAttrSourceScoreN, stateAttrSourceScoreSum)
+		if reason != "" {
+			return corrupt("source %d: score statistics", i)
+		}
+		state.end.scores = scores
+		if _, dup := g.sources[id]; dup {
+			return corrupt("source %d repeated", i)
+		}
+		g.sources[id] = state
+	}
+	return nil
+}
+
+// decodeLifecycle reads the version 2 header fields; a version 1 group is migrated.
+func decodeLifecycle(attrs pcommon.Map, g *group, version int64) error {
+	if version == legacyVersion {
+		g.key += attemptKey("")
+		g.firstSeen = g.lastSeen
+		g.attemptStart = g.lastSeen.UnixNano()
+		g.attemptLast = g.attemptStart
+		return nil
+	}
+	attempt, ok := attrs.Get(stateAttrAttempt)
+	if !ok || attempt.Type() != pcommon.ValueTypeStr {
+		return corrupt("header attribute %q", stateAttrAttempt)
+	}
+	g.attempt = attempt.Str()
+	firstSeen, ok := attrs.Get(stateAttrFirstSeen)
+	start, ok2 := attrs.Get(stateAttrAttemptStart)
+	if !ok || !ok2 || firstSeen.Type() != pcommon.ValueTypeInt || start.Type() != pcommon.ValueTypeInt {
+		return corrupt("header attributes %q, %q", stateAttrFirstSeen, stateAttrAttemptStart)
+	}
+	g.firstSeen = time.Unix(0, firstSeen.Int())
+	g.attemptStart = start.Int()
+	g.attemptLast = max(g.attemptStart, g.lastSeen.UnixNano())
+	if last, ok := attrs.Get(stateAttrAttemptLast); ok {
+		if last.Type() != pcommon.ValueTypeInt {
+			return corrupt("header attribute %q", stateAttrAttemptLast)
+		}
+		g.attemptLast = last.Int()
+	}
+	return nil
+}
+
+// decodeKeyVersion reads the key version of the group's kept records; groups stored before
+// key versions existed have version-1 keys (or no generation yet).
+func decodeKeyVersion(attrs pcommon.Map, g *group) error {
+	v, ok := attrs.Get(stateAttrKeyVersion)
+	switch {
+	case !ok && g.kept != nil:
+		g.keyVersion = keyVersionHMAC
+	case !ok:
+	case v.Type() != pcommon.ValueTypeInt || (v.Int() != 0 && !knownKeyVersion(v.Int())):
+		return corrupt("header attribute %q", stateAttrKeyVersion)
+	default:
+		g.keyVersion = v.Int()
+	}
+	return nil
+}
+
+func decodeKept(attrs pcommon.Map, rls plog.ResourceLogsSlice, g *group) error {
+	keys, hasKeys := attrs.Get(stateAttrOrderKeys)
+	ids, hasIDs := attrs.Get(stateAttrOrderIDs)
+	records := rls.Len() - 1
+	if g.k < 0 {
+		if hasKeys || hasIDs || records != 0 {
+			return corrupt("kept records before the first generation")
+		}
+		return nil
+	}
+	if !hasKeys || !hasIDs || keys.Type() != pcommon.ValueTypeSlice || ids.Type() != pcommon.ValueTypeSlice ||
+		keys.Slice().Len() != records || ids.Slice().Len() != records || records > g.k {
+		return corrupt("kept records and sort keys disagree")
+	}
+	g.kept = newBottomK[keptRecord](g.k)
+	for i := range records {
+		kv, iv := keys.Slice().At(i), ids.Slice().At(i)
+		if kv.Type() != pcommon.ValueTypeInt || kv.Int() < 0 || iv.Type() != pcommon.ValueTypeStr {
+			return corrupt("sort key %d", i)
+		}
+		rl := rls.At(i + 1)
+		if rl.ScopeLogs().Len() != 1 || rl.ScopeLogs().At(0).LogRecords().Len() != 1 {
+			return corrupt("kept record %d", i)
+		}
+		sl := rl.ScopeLogs().At(0)
+		kept := keptRecord{
+			record:         plog.NewLogRecord(),
+			resource:       pcommon.NewResource(),
+			resourceSchema: rl.SchemaUrl(),
+			scope:          pcommon.NewInstrumentationScope(),
+			scopeSchema:    sl.SchemaUrl(),
+		}
+		sl.LogRecords().At(0).MoveTo(kept.record)
+		rl.Resource().MoveTo(kept.resource)
+		sl.Scope().MoveTo(kept.scope)
+		order := sortKey{key: uint64(kv.Int()), id: iv.Str()}
+		if !g.kept.offer(order, func() keptRecord { return kept }) {
+			return corrupt("kept record %d repeated", i)
+		}
+	}
+	return nil
+}
