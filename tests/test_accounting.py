@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -25,7 +26,7 @@ from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter
 
 import otel_valgen as vg
-from otel_valgen import _api, _records, contract
+from otel_valgen import _api, _process, _records, contract
 from otel_valgen._keys import BatchKeyer
 from otel_valgen._records import RecordBuilder
 from otel_valgen.testing import CapturedRecords, capture_records
@@ -76,7 +77,7 @@ def _inject(stage: str, trigger: Trigger) -> Iterator[None]:
         elif stage == "build":
             patch.setattr(RecordBuilder, "__call__", _wrap(trigger, RecordBuilder.__call__))
         elif stage == "emit":
-            logger_class = type(LoggerProvider().get_logger("t"))
+            logger_class = type(LoggerProvider(shutdown_on_exit=False).get_logger("t"))
             original = logger_class.emit
 
             def emit(self: Any, *args: Any, **kwargs: Any) -> None:
@@ -377,3 +378,44 @@ def test_a_failure_the_api_does_not_expect_still_counts_the_call(monkeypatch: py
         assert vg.log_generations(["a", "b", "c"], ["x", "y", "z"], step=1) == 0
     stats = vg.stats()
     assert (stats["generations_seen"], stats["dropped.internal_error"], stats["internal_errors"]) == (3, 3, 1)
+
+
+def test_a_call_into_a_block_ended_meanwhile_is_counted_as_dropped() -> None:
+    """A call that found its block's state just before another thread ended it drops its batch, counted."""
+    with capture_records(run_id="r", count=4, progress_interval_s=0) as records:
+        emitter = _process.current_emitter()
+        assert emitter is not None
+        state = emitter.open_step(1, "b", None)
+        assert emitter.end_step(1, "b", None)
+        batch = _records.Batch(["a", "b"], ["x", "y"], None, None, None, None)
+        assert emitter.log(state, batch) == 0
+        stats = vg.stats()
+    assert (stats["generations_seen"], stats["dropped.step_ended"], stats["generations_held"]) == (2, 2, 0)
+    (end,) = _ends(records)
+    assert end[contract.SEEN] == 0
+
+
+def test_a_record_still_being_built_when_its_step_ends_is_counted_as_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The step's end settles a generation another thread is still building: dropped, in the end record too."""
+    building, release = threading.Event(), threading.Event()
+    build = RecordBuilder.__call__
+
+    def slow(self: RecordBuilder, state: Any, batch: Any, index: int, order: Any) -> Any:
+        building.set()
+        release.wait(10)
+        return build(self, state, batch, index, order)
+
+    monkeypatch.setattr(RecordBuilder, "__call__", slow)
+    with capture_records(run_id="r", count=4, progress_interval_s=0) as records:
+        block = vg.validation(step=1, source="b")
+        with block:
+            logger = threading.Thread(target=vg.log_generations, args=(["a"], ["x"]), kwargs={"step": 1, "source": "b"})
+            # The thread logs into the block's state (same step and source), not a part of its own.
+            logger.start()
+            assert building.wait(10)
+        release.set()
+        logger.join(10)
+        stats = vg.stats()
+    assert (stats["generations_seen"], stats["dropped.step_ended"], stats["generations_emitted"]) == (1, 1, 0)
+    (end,) = _ends(records)
+    assert (end[contract.SEEN], end[contract.EMITTED], end[contract.DROPPED]) == (1, 0, 1)
