@@ -71,7 +71,10 @@ class Stats:
         The warning is rate-limited like the others; the traceback goes to the debug log.
         """
         self.add(INTERNAL_ERRORS)
-        cause = f"{type(error).__name__}: {error}"
+        try:
+            cause = f"{type(error).__name__}: {error}"
+        except Exception:  # a str() that raises must not escape the guards that call this
+            cause = type(error).__name__
         if generations:
             self.drop(INTERNAL_ERROR, generations, "internal error %s (%s)", stage, cause)
         else:

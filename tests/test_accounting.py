@@ -419,3 +419,20 @@ def test_a_record_still_being_built_when_its_step_ends_is_counted_as_dropped(mon
     assert (stats["generations_seen"], stats["dropped.step_ended"], stats["generations_emitted"]) == (1, 1, 0)
     (end,) = _ends(records)
     assert (end[contract.SEEN], end[contract.EMITTED], end[contract.DROPPED]) == (1, 0, 1)
+
+
+def test_an_exception_that_cannot_be_printed_is_still_counted_and_warned(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A failure whose message itself raises is named by its type; the call still returns."""
+
+    class Unprintable(Exception):
+        def __str__(self) -> str:
+            raise RuntimeError("no message")
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise Unprintable
+
+    monkeypatch.setattr(BatchKeyer, "candidates", broken)
+    with capture_records(run_id="r", count=4, progress_interval_s=0), vg.validation(step=1):
+        assert vg.log_generations(["a", "b"], ["x", "y"]) == 0
+    stats = vg.stats()
+    assert (stats["dropped.internal_error"], stats["internal_errors"]) == (2, 1)
