@@ -8,10 +8,11 @@ counted, logged warning, never a failed training step.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence, Sized
 from typing import Any, Final
 
 from otel_valgen import _process, _stats, contract
+from otel_valgen._emitter import StepState
 from otel_valgen._process import never_raise
 from otel_valgen._records import Batch, ExtraColumns
 from otel_valgen._sanitize import clean_step
@@ -194,45 +195,84 @@ def log_generations(
         How many generations were accepted (0 when the batch was dropped; see ``stats()``).
 
     """
-    block = _process.current_block.get()
-    emitter = _process.active_emitter()
-    extras = _extra_columns(extra)
-    raw = {
+    columns: dict[str, Any] = {
         "inputs": inputs,
         "outputs": outputs,
         "scores": scores,
         "ground_truths": ground_truths,
         "sample_ids": sample_ids,
         "data_sources": data_sources,
-        **{_extra_label(name): values for name, values in extras.items()},
     }
     try:
-        columns = {name: _as_list(values, name) for name, values in raw.items()}
-    except TypeError as error:
-        sizes = [len(v) for v in raw.values() if isinstance(v, Sequence) and not isinstance(v, str | bytes)]
-        _process.counters.drop("bad_columns", max(sizes, default=1), "log_generations: %s", error)
+        return _log_columns(columns, step=step, source=source, count=count, extra=extra)
+    except Exception as error:
+        # The emitter raises nothing once it counted a batch, so nothing of this call is counted yet.
+        size = _call_size(columns)
+        _process.counters.add(_stats.GENERATIONS_SEEN, size)
+        _process.counters.failed("in log_generations", error, size)
         return 0
+
+
+def _call_size(columns: Mapping[str, Any]) -> int:
+    """How many generations a call passed: its longest column with a length (1 when none has one)."""
+    sizes = []
+    for values in columns.values():
+        if isinstance(values, Sized) and not isinstance(values, str | bytes):
+            try:
+                sizes.append(len(values))
+            except TypeError:  # a 0-d numpy array
+                continue
+    return max(sizes, default=1)
+
+
+def _drop_call(state: StepState | None, reason: str, size: int, message: str, *args: object) -> int:
+    """Count a call dropped whole: seen and dropped, in ``state``'s end record too (its block's). Returns 0."""
+    emitter = _process.current_emitter()
+    if state is not None and emitter is not None:
+        emitter.refuse(state, size)
+    else:
+        _process.counters.add(_stats.GENERATIONS_SEEN, size)
+    _process.counters.drop(reason, size, message, *args)
+    return 0
+
+
+def _log_columns(
+    columns: dict[str, Any],
+    *,
+    step: int | None,
+    source: str | None,
+    count: int | None,
+    extra: Mapping[str, Iterable[Any]] | None,
+) -> int:
+    """``log_generations`` once its arguments are gathered; ``columns`` is read into lists in place."""
+    block = _process.current_block.get()
+    emitter = _process.active_emitter()
+    resolved_step = clean_step(step if step is not None else (block.step if block is not None else None))
+    # The enclosing block supplies the source, trace context and k only for its own step.
+    same_step = block if block is not None and block.step == resolved_step else None
+    block_state = same_step.state if same_step is not None else None
+    extras = _extra_columns(extra)
+    columns.update({_extra_label(name): values for name, values in extras.items()})
+    try:
+        columns.update({name: _as_list(values, name) for name, values in columns.items()})
+    except TypeError as error:
+        return _drop_call(block_state, "bad_columns", _call_size(columns), "log_generations: %s", error)
     lengths = {name: len(values) for name, values in columns.items() if values is not None}
     size = max(lengths.values(), default=0)
     if emitter is None:
-        _process.counters.drop("after_shutdown", size, "log_generations called after shutdown()")
-        return 0
-    resolved_step = clean_step(step if step is not None else (block.step if block is not None else None))
+        return _drop_call(None, "after_shutdown", size, "log_generations called after shutdown()")
     if resolved_step is None:
-        _process.counters.drop(
+        return _drop_call(
+            None,
             "missing_step",
             size,
             "log_generations needs step= (an int) or an enclosing vg.validation(step=...) block; got %r",
             step,
         )
-        return 0
     if len(set(lengths.values())) > 1:
-        _process.counters.drop("length_mismatch", size, "log_generations got columns of unequal lengths %s", lengths)
-        if block is not None and block.state is not None:
-            block.state.dropped += size
-        return 0
-    # The enclosing block supplies the source, trace context and k only for its own step.
-    same_step = block if block is not None and block.step == resolved_step else None
+        return _drop_call(
+            block_state, "length_mismatch", size, "log_generations got columns of unequal lengths %s", lengths
+        )
     name = source or (same_step.source if same_step is not None else None) or emitter.settings.source
     step_count = count if count is not None else (same_step.count if same_step is not None else None)
     batch = Batch(
@@ -288,8 +328,15 @@ def shutdown(timeout_s: float | None = None) -> bool:
 
 
 def stats() -> dict[str, int]:
-    """Counters of this process: generations seen, emitted, dropped (by reason), exported..."""
+    """Counters of this process: generations seen, emitted, dropped (by reason), sampled out, held, exported...
+
+    ``generations_seen == generations_emitted + generations_dropped + generations_sampled_out +
+    generations_held`` whenever no call is in progress.
+    """
+    emitter = _process.current_emitter()
+    held = emitter.held() if emitter is not None else 0
     snapshot = _process.counters.snapshot()
+    snapshot["generations_held"] = held
     confirmed = (
         snapshot[_stats.RECORDS_EXPORTED] + snapshot[_stats.RECORDS_EXPORT_FAILED] + snapshot[_stats.RECORDS_SPOOLED]
     )

@@ -23,11 +23,15 @@ from otel_valgen import _stats
 _logger = logging.getLogger("otel_valgen")
 
 
-def _safe_export(exporter: LogRecordExporter, batch: Sequence[ReadableLogRecord], what: str) -> bool:
+def _safe_export(
+    exporter: LogRecordExporter, batch: Sequence[ReadableLogRecord], what: str, stats: _stats.Stats
+) -> bool:
+    """Export ``batch``; True on success. An exception (it must not kill the SDK's worker thread) is warned."""
     try:
         return exporter.export(batch) == LogRecordExportResult.SUCCESS
-    except Exception:  # an exporter bug must not kill the SDK's worker thread
-        _logger.exception("otel_valgen: exporter %s raised", what)
+    except Exception as error:
+        stats.warn("exporter_raised", "exporter %s raised %s: %s", what, type(error).__name__, error)
+        _logger.debug("otel_valgen: exporter %s raised", what, exc_info=error)
         return False
 
 
@@ -74,7 +78,7 @@ class CountingExporter(LogRecordExporter):
     def divert(self, record: ReadableLogRecord) -> None:
         """Take a record the full SDK queue would drop: spool it, or count it as lost."""
         spool = self._spool_exporter()
-        if spool is not None and _safe_export(spool, [record], "spool"):
+        if spool is not None and _safe_export(spool, [record], "spool", self._stats):
             self._stats.add(_stats.RECORDS_SPOOLED)
             self._stats.warn("queue_full_spooled", "the SDK queue (%d) is full; record spooled", self.capacity)
             return
@@ -85,11 +89,11 @@ class CountingExporter(LogRecordExporter):
     def export(self, batch: Sequence[ReadableLogRecord]) -> LogRecordExportResult:
         with self._spool_lock:
             self._queued = max(0, self._queued - len(batch))
-        if _safe_export(self._inner, batch, self.description):
+        if _safe_export(self._inner, batch, self.description, self._stats):
             self._stats.add(_stats.RECORDS_EXPORTED, len(batch))
             return LogRecordExportResult.SUCCESS
         spool = self._spool_exporter()
-        if spool is not None and _safe_export(spool, batch, "spool"):
+        if spool is not None and _safe_export(spool, batch, "spool", self._stats):
             self._stats.add(_stats.RECORDS_SPOOLED, len(batch))
             self._stats.warn("spooled", "%d record(s) not accepted by %s were spooled", len(batch), self.description)
             return LogRecordExportResult.SUCCESS

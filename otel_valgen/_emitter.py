@@ -16,6 +16,12 @@ bottom-k and an end record, then flushes, all before it returns, so nothing wait
 process to exit. Consecutive parts of one (step, source) share one state, hence one attempt,
 and every end record carries the cumulative counts; consumers keep the largest counts of a
 source's repeated end records, so the step is complete and exact whichever end arrives last.
+
+Accounting: every generation a state takes in is counted in its ``seen`` and, once its fate is
+known, in exactly one of ``emitted``, ``dropped`` (bad input, an internal failure) or the
+process's ``generations_sampled_out`` (it left the local bottom-k); until then it is held
+(``_presample``). So an end record's ``seen - emitted - dropped`` is what this source sampled
+out, and ``stats()`` balances whenever no call is in progress.
 """
 
 from __future__ import annotations
@@ -37,11 +43,12 @@ from opentelemetry.util.types import AnyValue
 from otel_valgen import _stats, contract
 from otel_valgen._keys import BatchKeyer
 from otel_valgen._pipeline import Pipeline
+from otel_valgen._presample import Kept, LocalSample
 from otel_valgen._records import Batch, PendingRecord, RecordBuilder, candidates
 from otel_valgen._sanitize import score_stats
 from otel_valgen._settings import Settings
 from otel_valgen._tracing import derived_context
-from otel_valgen.sampling import BottomK, step_k
+from otel_valgen.sampling import Order, step_k
 
 _logger = logging.getLogger("otel_valgen")
 
@@ -64,20 +71,22 @@ class StepState:
     dropped: int = 0
     score_count: int = 0  # generations seen with a valid score, and their sum (valgen.score.*)
     score_sum: float = 0.0
-    kept: BottomK[list[PendingRecord | None]] | None = None
+    kept: LocalSample | None = None
     # Orders the progress thread against the end of the part: no progress record after the end.
     # It also serialises the block-less parts of one (step, source).
     lifecycle: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
     finished: bool = False
     announced: bool = False
 
-    def ask(self, count: int | None) -> None:
-        """Apply a later call's k to the open state: the smallest k asked for wins (``step_k``)."""
+    def ask(self, count: int | None) -> int:
+        """Apply a later call's k to the open state: the smallest k asked for wins (``step_k``).
+
+        Returns how many held generations the smaller k sampled out.
+        """
         if count is None or count >= self.count:
-            return
+            return 0
         self.count = step_k(self.count, count)
-        if self.kept is not None:
-            self.kept.shrink(self.count)
+        return self.kept.shrink(self.count) if self.kept is not None else 0
 
 
 def _ray_resource() -> dict[str, str]:
@@ -115,6 +124,12 @@ class Emitter:
         self._progress_stop = threading.Event()
         self._progress_thread: threading.Thread | None = None
 
+    def held(self) -> int:
+        """Generations kept in the bottom-k of this process's open steps and not sent yet."""
+        with self._lock:
+            states = (*self._steps.values(), *self._parts.values())
+            return sum(state.kept.held() for state in states if state.kept is not None)
+
     def has_open_steps(self) -> bool:
         """Whether a part of a step is open here (started and not yet ended)."""
         with self._lock:
@@ -150,7 +165,7 @@ class Emitter:
             attempt=f"{self.settings.launch_id}.{self._ended.get((step, source), 0) + 1}",
         )
         if self.settings.presample:
-            state.kept = BottomK(state.count)
+            state.kept = LocalSample(state.count)
         return state
 
     # -- steps ---------------------------------------------------------------------------
@@ -178,7 +193,7 @@ class Emitter:
                 self._steps[key] = state
                 if len(self._steps) > MAX_OPEN_STEPS:
                     _, overflow = self._steps.popitem(last=False)
-            state.ask(count)
+            self.stats.add(_stats.GENERATIONS_SAMPLED_OUT, state.ask(count))
             if context is not None:
                 state.context = context
             if sources_expected is not None:
@@ -232,7 +247,7 @@ class Emitter:
         state = self._parts.get(key)
         if state is not None:
             self._parts.move_to_end(key)
-            state.ask(count)
+            self.stats.add(_stats.GENERATIONS_SAMPLED_OUT, state.ask(count))
             return state, None
         state = self._parts[key] = self._new_state(step, source, None, count, None)
         if len(self._parts) <= MAX_OPEN_STEPS:
@@ -283,17 +298,18 @@ class Emitter:
 
     def _finish(self, state: StepState) -> None:
         with state.lifecycle:
-            state.finished = True
             self._send_end(state)
 
     def _send_end(self, state: StepState, final: bool = True) -> None:
         """Send the kept records not sent yet and an end record; ``final`` ends the (step, source) here."""
-        if state.kept is not None:
-            for _, slot in state.kept.items():
-                # None: sent by an earlier part, or still being built when the step ended.
-                pending, slot[0] = slot[0], None
-                if pending is not None:
-                    self._emit_generation(state, pending)
+        with self._lock:
+            state.finished = state.finished or final  # a call that finds it later drops its batch
+            records, unbuilt = state.kept.take(final) if state.kept is not None else ([], 0)
+            state.dropped += unbuilt
+        if unbuilt:
+            self._ended_meanwhile(state, unbuilt)
+        for record in records:
+            self._emit_generation(state, record)
         attributes: dict[str, AnyValue] = {
             contract.SEEN: state.seen,
             contract.EMITTED: state.emitted,
@@ -312,13 +328,13 @@ class Emitter:
                 state.step,
                 state.source,
             )
-        self._emit_lifecycle(
+        if self._emit_lifecycle(
             state,
             contract.EVENT_VALIDATION_END,
             f"validation step {state.step} ended for source {state.source}",
             attributes,
-        )
-        self.stats.add(_stats.END_RECORDS_EMITTED)
+        ):
+            self.stats.add(_stats.END_RECORDS_EMITTED)
         if final:
             with self._lock:
                 self._mark_ended(state.step, state.source)
@@ -330,36 +346,44 @@ class Emitter:
         while len(self._ended) > _ENDED_MEMORY:
             self._ended.popitem(last=False)
 
-    def _emit_lifecycle(self, state: StepState, event: str, body: str, attributes: dict[str, AnyValue]) -> None:
-        """Emit a start, progress or end record of ``state``: its identity, then ``attributes``."""
-        self.pipeline.logger.emit(
-            timestamp=time.time_ns(),
-            context=state.context,
-            severity_number=SeverityNumber.INFO,
-            severity_text="INFO",
-            body=body,
-            attributes={
-                contract.RUN_ID: self.settings.run_id,
-                contract.STEP: state.step,
-                contract.SOURCE: state.source,
-                contract.ATTEMPT: state.attempt,
-                **attributes,
-            },
-            event_name=event,
-        )
+    def _emit_lifecycle(self, state: StepState, event: str, body: str, attributes: dict[str, AnyValue]) -> bool:
+        """Emit a start, progress or end record of ``state``: its identity, then ``attributes``.
+
+        True when the SDK took it; a failure is counted and warned, never raised.
+        """
+        try:
+            self.pipeline.logger.emit(
+                timestamp=time.time_ns(),
+                context=state.context,
+                severity_number=SeverityNumber.INFO,
+                severity_text="INFO",
+                body=body,
+                attributes={
+                    contract.RUN_ID: self.settings.run_id,
+                    contract.STEP: state.step,
+                    contract.SOURCE: state.source,
+                    contract.ATTEMPT: state.attempt,
+                    **attributes,
+                },
+                event_name=event,
+            )
+        except Exception as error:
+            self.stats.failed(f"sending a {event} record", error)
+            return False
+        return True
 
     def _emit_start(self, state: StepState) -> None:
         attributes: dict[str, AnyValue] = {contract.SAMPLE_COUNT: state.count}
         if state.sources_expected is not None:
             attributes[contract.SOURCES_EXPECTED] = state.sources_expected
-        self._emit_lifecycle(
+        if self._emit_lifecycle(
             state,
             contract.EVENT_VALIDATION_START,
             f"validation step {state.step} started for source {state.source}",
             attributes,
-        )
-        state.announced = True
-        self.stats.add(_stats.START_RECORDS_EMITTED)
+        ):
+            state.announced = True
+            self.stats.add(_stats.START_RECORDS_EMITTED)
 
     # -- progress ------------------------------------------------------------------------
 
@@ -382,9 +406,8 @@ class Emitter:
         while not self._progress_stop.wait(self.settings.progress_interval_s):
             try:
                 self.emit_progress()
-            except Exception:  # the thread must outlive any failure; a missed progress record is harmless
-                self.stats.add(_stats.INTERNAL_ERRORS)
-                _logger.exception("otel_valgen: sending progress records failed")
+            except Exception as error:  # the thread must outlive any failure; a missed progress record is harmless
+                self.stats.failed("sending progress records", error)
 
     def emit_progress(self) -> int:
         """Send one progress record (generations seen so far) per open state; return how many."""
@@ -395,13 +418,12 @@ class Emitter:
             with state.lifecycle:
                 if state.finished:  # ended since the snapshot: its end record is already out
                     continue
-                self._emit_lifecycle(
+                sent += self._emit_lifecycle(
                     state,
                     contract.EVENT_VALIDATION_PROGRESS,
                     f"validation step {state.step} in progress for source {state.source}",
                     {contract.SEEN: seen},
                 )
-            sent += 1
         self.stats.add(_stats.PROGRESS_RECORDS_EMITTED, sent)
         return sent
 
@@ -415,60 +437,120 @@ class Emitter:
     # -- generations ---------------------------------------------------------------------
 
     def log(self, state: StepState, batch: Batch) -> int:
-        """Record one batch of generations; return how many were accepted.
+        """Record one batch of generations; return how many were accepted (not dropped).
 
         Keys are computed for every generation, and the count and sum of the valid scores over
         the whole batch; the texts are cleaned and the record built only for those that (still)
-        belong to the local bottom-k.
+        belong to the local bottom-k. Every generation is counted (module docstring), and
+        nothing raises once the batch is counted: a failure to compute the ids or keys drops
+        the batch, one to build or send a record drops that generation.
         """
         size = len(batch.inputs)
-        self.stats.add(_stats.GENERATIONS_SEEN, size)
-        scored, score_sum = score_stats(batch.scores)
         kept = state.kept
-        if kept is None:
+        try:
+            scored, score_sum = score_stats(batch.scores)
             with self._lock:
+                # The k-th key only falls as items are offered, so an earlier read is a safe filter.
+                threshold, k = (kept.threshold(), kept.k) if kept is not None else (None, None)
+            found = candidates(batch, self._keyer, threshold, k)
+        except Exception as error:
+            self.refuse(state, size)
+            self.stats.failed("computing sample ids and keys", error, size)
+            return 0
+        with self._lock:
+            ended = state.finished
+            if not ended:
                 state.seen += size
                 state.score_count += scored
                 state.score_sum += score_sum
-            for index, order in candidates(batch, self._keyer, None, None):
-                self._emit_generation(state, self._build(state, batch, index, order))
+                entered, evicted = kept.offer(found) if kept is not None else ([], 0)
+        if ended:  # its block was ended by another thread after this call found it
+            self.refuse(state, size)
+            self._ended_meanwhile(state, size)
+            return 0
+        self.stats.add(_stats.GENERATIONS_SEEN, size)
+        if kept is None:
+            dropped = self._emit_all(state, batch, found)
+        else:
+            self.stats.add(_stats.GENERATIONS_SAMPLED_OUT, size - len(entered) + evicted)
+            dropped = self._build_kept(state, batch, entered)
+        try:
             self._build.report_extra(batch)
-            return size
-        with self._lock:
-            # The k-th key only falls as items are offered, so an earlier read is a safe filter.
-            threshold = kept.threshold()
-        found = candidates(batch, self._keyer, threshold, kept.k)
-        slots: dict[int, list[PendingRecord | None]] = {}
-        with self._lock:
-            state.seen += size
-            state.score_count += scored
-            state.score_sum += score_sum
-            orders = dict(found)
-            for index, order in found:
-                if kept.would_keep(order):
-                    slot: list[PendingRecord | None] = [None]
-                    kept.offer(order, slot)
-                    slots[index] = slot
-            alive = {id(item) for item in kept.kept()} if slots else set()
-        for index, slot in slots.items():
-            if id(slot) in alive:
-                slot[0] = self._build(state, batch, index, orders[index])
-        self._build.report_extra(batch)
-        return size
+        except Exception as error:
+            self.stats.failed("reporting invalid extra values", error)
+        return size - dropped
 
-    def _emit_generation(self, state: StepState, pending: PendingRecord) -> None:
-        self.pipeline.logger.emit(
-            timestamp=pending.timestamp,
-            context=state.context,
-            severity_number=SeverityNumber.INFO,
-            severity_text="INFO",
-            body=pending.body,
-            attributes=pending.attributes,
-            event_name=contract.EVENT_GENERATION,
-        )
+    def refuse(self, state: StepState, generations: int) -> None:
+        """Count generations that reach ``state`` only to be dropped whole (the caller counts the reason).
+
+        They are seen (here and in ``stats()``) and dropped, so the step's end record shows them.
+        """
+        with self._lock:
+            state.seen += generations
+            state.dropped += generations
+        self.stats.add(_stats.GENERATIONS_SEEN, generations)
+
+    def _emit_all(self, state: StepState, batch: Batch, found: list[tuple[int, Order]]) -> int:
+        """Build and send the records of ``found`` (presampling off); return how many were dropped."""
+        dropped = 0
+        for index, order in found:
+            try:
+                record = self._build(state, batch, index, order)
+            except Exception as error:
+                self._lost(state, "building a generation record", error)
+                dropped += 1
+            else:
+                dropped += not self._emit_generation(state, record)
+        return dropped
+
+    def _build_kept(self, state: StepState, batch: Batch, entered: list[tuple[int, Order, Kept]]) -> int:
+        """Build the records of the generations that entered the bottom-k; return how many failed (dropped)."""
+        failed = 0
+        for index, order, item in entered:
+            try:
+                item.record = self._build(state, batch, index, order)
+            except Exception as error:
+                with self._lock:
+                    lost = LocalSample.drop(item)  # 0 when evicted or ended meanwhile: already counted
+                    state.dropped += lost
+                self.stats.failed("building a generation record", error, lost)
+                failed += lost
+        return failed
+
+    def _emit_generation(self, state: StepState, pending: PendingRecord) -> bool:
+        """Hand one generation record to the SDK; True when it took it, else it is counted as dropped."""
+        try:
+            self.pipeline.logger.emit(
+                timestamp=pending.timestamp,
+                context=state.context,
+                severity_number=SeverityNumber.INFO,
+                severity_text="INFO",
+                body=pending.body,
+                attributes=pending.attributes,
+                event_name=contract.EVENT_GENERATION,
+            )
+        except Exception as error:
+            self._lost(state, "sending a generation record to the OpenTelemetry SDK", error)
+            return False
         with self._lock:
             state.emitted += 1
         self.stats.add(_stats.GENERATIONS_EMITTED)
+        return True
+
+    def _ended_meanwhile(self, state: StepState, generations: int) -> None:
+        self.stats.drop(
+            "step_ended",
+            generations,
+            "step %d (source %s) ended while a call in another thread was still logging into it",
+            state.step,
+            state.source,
+        )
+
+    def _lost(self, state: StepState, stage: str, error: Exception) -> None:
+        """Count one generation of ``state`` (already seen) lost to an internal failure in ``stage``."""
+        with self._lock:
+            state.dropped += 1
+        self.stats.failed(stage, error, 1)
 
     # -- lifecycle -----------------------------------------------------------------------
 

@@ -54,16 +54,15 @@ _previous_sigterm: Callable[[int, FrameType | None], Any] | int | None = None
 
 
 def never_raise(default: object) -> Callable[[Callable[P, R]], Callable[P, R]]:
-    """Catch, log and count any exception so that it never reaches the training loop."""
+    """Catch, count and warn about any exception (rate-limited) so that it never reaches the training loop."""
 
     def decorate(function: Callable[P, R]) -> Callable[P, R]:
         @functools.wraps(function)
         def guarded(*args: P.args, **kwargs: P.kwargs) -> R:
             try:
                 return function(*args, **kwargs)
-            except Exception:
-                counters.add(_stats.INTERNAL_ERRORS)
-                _logger.exception("otel_valgen: %s failed; training continues", function.__name__)
+            except Exception as error:
+                counters.failed(f"in {function.__name__}", error)
                 return default  # type: ignore[return-value]
 
         return guarded

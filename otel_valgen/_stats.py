@@ -3,6 +3,11 @@
 Every drop and every repair of bad input increments a named counter and logs a warning on
 the ``otel_valgen`` logger (the first few of each kind, then every 1000th), so nothing is
 lost silently and a noisy job does not flood its own logs.
+
+The generation counters balance: every generation a call passes is counted in
+``generations_seen`` and then in exactly one of ``generations_emitted``,
+``generations_dropped`` (by reason), ``generations_sampled_out``, or is still held in an open
+step's bottom-k (``generations_held``, computed by ``stats()``).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ _WARN_EVERY: Final = 1000
 GENERATIONS_SEEN: Final = "generations_seen"
 GENERATIONS_EMITTED: Final = "generations_emitted"
 GENERATIONS_DROPPED: Final = "generations_dropped"
+GENERATIONS_SAMPLED_OUT: Final = "generations_sampled_out"  # left out of the local bottom-k: a choice, not a loss
 END_RECORDS_EMITTED: Final = "end_records_emitted"
 START_RECORDS_EMITTED: Final = "start_records_emitted"
 PROGRESS_RECORDS_EMITTED: Final = "progress_records_emitted"
@@ -36,6 +42,7 @@ EXTRA_COLUMNS_DROPPED: Final = "extra_columns_dropped"  # extra columns dropped 
 FLUSH_TIMEOUTS: Final = "flush_timeouts"
 INTERNAL_ERRORS: Final = "internal_errors"
 DROP_PREFIX: Final = "dropped."
+INTERNAL_ERROR: Final = "internal_error"  # the drop reason and warning kind of our own failures
 
 
 class Stats:
@@ -58,6 +65,22 @@ class Stats:
         self.add(DROP_PREFIX + reason, generations)
         self.warn(reason, message + " (%d generation(s) dropped)", *args, generations)
 
+    def failed(self, stage: str, error: Exception, generations: int = 0) -> None:
+        """Count an internal failure in ``stage`` and the generations it lost; warn once, naming the cause.
+
+        The warning is rate-limited like the others; the traceback goes to the debug log.
+        """
+        self.add(INTERNAL_ERRORS)
+        try:
+            cause = f"{type(error).__name__}: {error}"
+        except Exception:  # a str() that raises must not escape the guards that call this
+            cause = type(error).__name__
+        if generations:
+            self.drop(INTERNAL_ERROR, generations, "internal error %s (%s)", stage, cause)
+        else:
+            self.warn(INTERNAL_ERROR, "internal error %s (%s)", stage, cause)
+        _logger.debug("otel_valgen: internal error %s", stage, exc_info=error)
+
     def warn(self, kind: str, message: str, *args: object) -> None:
         """Log a warning of ``kind``: the first few, then every 1000th, with the running count."""
         with self._lock:
@@ -79,6 +102,8 @@ class Stats:
             GENERATIONS_SEEN,
             GENERATIONS_EMITTED,
             GENERATIONS_DROPPED,
+            GENERATIONS_SAMPLED_OUT,
+            INTERNAL_ERRORS,
             RECORDS_EXPORTED,
             RECORDS_EXPORT_FAILED,
             RECORDS_SPOOLED,

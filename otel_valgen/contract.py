@@ -52,9 +52,11 @@ EXTRA_NAME_PATTERN: Final = r"[A-Za-z0-9_./-]{1,64}"
 MAX_EXTRA_COLUMNS: Final = 32
 
 # End-of-source and summary attributes.
-SEEN: Final = "valgen.seen"  # int: generations the source (or the group) saw
+# On an end record seen = emitted + dropped + what presampling left out (not sent separately).
+SEEN: Final = "valgen.seen"  # int: generations the source (or the group) saw, dropped ones included
 EMITTED: Final = "valgen.emitted"  # int: generation records the source sent
-DROPPED: Final = "valgen.dropped"  # int: end record: what the source dropped (bad input); summary: the step's total
+# int: end record: what the source dropped (bad input, internal errors); summary: the step's total
+DROPPED: Final = "valgen.dropped"
 SOURCES_EXPECTED: Final = "valgen.sources_expected"  # int, optional
 # Score statistics over every generation a source saw (not only the kept ones), on end records
 # (cumulative, like valgen.seen) and, summed over the ended sources, on the step summary.

@@ -206,13 +206,20 @@ class BottomK(Generic[T]):
         self._kept.add(order)
         return True
 
-    def shrink(self, k: int) -> None:
-        """Keep only the ``k`` smallest of the kept items (exact: they are the bottom-k so far)."""
+    def shrink(self, k: int) -> list[T]:
+        """Keep only the ``k`` smallest of the kept items (exact: they are the bottom-k so far).
+
+        Returns the items no longer kept.
+        """
         if not 0 <= k <= self.k:
             raise ValueError("shrink needs 0 <= k <= the current k")
         self.k = k
+        removed = []
         while len(self._heap) > k:
-            self._kept.discard(heapq.heappop(self._heap).order)
+            entry = heapq.heappop(self._heap)
+            self._kept.discard(entry.order)
+            removed.append(entry.item)
+        return removed
 
     def would_keep(self, order: Order) -> bool:
         """Whether an item with this sort key would be kept if offered now."""

@@ -159,12 +159,17 @@ def test_block_less_calls_carry_cumulative_statistics() -> None:
 
 
 def test_a_dropped_call_counts_no_score() -> None:
-    """Scores of a call dropped for unequal lengths are not seen, so not counted."""
+    """Scores of a call dropped for unequal lengths are not counted; its generations are seen and dropped."""
     with capture_records(run_id="r", count=2) as records, vg.validation(step=1):
         vg.log_generations(["a", "b"], ["x"], [1.0, 1.0])
         vg.log_generations(["c"], ["z"], [0.25])
     (end,) = _ends(records)
-    assert (end[contract.SEEN], end[contract.SCORE_COUNT], end[contract.SCORE_SUM]) == (1, 1, 0.25)
+    assert (end[contract.SEEN], end[contract.DROPPED], end[contract.SCORE_COUNT], end[contract.SCORE_SUM]) == (
+        3,
+        2,
+        1,
+        0.25,
+    )
 
 
 def test_a_sum_beyond_a_double_sends_no_statistics(caplog: pytest.LogCaptureFixture) -> None:

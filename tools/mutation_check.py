@@ -480,6 +480,57 @@ MUTATIONS: tuple[Mutation, ...] = (
         '"missing_step",\n            1,',
         ("tests/test_api.py", "tests/test_verl.py"),
     ),
+    # --- Python: the generation accounting (seen = emitted + dropped + sampled out + held) ---
+    Mutation(
+        "py.accounting.failure_drops_batch",
+        "a batch whose ids or keys fail is counted as seen and dropped (internal_error), in its step too",
+        "otel_valgen/_emitter.py",
+        "            self.refuse(state, size)\n"
+        '            self.stats.failed("computing sample ids and keys", error, size)',
+        "            self.stats.add(_stats.INTERNAL_ERRORS)",
+        ("tests/test_accounting.py",),
+    ),
+    Mutation(
+        "py.accounting.guard_counts_call",
+        "an unexpected failure in log_generations counts the call's generations as seen and dropped",
+        "otel_valgen/_api.py",
+        "        _process.counters.add(_stats.GENERATIONS_SEEN, size)\n"
+        '        _process.counters.failed("in log_generations", error, size)',
+        '        _process.counters.failed("in log_generations", error)',
+        ("tests/test_accounting.py",),
+    ),
+    Mutation(
+        "py.accounting.evicted_sampled_out",
+        "held generations evicted by a smaller key are counted as sampled out",
+        "otel_valgen/_emitter.py",
+        "size - len(entered) + evicted)",
+        "size - len(entered))",
+        ("tests/test_accounting.py",),
+    ),
+    Mutation(
+        "py.accounting.shrink_sampled_out",
+        "held generations cut by a smaller k mid-step are counted as sampled out",
+        "otel_valgen/_presample.py",
+        "        return _settle(self._kept.shrink(k))",
+        "        self._kept.shrink(k)\n        return 0",
+        ("tests/test_accounting.py",),
+    ),
+    Mutation(
+        "py.accounting.settled_once",
+        "a generation whose fate is counted is never counted again when it leaves the bottom-k",
+        "otel_valgen/_presample.py",
+        "        evicted = _settle(item for item in before if id(item) not in alive)",
+        "        evicted = sum(1 for item in before if id(item) not in alive)",
+        ("tests/test_accounting.py",),
+    ),
+    Mutation(
+        "py.accounting.block_drop_in_end_record",
+        "a call dropped whole inside a block of its step is seen and dropped in that block's end record",
+        "otel_valgen/_api.py",
+        "    if state is not None and emitter is not None:",
+        "    if False:",
+        ("tests/test_accounting.py",),
+    ),
     # --- Python: reading steps back (show, the embedded sink) -----------------------------
     Mutation(
         "py.selection.largest_end",

@@ -1,0 +1,103 @@
+"""One step's local bottom-k (presampling), and the fate of every generation that entered it.
+
+A generation that enters is *held* until its fate is counted: sent at the end of the step (or
+part), dropped (its record failed to build, or the step ended before it was built), or sampled
+out (a smaller key evicted it, or a smaller k cut it). ``settled`` marks that its fate is
+counted, so that no generation is counted twice, whatever happens to it later.
+The emitter's lock guards every method.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from otel_valgen._records import PendingRecord
+from otel_valgen.sampling import BottomK, Order
+
+
+class Kept:
+    """A generation in the bottom-k: its record once built, and whether its fate is counted."""
+
+    __slots__ = ("record", "settled")
+
+    def __init__(self) -> None:
+        self.record: PendingRecord | None = None
+        self.settled = False
+
+
+def _settle(items: Iterable[Kept]) -> int:
+    """Settle ``items``; return how many were not settled yet."""
+    newly = 0
+    for item in items:
+        if not item.settled:
+            item.settled = True
+            newly += 1
+    return newly
+
+
+class LocalSample:
+    """The bottom-k of what this process saw of one step, held until the step (or part) ends."""
+
+    def __init__(self, k: int) -> None:
+        self._kept: BottomK[Kept] = BottomK(k)
+
+    @property
+    def k(self) -> int:
+        """The step's k."""
+        return self._kept.k
+
+    def threshold(self) -> Order | None:
+        """The largest kept sort key once k are kept: only smaller ones can enter."""
+        return self._kept.threshold()
+
+    def held(self) -> int:
+        """Generations kept and not settled yet."""
+        return sum(not item.settled for item in self._kept.kept())
+
+    def offer(self, found: list[tuple[int, Order]]) -> tuple[list[tuple[int, Order, Kept]], int]:
+        """Offer a batch's candidates ``(index, sort key)``.
+
+        Returns those still kept after the whole batch (to build), and how many held
+        generations of earlier calls they evicted (now sampled out).
+        """
+        if not found:
+            return [], 0
+        before = self._kept.kept()
+        offered = []
+        for index, order in found:
+            if self._kept.would_keep(order):
+                item = Kept()
+                self._kept.offer(order, item)
+                offered.append((index, order, item))
+        if not offered:
+            return [], 0
+        alive = {id(item) for item in self._kept.kept()}
+        evicted = _settle(item for item in before if id(item) not in alive)
+        return [entry for entry in offered if id(entry[2]) in alive], evicted
+
+    def shrink(self, k: int) -> int:
+        """Keep only the ``k`` smallest; return how many held generations that sampled out."""
+        return _settle(self._kept.shrink(k))
+
+    @staticmethod
+    def drop(item: Kept) -> int:
+        """Settle ``item`` whose record failed to build: 1, or 0 when it was settled meanwhile."""
+        return _settle([item])
+
+    def take(self, final: bool) -> tuple[list[PendingRecord], int]:
+        """Settle the built records not sent yet and return them in key order, to be sent.
+
+        ``final`` (the step ends here) also settles what a call in another thread is still
+        building: it can no longer be sent, and is counted as dropped (the second value).
+        """
+        records: list[PendingRecord] = []
+        unbuilt = 0
+        for _, item in self._kept.items():
+            if item.settled or (item.record is None and not final):
+                continue
+            item.settled = True
+            if item.record is None:
+                unbuilt += 1
+            else:
+                records.append(item.record)
+        return records, unbuilt
