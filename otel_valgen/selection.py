@@ -312,8 +312,12 @@ def _embedded_balance(group: _Attempt, kept: Iterable[Generation]) -> tuple[int,
 def _finish(group: _Attempt, collector: bool, count: int | None, seed: int) -> StepSelection:
     summary = group.summary
     if collector:
-        ranked = sorted(group.ranked.values(), key=lambda g: (g.rank or 0, sort_key_of(g, seed, group.key_version)))
-        kept = ranked[:count] if count is not None else ranked
+        # One summary's ranks follow its keys. A collector that forgot a closed group closes a
+        # second one for the same attempt (a resumed run under a repeated launch id): the union
+        # of both groups' kept records, cut to the step's k by key, is the bottom-k of both.
+        ranked = sorted(group.ranked.values(), key=lambda g: sort_key_of(g, seed, group.key_version))
+        k = min(group.k or len(ranked), count) if count is not None else (group.k or len(ranked))
+        kept = ranked[:k]
         late = group.late
         if not late and summary is not None:
             reported = summary.attributes.get("valgen.late")

@@ -317,8 +317,8 @@ def _write(path: Path, requests: list[dict[str, Any]]) -> Path:
     return path
 
 
-def _show_json(*paths: Path) -> list[dict[str, Any]]:
-    result = CliRunner().invoke(main, ["show", *map(str, paths), "--format", "json"])
+def _show_json(*arguments: Path | str) -> list[dict[str, Any]]:
+    result = CliRunner().invoke(main, ["show", *map(str, arguments), "--format", "json"])
     assert result.exit_code == 0, result.output
     return [json.loads(line) for line in result.stdout.splitlines()]
 
@@ -363,6 +363,22 @@ def test_show_falls_back_to_the_older_complete_attempt(tmp_path: Path) -> None:
     (step,) = _show_json(path)
     assert (step["attempt"], step["attempts"]) == ("L1.1", 2)
     assert [g["sample_id"] for g in step["generations"]] == ["x/0"]
+
+
+def test_show_cuts_two_groups_of_one_attempt_to_k(tmp_path: Path) -> None:
+    """Two summaries of one attempt (a collector that forgot the first group): at most k, the bottom-k of both."""
+    path = _write(
+        tmp_path / "valgen.jsonl",
+        [
+            *(_gen("run.1", f"a/{i}", key, 100, **{contract.RANK: i + 1}) for i, key in enumerate((10, 40, 70))),
+            _summary("run.1", 0, "complete", 9, 3),
+            *(_gen("run.1", f"b/{i}", key, 9100, **{contract.RANK: i + 1}) for i, key in enumerate((20, 30, 90))),
+            _summary("run.1", 9000, "complete", 9, 3),
+        ],
+    )
+    (step,) = _show_json(path)
+    assert [g["sample_id"] for g in step["generations"]] == ["a/0", "b/0", "b/1"]
+    assert [g["sample_id"] for g in _show_json(path, "--count", "2")[0]["generations"]] == ["a/0", "b/0"]
 
 
 def test_show_of_an_old_collectors_output_is_unchanged(tmp_path: Path) -> None:
