@@ -169,3 +169,33 @@ func TestASourceThatDidNotEndCountsWhatItsProgressReported(t *testing.T) {
 	assert.Equal(t, int64(2), intOf(t, s, attrKept))
 	assert.Equal(t, int64(0), intOf(t, s, attrSourcesEnded))
 }
+
+// TestABatchWithAStepsEndAndThenARedeliveredRecordClosesTheStepOnce checks that one batch
+// holding a step's end record, then a record of another step, then a redelivered generation of
+// the first step sends one summary for the first step: the redelivery is late, never a second
+// close of the same group.
+func TestABatchWithAStepsEndAndThenARedeliveredRecordClosesTheStepOnce(t *testing.T) {
+	h := newHarness(t, nil)
+	records := stepRecords(1, "trainer", 2, 0)
+	h.consume(t, logsOf(
+		records[0], records[1], endRec(1, "trainer", 2, 2, 1),
+		rec{step: 2, id: "other/0"},
+		records[0], // redelivered by a retrying exporter, in the same batch
+	))
+	got := collect(h.sink)
+	require.Len(t, got.summaries, 1, "step 1 closes once; step 2 is still open")
+	s := got.summaries[0]
+	assert.Equal(t, int64(1), intOf(t, s, attrStep))
+	assert.Equal(t, closedComplete, strOf(t, s, attrClosedReason))
+	assert.Equal(t, int64(2), intOf(t, s, attrKept))
+	assert.ElementsMatch(t, []string{"trainer/0", "trainer/1"}, ids(got.kept))
+
+	require.NoError(t, h.p.Shutdown(context.Background()))
+	got = collect(h.sink)
+	steps := make([]int64, 0, len(got.summaries))
+	for _, s := range got.summaries {
+		steps = append(steps, intOf(t, s, attrStep))
+	}
+	assert.Equal(t, []int64{1, 2}, steps, "one summary per step")
+	assert.ElementsMatch(t, []string{"trainer/0", "trainer/1", "other/0"}, ids(got.kept))
+}
