@@ -304,3 +304,43 @@ def test_a_non_str_input_has_the_id_and_key_of_its_text() -> None:
     assert sorted(sample_id for sample_id, _ in by_step[1]) == sorted(expected)
     assert sorted(by_step[1]) == sorted(by_step[2])
     assert all(key == sample_key(3, sample_id) for sample_id, key in by_step[1])
+
+
+def test_an_explicit_source_inside_a_block_of_the_same_step_wins_over_the_blocks_source() -> None:
+    """log_generations(source="judge") in a block of its step sends as "judge", in the block's trace and with its k."""
+    with capture_records(run_id="r", count=4, source="main", progress_interval_s=0) as records:
+        with vg.validation(step=1, source="rollouter", count=2) as block:
+            vg.log_generations(["a"], ["x"], None)
+            vg.log_generations(["b", "c", "d"], ["y", "z", "w"], None, source="judge")
+        trace_id = block.trace_id()
+    sources = {r["attributes"][contract.SAMPLE_ID]: r["attributes"][contract.SOURCE] for r in _generations(records)}
+    assert sorted(sources.values()) == ["judge", "judge", "rollouter"]  # judge kept 2 of 3: the block's k
+    assert sources[f"{xxhash.xxh64_hexdigest(b'a')}/0"] == "rollouter"
+    judge_ends = [r for r in _ends(records) if r["attributes"][contract.SOURCE] == "judge"]
+    assert [(e["attributes"][contract.SEEN], e["attributes"][contract.EMITTED]) for e in judge_ends] == [(3, 2)]
+    assert {r["trace_id"] for r in records} == {trace_id}
+
+
+@pytest.mark.parametrize("presample", [True, False])
+def test_responses_sharing_one_uid_get_distinct_ids_and_are_sampled_separately(presample: bool) -> None:
+    """n responses per prompt in one call (verl, GRPO) are uid/0, uid/1, ...: each its own key, bottom-k over all."""
+    uids = ["p"] * 6 + ["q"] * 6
+    with (
+        capture_records(run_id="r", count=4, seed=11, presample=presample, progress_interval_s=0) as records,
+        vg.validation(step=1, source="rollouter"),
+    ):
+        vg.log_generations([f"prompt {u}" for u in uids], [f"answer {i}" for i in range(12)], None, sample_ids=uids)
+    generations = _generations(records)
+    ids = [f"{uid}/{i}" for uid in "pq" for i in range(6)]
+    for record in generations:
+        attributes = record["attributes"]
+        assert attributes[contract.SAMPLE_KEY] == sample_key(11, attributes[contract.SAMPLE_ID])
+    sent = [r["attributes"][contract.SAMPLE_ID] for r in generations]
+    assert len(sent) == len(set(sent))
+    if presample:
+        expected = [item for _, item in bottom_k(((SortKey.of(sample_key(11, i), i), i) for i in ids), 4)]
+        assert sorted(sent) == sorted(expected)
+    else:
+        assert sorted(sent) == sorted(ids)
+        by_id = {r["attributes"][contract.SAMPLE_ID]: r["body"]["output"] for r in generations}
+        assert [by_id[f"p/{i}"] for i in range(6)] == [f"answer {i}" for i in range(6)]

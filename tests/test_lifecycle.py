@@ -455,3 +455,26 @@ def test_the_end_record_carries_the_steps_own_count() -> None:
         vg.log_generations(["a"], ["x"], None, step=3)
     counts = {r["attributes"][contract.STEP]: r["attributes"][contract.SAMPLE_COUNT] for r in _of(records, END)}
     assert counts == {1: 2, 2: 3, 3: 4}
+
+
+def test_validating_a_step_a_third_and_fourth_time_gives_a_new_attempt_each_time(tmp_path: Any) -> None:
+    """Blocks and block-less parts of one (step, source) ended four times are attempts L.1 to L.4; show picks L.4."""
+    vg.configure(run_id="r", count=2, launch_id="L", directory=str(tmp_path), progress_interval_s=0)
+    try:
+        for n in range(4):
+            if n % 2:
+                vg.log_generations([f"q{n}"], ["a"], None, step=9, source="s")
+                vg.end_step(9, source="s")
+            else:
+                with vg.validation(step=9, source="s"):
+                    vg.log_generations([f"q{n}"], ["a"], None)
+    finally:
+        vg.shutdown()
+    from otel_valgen.reader import read_paths
+
+    records = list(read_paths([str(tmp_path)], lambda error: None))
+    ends = [r.attempt for r in records if isinstance(r, EndRecord)]
+    assert ends == ["L.1", "L.2", "L.3", "L.4"]
+    (step,) = select_steps(records)
+    assert (step.attempt, step.attempts) == ("L.4", 4)
+    assert [g.input for g in step.generations] == ["q3"]
