@@ -16,6 +16,7 @@ import otel_valgen as vg
 from otel_valgen import contract
 from otel_valgen import ray as vg_ray
 from otel_valgen.reader import Generation, read_paths
+from otel_valgen.selection import select_steps
 from otel_valgen.tools.cli import main
 from tests.support.require import require_module
 
@@ -120,3 +121,22 @@ def test_an_mlflow_run_started_later_and_the_tensorboard_folder_name_the_records
     assert resource["tensorboard.log_dir"] == "tensorboard_log/proj/exp"
     assert resource["clearml.task_id"] == "task-from-agent"
     assert {g.run_id for g in generations} == {"job-1"}
+
+
+def test_a_tracker_run_started_inside_a_block_does_not_split_the_step(tmp_path: Path) -> None:
+    """mlflow.start_run() while a block is open: the emitter stays, the step is one attempt with every generation."""
+    mlflow = require_module("mlflow")
+    sink = tmp_path / "sink"
+    vg.configure(run_id="job-2", count=8, directory=str(sink), launch_id="L", progress_interval_s=0)
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    mlflow.set_experiment("inside-block")
+    with vg.validation(step=4, source="trainer", sources_expected=1):
+        vg.log_generations(["q0", "q1"], ["a"] * 2, None)
+        with mlflow.start_run():
+            vg.log_generations(["q2", "q3"], ["a"] * 2, None)
+    vg.shutdown()
+    records = list(read_paths([str(sink)], lambda error: None))
+    assert {r.attempt for r in records} == {"L.1"}
+    (selection,) = select_steps(records)
+    assert (selection.attempts, selection.complete, selection.seen) == (1, True, 4)
+    assert sorted(g.input for g in selection.generations) == ["q0", "q1", "q2", "q3"]
