@@ -529,3 +529,58 @@ def test_show_passes_the_samplers_balance_and_split_mark_through(tmp_path: Path)
     old = [_gen("", "x/0", 40, 100, **{contract.RANK: 1}), _summary("", 0, "complete", 9, 1)]
     (step,), stderr = _show(_write(tmp_path / "old.jsonl", old))
     assert (step["dropped"], step["split_attempts"], stderr) == (None, 0, [])
+
+
+# -- rules of show that no vector pins (issue 26) -----------------------------------------------
+
+
+def test_late_generations_are_never_a_steps_sample_even_without_its_summary(tmp_path: Path) -> None:
+    """Forwarded late generations (smallest keys) stay out of the sample when the files lack the step's summary."""
+    ranked = [_gen("L1.1", f"x/{i}", 40 + i, 100, **{contract.RANK: i + 1}) for i in range(3)]
+    late = [_gen("L1.1", f"late/{i}", i, 5000, **{contract.LATE: True}) for i in range(3)]
+    path = _write(tmp_path / "valgen.jsonl", [*ranked, *late])  # the summary went to a file not read here
+    (step,) = _show_json(path)
+    assert [g["sample_id"] for g in step["generations"]] == ["x/0", "x/1", "x/2"]
+    (tmp_path / "late").mkdir()
+    for shown in _show_json(_write(tmp_path / "late" / "valgen.jsonl", late)):  # only late ones: nothing to show
+        assert (shown["kept"], shown["generations"]) == (0, [])
+
+
+def test_an_attempt_without_a_summary_is_never_chosen_nor_counted(tmp_path: Path) -> None:
+    """Collector output: an attempt whose summary is not in the files loses to one with a summary, and is no attempt."""
+    path = _write(
+        tmp_path / "valgen.jsonl",
+        [
+            _gen("L1.1", "x/0", 40, 100, **{contract.RANK: 1}),
+            _summary("L1.1", 0, "wait", 5, 1),
+            # a later attempt's ranked records, its summary in a file not read (or not written yet)
+            _gen("L2.1", "y/0", 20, 9100, **{contract.RANK: 1}),
+            _gen("L2.1", "y/1", 30, 9100, **{contract.RANK: 2}),
+        ],
+    )
+    (step,) = _show_json(path)
+    assert (step["attempt"], step["attempts"]) == ("L1.1", 1)
+    assert [g["sample_id"] for g in step["generations"]] == ["x/0"]
+
+
+@pytest.mark.parametrize(("count", "expected"), [(0, []), (1, ["x/0"]), (2, ["x/0", "x/1"]), (9, ["x/0", "x/1", "x/2"])])
+def test_show_count_on_collector_output_shows_at_most_k(tmp_path: Path, count: int, expected: list[str]) -> None:
+    """--count k over one closed group keeps its k best-ranked records, none when k is 0, all when k is larger."""
+    requests = [_gen("L1.1", f"x/{i}", 10 * (i + 1), 100, **{contract.RANK: i + 1}) for i in range(3)]
+    path = _write(tmp_path / "valgen.jsonl", [*requests, _summary("L1.1", 0, "complete", 9, 3)])
+    (step,) = _show_json(path, "--count", str(count))
+    assert [g["sample_id"] for g in step["generations"]] == expected
+    assert step["kept"] == len(expected)
+
+
+def test_show_csv_ranks_start_at_one_like_valgen_rank(tmp_path: Path) -> None:
+    """The CSV's rank column is 1, 2, 3 for the records the sampler ranked 1, 2, 3."""
+    import csv
+    import io
+
+    requests = [_gen("L1.1", f"x/{i}", 10 * (i + 1), 100, **{contract.RANK: i + 1}) for i in range(3)]
+    path = _write(tmp_path / "valgen.jsonl", [*requests, _summary("L1.1", 0, "complete", 9, 3)])
+    result = CliRunner().invoke(main, ["show", str(path), "--format", "csv"])
+    assert result.exit_code == 0, result.output
+    rows = list(csv.DictReader(io.StringIO(result.stdout)))
+    assert [(row["rank"], row["sample_id"]) for row in rows] == [("1", "x/0"), ("2", "x/1"), ("3", "x/2")]
