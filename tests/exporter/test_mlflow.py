@@ -140,3 +140,21 @@ def test_an_mlflow_outage_holds_its_steps_without_blocking_tensorboard(server: M
     assert sorted(read_texts(tmp_path / "boards" / "job", KEY)) == [1, 2, 3, 4, 5]
     kept = mlflow.MlflowClient(server.uri).get_metric_history(run_id, f"{KEY}/kept")
     assert sorted(m.step for m in kept) == [1, 2, 3, 4, 5]
+
+
+def test_a_retried_request_of_an_attempt_already_written_writes_nothing(server: MlflowServer, tmp_path: Path) -> None:
+    """A step of attempt L1.1 sent again is recorded under L1.1 and not logged twice: one kept metric at the step."""
+    run_id, resource = trainer_run(server, "exp-attempt")
+    logs = [generation("valgen-att", 8, i, attempt="L1.1") for i in range(2)]
+    closing = summary("valgen-att", 8, 2, seen=10, attempt="L1.1", attempt_start=5_000)
+    item = request(*logs, closing, resource={"service.name": "trainer"} | resource)
+    service = service_for(server, tmp_path, ["mlflow"])
+    service.accept(to_otlp_json(item))
+    wait_for(lambda: written(service, "mlflow") == 1, 60)
+    service.accept(to_otlp_json(item))  # the collector retries a request whose answer it did not get
+    wait_for(service.idle, 60)
+    service.stop()
+    stats = service.stats()["backends"]["mlflow"]
+    assert (stats["written_steps"], stats["unchanged_steps"]) == (1, 1)
+    kept = mlflow.MlflowClient(server.uri).get_metric_history(run_id, f"{KEY}/kept")
+    assert [(m.step, m.value) for m in kept] == [(8, 2.0)]

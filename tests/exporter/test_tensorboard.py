@@ -79,3 +79,21 @@ def test_extra_columns_appear_in_the_text(tmp_path: Path) -> None:
     text = read_texts(tmp_path / "x", KEY)[1]
     assert "**acc:** 0.0" in text
     assert "**acc:** 1.0" in text
+
+
+def test_a_retried_request_of_an_attempt_already_written_writes_nothing(tmp_path: Path) -> None:
+    """A step of attempt L1.1 sent again (retry, and after a restart) is recorded under L1.1: one event only."""
+    logs = [generation("att", 4, i, attempt="L1.1") for i in range(2)]
+    closing = summary("att", 4, 2, attempt="L1.1", attempt_start=5_000)
+    item = request(*logs, closing, resource={"service.name": "trainer", "tensorboard.log_dir": "logs"})
+    first = run(tmp_path / "root", item, item, state=tmp_path / "state")
+    second = run(tmp_path / "root", item, state=tmp_path / "state")
+    stats = first.stats()["backends"]["tensorboard"]
+    assert (stats["written_steps"], stats["unchanged_steps"]) == (1, 1)
+    assert second.stats()["backends"]["tensorboard"]["unchanged_steps"] == 1
+    assert sorted(read_texts(tmp_path / "root" / "logs", KEY)) == [4]
+    from tensorboard.backend.event_processing.event_accumulator import TENSORS, EventAccumulator
+
+    accumulator = EventAccumulator(str(tmp_path / "root" / "logs"), size_guidance={TENSORS: 0})
+    accumulator.Reload()
+    assert len(accumulator.Tensors(KEY)) == 1
