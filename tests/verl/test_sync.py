@@ -84,3 +84,47 @@ def test_v1_trainer_hook_lands_at_global_steps(verl_files: VerlFiles, tmp_path: 
     assert sorted(shown) == [5]
     assert shown[5]["seen"] == 12
     assert shown[5]["kept"] == K
+
+
+def test_a_config_without_log_val_generations_logs_with_the_default_k(verl_files: VerlFiles, tmp_path: Path) -> None:
+    """No trainer.log_val_generations key in the config: verl's real _validate logs with otel-valgen's k, not 0."""
+    from omegaconf import open_dict
+
+    config = _config(verl_files, tmp_path, use_v1=False)
+    with open_dict(config):
+        del config.trainer["log_val_generations"]
+    trainer = harness.make_sync_trainer(config, verl_files.tokenizer)
+    assert "log_val_generations" not in trainer.config.trainer
+    sink = tmp_path / "valgen-data"
+    vg.configure(run_id="verl-no-key", directory=str(sink), count=5)
+    try:
+        harness.run_validate(trainer)
+        assert vg.flush()
+    finally:
+        _process.reset_for_testing()
+    shown = _show(sink)
+    assert sorted(shown) == [0]
+    assert (shown[0]["seen"], shown[0]["kept"]) == (12, 5)
+
+
+def test_a_trainer_validating_by_itself_logs_at_its_current_param_version(verl_files: VerlFiles, tmp_path: Path) -> None:
+    """RayPPOTrainer (the fully-async trainer's base) with a current_param_version runs _validate: that step, as trainer.
+
+    verl's FullyAsyncTrainer sets ``current_param_version`` in ``__init__`` and validates on its own side
+    (``use_trainer_do_validate``) through the inherited ``_validate``; its ``global_steps`` is another counter.
+    """
+    config = _config(verl_files, tmp_path, use_v1=False)
+    trainer = harness.make_sync_trainer(config, verl_files.tokenizer)
+    sink = tmp_path / "valgen-data"
+    vg.configure(run_id="verl-own", directory=str(sink))
+    try:
+        trainer.current_param_version = 7  # through otel-valgen's property on RayPPOTrainer, as verl assigns it
+        trainer.global_steps = 2
+        harness.run_validate(trainer)
+        assert vg.flush()
+    finally:
+        _process.reset_for_testing()
+    shown = _show(sink)
+    assert sorted(shown) == [7]
+    assert shown[7]["kept"] == K
+    assert {g["source"] for g in shown[7]["generations"]} == {"trainer"}
