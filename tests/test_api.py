@@ -323,7 +323,7 @@ def test_an_explicit_source_inside_a_block_of_the_same_step_wins_over_the_blocks
 
 @pytest.mark.parametrize("presample", [True, False])
 def test_responses_sharing_one_uid_get_distinct_ids_and_are_sampled_separately(presample: bool) -> None:
-    """n responses per prompt in one call (verl, GRPO) are uid/0, uid/1, ...: each its own key, bottom-k over all."""
+    """Responses sharing one uid in a call (verl, GRPO) are uid/0, uid/1, ...: each its own key, bottom-k over all."""
     uids = ["p"] * 6 + ["q"] * 6
     with (
         capture_records(run_id="r", count=4, seed=11, presample=presample, progress_interval_s=0) as records,

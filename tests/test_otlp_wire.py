@@ -163,7 +163,8 @@ def test_spool_can_be_turned_off(monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 def test_any_accepted_seed_gives_records_that_encode_and_export(otlp_http: OtlpHttpReceiver, seed: int) -> None:
     """A seed of 2^63 and more, or a negative one, travels as its 64 bits read as int64 and keys by seed mod 2^64."""
     settings = vg.configure(run_id="seed", count=3, seed=seed, endpoint=otlp_http.endpoint, progress_interval_s=0)
-    assert settings is not None and settings.seed == seed  # accepted as given
+    assert settings is not None
+    assert settings.seed == seed  # accepted as given
     with vg.validation(step=2, source="s", sources_expected=1) as block:
         vg.log_generations([f"q{i}" for i in range(8)], ["a"] * 8, None, sample_ids=["u"] * 4 + ["v"] * 4)
     assert block.flushed is True
@@ -172,7 +173,8 @@ def test_any_accepted_seed_gives_records_that_encode_and_export(otlp_http: OtlpH
     generations = [r for r in _records(otlp_http.json_requests()) if isinstance(r, Generation)]
     assert len(generations) == 3
     for generation in generations:
-        assert generation.seed is not None and generation.seed % 2**64 == unsigned
+        assert generation.seed is not None
+        assert generation.seed % 2**64 == unsigned
         assert -(2**63) <= generation.seed < 2**63
         assert generation.sample_key == sample_key(unsigned, generation.sample_id)
     ids = [f"{uid}/{i}" for uid in "uv" for i in range(4)]

@@ -563,7 +563,9 @@ def test_an_attempt_without_a_summary_is_never_chosen_nor_counted(tmp_path: Path
     assert [g["sample_id"] for g in step["generations"]] == ["x/0"]
 
 
-@pytest.mark.parametrize(("count", "expected"), [(0, []), (1, ["x/0"]), (2, ["x/0", "x/1"]), (9, ["x/0", "x/1", "x/2"])])
+@pytest.mark.parametrize(
+    ("count", "expected"), [(0, []), (1, ["x/0"]), (2, ["x/0", "x/1"]), (9, ["x/0", "x/1", "x/2"])]
+)
 def test_show_count_on_collector_output_shows_at_most_k(tmp_path: Path, count: int, expected: list[str]) -> None:
     """--count k over one closed group keeps its k best-ranked records, none when k is 0, all when k is larger."""
     requests = [_gen("L1.1", f"x/{i}", 10 * (i + 1), 100, **{contract.RANK: i + 1}) for i in range(3)]

@@ -1,7 +1,9 @@
 """Mutation check of the core rules: does a test fail when one rule is broken.
 
 Each mutation below breaks one rule on purpose (the sampling key, bottom-k, the close rules,
-the summary counts, the source identity, idempotency, truncation...) by replacing an exact
+the summary counts, the source identity, idempotency, truncation, attempts in show, push, the
+ledger and the backends, the emitter's id lanes and seed encoding, the verl integration
+against the real verl in tests/verl...) by replacing an exact
 snippet of a source file. One at a time, in a temporary copy of the repository (never in the
 working tree), the mutation is applied, the tests named for it run, and the file is restored.
 A mutation is *killed* when those tests fail, and *survives* when they pass: then the rule
@@ -131,6 +133,14 @@ MUTATIONS: tuple[Mutation, ...] = (
         _go("record.go"),
         "return stepKey(attrs) + attemptKey(attemptOf(attrs))",
         "return stepKey(attrs)",
+        GO,
+    ),
+    Mutation(
+        "go.batch.close_once",
+        "a batch holding a step's end record and then a redelivered record of that step closes it once",
+        _go("processor.go"),
+        "if p.groups[g.key] == g && g.completeNow() {",
+        "if g.completeNow() {",
         GO,
     ),
     # --- Go: source identity, seeds, key -------------------------------------------------
@@ -480,6 +490,56 @@ MUTATIONS: tuple[Mutation, ...] = (
         '"missing_step",\n            1,',
         ("tests/test_api.py", "tests/test_verl.py"),
     ),
+    # --- Python: attempts, id lanes, seeds, sources and tracker runs in the emitter (issue 26) ---
+    Mutation(
+        "py.emitter.attempt_counts_every_end",
+        "validating a step a third (fourth...) time in one process gives a new attempt each time",
+        "otel_valgen/_emitter.py",
+        "self._ended[key] = self._ended.pop(key, 0) + 1",
+        "self._ended[key] = 1",
+        ("tests/test_lifecycle.py",),
+    ),
+    Mutation(
+        "py.ids.shared_uid_lanes",
+        "responses sharing one uid in a call get distinct ids uid/0, uid/1, ... and keys",
+        "otel_valgen/_records.py",
+        "digests, lanes = list(map(hashed.__getitem__, given)), _response_lanes(given)",
+        "digests, lanes = list(map(hashed.__getitem__, given)), None",
+        ("tests/test_api.py",),
+    ),
+    Mutation(
+        "py.ids.response_index_from_zero",
+        "the i-th response to one uid is uid/i, counted from 0",
+        "otel_valgen/_records.py",
+        'sample_id = f"{ids.base(index)}/{lanes[index] - 1 if lanes is not None else 0}".encode()',
+        'sample_id = f"{ids.base(index)}/{lanes[index] if lanes is not None else 0}".encode()',
+        ("tests/test_api.py",),
+    ),
+    Mutation(
+        "py.records.seed_as_int64",
+        "any accepted seed (>= 2^63, negative) travels as its 64 bits read as int64, so records encode",
+        "otel_valgen/_records.py",
+        "self._seed_attribute = seed - (1 << 64) if seed >= 1 << 63 else seed",
+        "self._seed_attribute = seed",
+        ("tests/test_otlp_wire.py",),
+    ),
+    Mutation(
+        "py.api.explicit_source_wins",
+        "an explicit source= inside a block of the same step wins over the block's source",
+        "otel_valgen/_api.py",
+        "name = source or (same_step.source if same_step is not None else None) or emitter.settings.source",
+        "name = (same_step.source if same_step is not None else None) or source or emitter.settings.source",
+        ("tests/test_api.py",),
+    ),
+    Mutation(
+        "py.process.no_reinstall_mid_step",
+        "a tracker run started while a block is open does not re-install the emitter (no second attempt)",
+        "otel_valgen/_process.py",
+        "        if emitter.has_open_steps():  # a step keeps the runs it opened with; no need to look\n"
+        "            return emitter\n",
+        "",
+        ("tests/test_run_identity.py",),
+    ),
     # --- Python: the generation accounting (seen = emitted + dropped + sampled out + held) ---
     Mutation(
         "py.accounting.failure_drops_batch",
@@ -598,6 +658,38 @@ MUTATIONS: tuple[Mutation, ...] = (
         "if group.summary is not None and group.summary.attempts_concurrent is None:",
         ("tests/test_show_attempts.py",),
     ),
+    Mutation(
+        "py.selection.late_never_sampled",
+        "late forwarded generations are never a step's sample, also when its summary is not in the files",
+        "otel_valgen/selection.py",
+        "    elif not record.late:\n        source = _source_of(record)",
+        "    else:\n        source = _source_of(record)",
+        ("tests/test_show_attempts.py",),
+    ),
+    Mutation(
+        "py.selection.attempt_needs_summary",
+        "in collector output an attempt without a summary is never chosen, nor counted in attempts",
+        "otel_valgen/selection.py",
+        "        if (run_id, step) in collector_steps and group.summary is None:\n            continue",
+        "        pass",
+        ("tests/test_show_attempts.py",),
+    ),
+    Mutation(
+        "py.selection.show_count",
+        "show --count k on collector output shows at most k (k = 0 too)",
+        "otel_valgen/selection.py",
+        "k = min(group.k or len(ranked), count) if count is not None else (group.k or len(ranked))",
+        "k = group.k or len(ranked)",
+        ("tests/test_show_attempts.py",),
+    ),
+    Mutation(
+        "py.cli.csv_rank_from_one",
+        "CSV ranks start at 1, like valgen.rank",
+        "otel_valgen/tools/cli.py",
+        "        for rank, g in enumerate(selection.generations, start=1):\n            writer.writerow(",
+        "        for rank, g in enumerate(selection.generations):\n            writer.writerow(",
+        ("tests/test_show_attempts.py",),
+    ),
     # --- Python: the exporter service and its backends ----------------------------------------
     Mutation(
         "py.wandb.verl_idempotent",
@@ -686,6 +778,47 @@ MUTATIONS: tuple[Mutation, ...] = (
         "if candidate == root or root in candidate.parents:",
         "if True:",
         ("tests/exporter/test_tensorboard.py",),
+    ),
+    Mutation(
+        "py.push.attempt_complete",
+        "push marks an attempt complete only when its summary says so (a later complete attempt is written)",
+        "otel_valgen/exporter/push.py",
+        "attempt_complete=selection.complete,",
+        "attempt_complete=True,",
+        ("tests/exporter/test_push.py",),
+    ),
+    Mutation(
+        "py.ledger.restart_keeps_start",
+        "after a restart the ledger knows when the shown attempt started: an older one never replaces it",
+        "otel_valgen/exporter/ledger.py",
+        'shown = ShownAttempt(key[2], int(entry.get("attempt_start", 0)), bool(entry.get("complete", True)))',
+        'shown = ShownAttempt(key[2], 0, bool(entry.get("complete", True)))',
+        ("tests/exporter/test_ledger.py",),
+    ),
+    Mutation(
+        "py.backends.commit_real_attempt",
+        "MLflow and TensorBoard record a step under its real attempt: a retried request writes nothing",
+        "otel_valgen/exporter/backends/__init__.py",
+        "backend.ledger.commit(step.group_id, step.step, sample_ids, shown=step.shown_attempt())",
+        "backend.ledger.commit(step.group_id, step.step, sample_ids)",
+        ("tests/exporter/test_tensorboard.py", "tests/exporter/test_mlflow.py"),
+    ),
+    # --- Python: the verl integration (real verl 0.9.1) ------------------------------------------
+    Mutation(
+        "py.verl.default_k_without_key",
+        "a trainer config without trainer.log_val_generations logs with the default k (only 0 disables)",
+        "otel_valgen/integrations/verl.py",
+        "    if count == 0:\n        return None",
+        "    if not count:\n        return None",
+        ("tests/verl/test_sync.py", "tests/test_verl.py"),
+    ),
+    Mutation(
+        "py.verl.own_param_version",
+        "a trainer validating by itself logs at its current_param_version, as trainer",
+        "otel_valgen/integrations/verl.py",
+        "    if isinstance(own_version, int):  # a fully-async trainer validating by itself",
+        "    if False:  # a fully-async trainer validating by itself",
+        ("tests/verl/test_sync.py", "tests/test_verl.py"),
     ),
 )
 

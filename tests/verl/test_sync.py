@@ -107,8 +107,10 @@ def test_a_config_without_log_val_generations_logs_with_the_default_k(verl_files
     assert (shown[0]["seen"], shown[0]["kept"]) == (12, 5)
 
 
-def test_a_trainer_validating_by_itself_logs_at_its_current_param_version(verl_files: VerlFiles, tmp_path: Path) -> None:
-    """RayPPOTrainer (the fully-async trainer's base) with a current_param_version runs _validate: that step, as trainer.
+def test_a_trainer_validating_by_itself_logs_at_its_current_param_version(
+    verl_files: VerlFiles, tmp_path: Path
+) -> None:
+    """A RayPPOTrainer (the fully-async trainer's base) with a current_param_version logs at it, as trainer.
 
     verl's FullyAsyncTrainer sets ``current_param_version`` in ``__init__`` and validates on its own side
     (``use_trainer_do_validate``) through the inherited ``_validate``; its ``global_steps`` is another counter.
