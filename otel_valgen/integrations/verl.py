@@ -24,7 +24,9 @@ from __future__ import annotations
 import contextvars
 import dataclasses
 import functools
+import inspect
 import logging
+import sys
 from collections.abc import Callable, Mapping, Sequence, Sized
 from typing import Any, ClassVar, Final
 
@@ -221,16 +223,86 @@ def _set_param_version(trainer: Any, value: Any) -> None:
     _trainer_step.publish(value)
 
 
+HOOKED_METHODS: Final = ("_validate", "_maybe_log_val_generations")
+"""The methods of verl's trainer bases that ``install()`` replaces."""
+
+TESTED_VERL_VERSIONS: Final = frozenset({"0.9.1"})
+"""The verl releases the hooks are tested against (tests/verl)."""
+
+_LOG_PARAMETERS: Final = ("self", "inputs", "outputs", "scores")
+
+# hooked class -> {method name: verl's own function}, for repairing Ray actor classes
+_originals: dict[type, dict[str, Callable[..., Any]]] = {}
+
+
+def _verl_version() -> str:
+    """The installed verl's version, or ``unknown``."""
+    try:
+        import verl
+
+        return str(verl.__version__)
+    except Exception:
+        return "unknown"
+
+
+def _untested_note() -> str:
+    """`` (verl X is untested; tested: ...)`` when the installed verl is not a tested release, else empty."""
+    version = _verl_version()
+    if version in TESTED_VERL_VERSIONS:
+        return ""
+    return f" (verl {version} is untested; tested: {', '.join(sorted(TESTED_VERL_VERSIONS))})"
+
+
+def _parameter_names(function: Callable[..., Any]) -> tuple[str, ...] | None:
+    """The parameter names of ``function``, without the ``_ray_trace_ctx`` that Ray's tracing adds."""
+    try:
+        return tuple(name for name in inspect.signature(function).parameters if name != "_ray_trace_ctx")
+    except (TypeError, ValueError):
+        return None
+
+
+def _log_arguments(
+    original: Callable[..., Any], trainer: object, args: Any, kwargs: Any
+) -> tuple[Any, Any, Any] | None:
+    """``(inputs, outputs, scores)`` of a call to verl's hook, or None when the call does not bind."""
+    try:
+        bound = inspect.signature(original).bind(trainer, *args, **kwargs)
+        return bound.arguments["inputs"], bound.arguments["outputs"], bound.arguments["scores"]
+    except Exception:
+        return None
+
+
 def _patch(cls: type, publishes_step: bool) -> None:
-    """Give ``cls`` (one of verl's trainer bases) otel-valgen's validation hooks, once."""
+    """Give ``cls`` (one of verl's trainer bases) otel-valgen's validation hooks, once.
+
+    Anything unexpected (a method renamed, another signature) leaves the class as verl made it
+    and logs one WARNING naming what was and was not hooked.
+    """
     if cls.__dict__.get("_otel_valgen_patched"):
         return
+    name = f"{cls.__module__}.{cls.__qualname__}"
     original = cls.__dict__.get("_validate")
-    if not callable(original) or not callable(cls.__dict__.get("_maybe_log_val_generations")):
+    original_log = cls.__dict__.get("_maybe_log_val_generations")
+    missing = [method for method in HOOKED_METHODS if not callable(cls.__dict__.get(method))]
+    if missing or original is None or original_log is None:
         _logger.warning(
-            "otel_valgen: %s.%s has no _validate/_maybe_log_val_generations; this verl is not supported (0.9.x is)",
-            cls.__module__,
-            cls.__qualname__,
+            "otel_valgen: verl %s: %s has no %s; not hooked: its validations keep verl's own table%s",
+            _verl_version(),
+            name,
+            "/".join(missing),
+            _untested_note() or " (this verl is not supported)",
+        )
+        return
+    parameters = _parameter_names(original_log)
+    if parameters != _LOG_PARAMETERS:
+        _logger.warning(
+            "otel_valgen: verl %s: %s._maybe_log_val_generations takes %s, not %s; not hooked: its validations "
+            "keep verl's own table%s",
+            _verl_version(),
+            name,
+            parameters,
+            _LOG_PARAMETERS,
+            _untested_note(),
         )
         return
 
@@ -238,15 +310,111 @@ def _patch(cls: type, publishes_step: bool) -> None:
     def _validate(self: Any, *args: Any, **kwargs: Any) -> Any:
         return _validate_in_block(functools.partial(original, self), self, args, kwargs)
 
-    def _maybe_log_val_generations(self: Any, inputs: Any, outputs: Any, scores: Any) -> None:
-        _route(self, inputs, outputs, scores)
+    @functools.wraps(original_log)
+    def _maybe_log_val_generations(self: Any, *args: Any, **kwargs: Any) -> Any:
+        parts = _log_arguments(original_log, self, args, kwargs)
+        if parts is None:  # a call shape this hook does not know: verl's own behaviour
+            _warn_once(
+                "log_call_shape",
+                "otel_valgen: %s._maybe_log_val_generations got an unknown call; verl's own table used",
+                name,
+            )
+            return original_log(self, *args, **kwargs)
+        _route(self, *parts)
+        return None
 
     cls._validate = _validate  # type: ignore[attr-defined]
     cls._maybe_log_val_generations = _maybe_log_val_generations  # type: ignore[attr-defined]
+    hooked = list(HOOKED_METHODS)
     if publishes_step and "current_param_version" not in cls.__dict__:
         cls.current_param_version = property(_get_param_version, _set_param_version)  # type: ignore[attr-defined]
+        hooked.append("current_param_version")
     cls._otel_valgen_patched = True  # type: ignore[attr-defined]
-    _logger.info("otel_valgen: verl's %s.%s sends its validation generations", cls.__module__, cls.__qualname__)
+    _originals[cls] = {"_validate": original, "_maybe_log_val_generations": original_log}
+    note = _untested_note()
+    if note:
+        _logger.warning("otel_valgen: hooked %s (%s)%s", name, ", ".join(hooked), note)
+    else:
+        _logger.info("otel_valgen: verl's %s sends its validation generations", name)
+
+
+_warned: set[str] = set()
+
+
+def _warn_once(key: str, message: str, *args: Any) -> None:
+    """Log ``message`` at WARNING the first time ``key`` comes up in this process."""
+    if key not in _warned:
+        _warned.add(key)
+        _logger.warning(message, *args)
+
+
+def _wrapped_chain(function: Any) -> list[Any]:
+    """``function`` and every function it wraps (``__wrapped__``), outermost first."""
+    chain: list[Any] = []
+    while function is not None and len(chain) < 32 and not any(function is seen for seen in chain):
+        chain.append(function)
+        function = getattr(function, "__wrapped__", None)
+    return chain
+
+
+def _actor_classes() -> list[Any]:
+    """The Ray actor classes (``@ray.remote`` classes) that the modules imported so far hold."""
+    actor_module = sys.modules.get("ray.actor")
+    actor_class = getattr(actor_module, "ActorClass", None)
+    if actor_class is None:
+        return []
+    found: dict[int, Any] = {}
+    for module in list(sys.modules.values()):
+        namespace = getattr(module, "__dict__", None)
+        if not isinstance(namespace, dict):
+            continue
+        for value in list(namespace.values()):
+            if issubclass(type(value), actor_class):  # type(): no __class__ lookup on lazy module objects
+                found[id(value)] = value
+    return list(found.values())
+
+
+def repair_actor_classes() -> list[str]:
+    """Point Ray actor classes made before ``install()`` at the hooked methods; returns their names.
+
+    ``@ray.remote`` copies every inherited method into the actor class it makes, each copy
+    wrapping the function of that moment: verl's own ``_validate`` when the class was decorated
+    before the hooks were in place (``fully_async_main`` imports its actor classes before
+    ``ray.init``). Such copies are removed, so the class inherits the hooked method, and Ray's
+    tracing wrapper is put back. Copies of a subclass's own override are left alone.
+    """
+    repaired: list[str] = []
+    for actor in _actor_classes():
+        modified = getattr(getattr(actor, "__ray_metadata__", None), "modified_class", None)
+        if not isinstance(modified, type):
+            continue
+        changed = False
+        for base, originals in _originals.items():
+            if not issubclass(modified, base):
+                continue
+            for method, original in originals.items():
+                current = getattr(base, method, None)
+                chain = _wrapped_chain(modified.__dict__.get(method))
+                if chain and any(f is original for f in chain) and not any(f is current for f in chain):
+                    delattr(modified, method)
+                    changed = True
+        if changed:
+            _reinject_tracing(modified)
+            user_class = getattr(modified, "__ray_actor_class__", modified)
+            repaired.append(f"{user_class.__module__}.{user_class.__qualname__}")
+    for name in repaired:
+        _logger.info("otel_valgen: the Ray actor class %s now sends its validation generations", name)
+    return repaired
+
+
+def _reinject_tracing(modified: type) -> None:
+    """Wrap the methods that are inherited again the way ``@ray.remote`` wraps them (Ray tracing)."""
+    try:
+        from ray.util.tracing.tracing_helper import _inject_tracing_into_class
+
+        _inject_tracing_into_class(modified)  # type: ignore[no-untyped-call]
+    except Exception:  # the hooked methods are inherited and work untraced
+        _logger.debug("otel_valgen: could not re-add Ray's tracing wrappers to %s", modified, exc_info=True)
 
 
 def _on_import(module: Any, class_name: str, publishes_step: bool) -> None:
@@ -254,6 +422,14 @@ def _on_import(module: Any, class_name: str, publishes_step: bool) -> None:
         cls = getattr(module, class_name, None)
         if isinstance(cls, type):
             _patch(cls, publishes_step)
+        else:
+            _logger.warning(
+                "otel_valgen: verl %s: %s has no class %s; not hooked%s",
+                _verl_version(),
+                module.__name__,
+                class_name,
+                _untested_note(),
+            )
     except Exception:  # an import hook that raises would fail verl's import
         _logger.exception("otel_valgen: could not hook verl's %s.%s", module.__name__, class_name)
 
@@ -271,6 +447,7 @@ def install() -> bool:
     if not env_bool(OTEL_VALGEN_VERL, True):
         return False
     if _installed:
+        _repair_quietly()
         return True
     try:
         import wrapt
@@ -282,4 +459,12 @@ def install() -> bool:
         _logger.exception("otel_valgen: could not install the verl integration")
         return False
     _installed = True
+    _repair_quietly()
     return True
+
+
+def _repair_quietly() -> None:
+    try:
+        repair_actor_classes()
+    except Exception:
+        _logger.exception("otel_valgen: could not repair Ray actor classes made before the verl hooks")

@@ -42,6 +42,13 @@ CHAT_TEMPLATE = (
 # (qualified method or attribute name, why it is replaced). Nothing else is replaced or patched.
 REPLACED: list[tuple[str, str]] = [
     (
+        "fully_async_main (FullyAsyncTaskRunner, run_ppo, its import order)",
+        "not used: verl 0.9.1's launcher cannot get past FullyAsyncTrainer.init_workers on CPU "
+        "(ResourcePoolManager.create_resource_pool asks for GPU bundles, verl's platform falls back to "
+        "'nvidia', no vLLM/SGLang). create_fully_async makes its calls in this driver instead, after "
+        "ray.init, so the import-order case is tested separately (test_import_order_and_drift.py).",
+    ),
+    (
         "FullyAsyncTrainer.init_workers",
         "creates placement groups on trainer_pool GPUs and FSDP/Megatron DetachActorWorker worker groups that "
         "load the model; not called. Only its result attribute actor_wg/actor_rollout_wg is set (next entry).",

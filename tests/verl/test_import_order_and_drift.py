@@ -1,0 +1,163 @@
+"""User stories: the hooks work whatever verl imported first, and a changed verl keeps verl's own behaviour.
+
+Each case runs in a fresh interpreter, because ``install()`` patches verl's classes once per process.
+verl is the real 0.9.1; the drift cases change its real ``RayPPOTrainer`` mechanically (a method
+renamed in its compiled code, a parameter added in front of verl's own function), and then run
+verl's real ``_validate`` on the sync trainer of ``harness.make_sync_trainer``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from tests.verl import harness
+from tests.verl.conftest import VerlFiles
+
+
+def _run(script: str, tmp_path: Path) -> tuple[dict[str, object], str]:
+    """Run ``script`` in a fresh interpreter (repo on the path); returns its last stdout line as JSON, and stderr."""
+    env = {**os.environ, "PYTHONPATH": str(harness.REPO), "OTEL_VALGEN_DIR": str(tmp_path / "valgen-data")}
+    env.pop("WANDB_RUN_ID", None)
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=150,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    return json.loads(result.stdout.strip().splitlines()[-1]), result.stderr
+
+
+def test_actor_classes_decorated_before_install_run_the_hooks(tmp_path: Path) -> None:
+    """fully_async_main's order (actor modules first, hooks at ray.init): the actor classes run the hooked methods."""
+    result, _ = _run(
+        """
+        import json
+        from verl.experimental.fully_async_policy.fully_async_rollouter import FullyAsyncRollouter
+        from verl.experimental.fully_async_policy.fully_async_trainer import FullyAsyncTrainer
+        from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+        from otel_valgen.integrations import verl as vg_verl
+
+        verls_own = RayPPOTrainer.__dict__["_validate"]
+        assert vg_verl.install()
+        out = {}
+        for actor in (FullyAsyncRollouter, FullyAsyncTrainer):
+            actor_class = actor.__ray_metadata__.modified_class
+            for name in ("_validate", "_maybe_log_val_generations"):
+                method = getattr(actor_class, name)
+                chain = [method]
+                while hasattr(chain[-1], "__wrapped__") and len(chain) < 8:
+                    chain.append(chain[-1].__wrapped__)
+                out[f"{actor_class.__name__}.{name}"] = {
+                    "hooked": any(f is getattr(RayPPOTrainer, name) for f in chain),
+                    "traced": bool(getattr(method, "__ray_tracing_wrapped__", False)),
+                }
+        out["verls_own_is_wrapped"] = RayPPOTrainer._validate.__wrapped__ is verls_own
+        print(json.dumps(out))
+        """,
+        tmp_path,
+    )
+    assert result.pop("verls_own_is_wrapped") is True
+    assert result == {
+        f"{actor}.{name}": {"hooked": True, "traced": True}
+        for actor in ("FullyAsyncRollouter", "FullyAsyncTrainer")
+        for name in ("_validate", "_maybe_log_val_generations")
+    }
+
+
+_DRIFT = """
+    import json, logging, types
+    from pathlib import Path
+    from omegaconf import OmegaConf
+    from verl.trainer.ppo import ray_trainer
+    from verl.utils.tracking import ValidationGenerationsLogger
+    from otel_valgen.integrations import verl as vg_verl
+    from tests.verl import harness
+
+    cls = ray_trainer.RayPPOTrainer
+    verls_validate = cls.__dict__["_validate"]
+    verls_log = cls.__dict__["_maybe_log_val_generations"]
+    DRIFT
+    tables = []
+    original_table = ValidationGenerationsLogger.log
+    def spy(self, loggers, samples, step):
+        tables.append({"rows": len(samples), "step": step})
+        return original_table(self, loggers, samples, step)
+    ValidationGenerationsLogger.log = spy
+
+    warnings = []
+    class Keep(logging.Handler):
+        def emit(self, record):
+            if record.levelno >= logging.WARNING:
+                warnings.append(record.getMessage())
+    logging.getLogger("otel_valgen").addHandler(Keep())
+    assert vg_verl.install()
+
+    config = harness.sync_config(
+        "TMP", train_path="TRAIN", val_path="VAL", model_path="MODEL", log_val_generations=4,
+        extra_overrides=["trainer.logger=[console]"],
+    )
+    from transformers import PreTrainedTokenizerFast
+    trainer = harness.make_sync_trainer(config, PreTrainedTokenizerFast.from_pretrained("MODEL"))
+    trainer.validation_generations_logger = ValidationGenerationsLogger("p", "e")
+    metrics = harness.run_validate(trainer)
+    sent = sorted(p.name for p in Path("valgen-data").rglob("*") if p.is_file()) if Path("valgen-data").exists() else []
+    val_core = sorted(k for k in metrics if k.startswith("val-core/"))
+    print(json.dumps({"warnings": warnings, "tables": tables, "val_core": val_core, "sent": sent}))
+"""
+
+
+def _drift(verl_files: VerlFiles, tmp_path: Path, drift: str) -> tuple[dict[str, object], str]:
+    script = (
+        textwrap.dedent(_DRIFT)
+        .replace("DRIFT", textwrap.dedent(drift).strip())
+        .replace("TMP", str(tmp_path / "verl"))
+        .replace("TRAIN", verl_files.train_path)
+        .replace("VAL", verl_files.val_path)
+        .replace("MODEL", str(verl_files.tokenizer_dir))
+    )
+    return _run(script, tmp_path)
+
+
+def test_a_renamed_hook_warns_and_verl_keeps_its_own_table(verl_files: VerlFiles, tmp_path: Path) -> None:
+    """A verl that renames _maybe_log_val_generations: one WARNING says what is not hooked; verl's table runs."""
+    drift = """
+    code = verls_validate.__code__
+    renamed = tuple("_log_val_table" if n == "_maybe_log_val_generations" else n for n in code.co_names)
+    cls._validate = types.FunctionType(
+        code.replace(co_names=renamed), verls_validate.__globals__, "_validate",
+        verls_validate.__defaults__, verls_validate.__closure__,
+    )
+    cls._log_val_table = verls_log
+    del cls._maybe_log_val_generations
+    """
+    result, _ = _drift(verl_files, tmp_path, drift)
+    (warning,) = result["warnings"]  # type: ignore[misc]
+    assert "RayPPOTrainer has no _maybe_log_val_generations; not hooked" in warning
+    assert result["tables"] == [{"rows": 4, "step": 0}]  # verl's own sort-shuffle-truncate, k rows
+    assert result["val_core"]
+    assert result["sent"] == []
+
+
+def test_an_extra_hook_parameter_warns_and_verl_keeps_its_own_table(verl_files: VerlFiles, tmp_path: Path) -> None:
+    """A verl that adds a parameter to _maybe_log_val_generations: a WARNING, no TypeError, verl's own table."""
+    drift = """
+    def _maybe_log_val_generations(self, inputs, outputs, scores, data_sources=None):
+        return verls_log(self, inputs, outputs, scores)
+    cls._maybe_log_val_generations = _maybe_log_val_generations
+    """
+    result, _ = _drift(verl_files, tmp_path, drift)
+    (warning,) = result["warnings"]  # type: ignore[misc]
+    assert "_maybe_log_val_generations takes ('self', 'inputs', 'outputs', 'scores', 'data_sources')" in warning
+    assert "not hooked" in warning
+    assert result["tables"] == [{"rows": 4, "step": 0}]
+    assert result["val_core"]
+    assert result["sent"] == []
