@@ -797,11 +797,16 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "py.backends.commit_real_attempt",
-        "MLflow and TensorBoard record a step under its real attempt: a retried request writes nothing",
+        "MLflow, TensorBoard, ClearML and Trackio record a step under its real attempt: a retry writes nothing",
         "otel_valgen/exporter/backends/__init__.py",
         "backend.ledger.commit(step.group_id, step.step, sample_ids, shown=step.shown_attempt())",
         "backend.ledger.commit(step.group_id, step.step, sample_ids)",
-        ("tests/exporter/test_tensorboard.py", "tests/exporter/test_mlflow.py"),
+        (
+            "tests/exporter/test_tensorboard.py",
+            "tests/exporter/test_mlflow.py",
+            "tests/exporter/test_clearml.py",
+            "tests/exporter/test_trackio.py",
+        ),
     ),
     # --- Python: the verl integration (real verl 0.9.1) ------------------------------------------
     Mutation(

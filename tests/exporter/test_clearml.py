@@ -82,11 +82,19 @@ def test_steps_land_in_the_trainers_task_as_verl_tables_and_scalars(offline: dic
             log.attributes.add(key=f"{contract.EXTRA_PREFIX}acc").value.double_value = float(i % 2)
         service.accept(to_otlp_json(request(*logs, summary("cm", step, 3, seen=9), resource=resource)))
     wait_for(lambda: written(service, "clearml") == 2, 60)
+    # A step of a real attempt sent again (a retried request) is recorded under that attempt: written once.
+    attempt = [generation("cm", 3, 0, attempt="L1.1"), summary("cm", 3, 1, attempt="L1.1", attempt_start=5_000)]
+    for _ in range(2):
+        service.accept(to_otlp_json(request(*attempt, resource=resource)))
+    wait_for(lambda: service.stats()["backends"]["clearml"]["unchanged_steps"] == 1, 60)
     service.stop()
+    assert written(service, "clearml") == 3
     folder = Path(facts["folder"])
     assert json.loads((folder / "task.json").read_text())["name"] == "grpo"  # the trainer's task, unchanged
     got = tables(folder)
-    assert sorted(got) == [1, 2]
+    assert sorted(got) == [1, 2, 3]
+    plots = [e["iter"] for e in offline_events(folder) if e["type"] == "plot" and e["metric"] == "Validation"]
+    assert sorted(plots) == [1, 2, 3]  # step 3 once
     assert [(row["step"], row["input"], row["output"], row["score"]) for row in got[2]] == [
         (2, "q0", "a0@2", 0.5),
         (2, "q1", "a1@2", 0.5),
@@ -94,7 +102,7 @@ def test_steps_land_in_the_trainers_task_as_verl_tables_and_scalars(offline: dic
     ]
     assert [row["acc"] for row in got[1]] == [0.0, 1.0, 0.0]
     kept = [e for e in offline_events(folder) if e["type"] == "training_stats_scalar" and e["variant"] == "kept"]
-    assert sorted((e["iter"], e["value"]) for e in kept) == [(1, 3.0), (2, 3.0)]
+    assert sorted((e["iter"], e["value"]) for e in kept) == [(1, 3.0), (2, 3.0), (3, 1.0)]
 
 
 def test_records_without_a_task_are_counted_not_written(offline: dict[str, str]) -> None:

@@ -73,20 +73,26 @@ def test_steps_land_in_the_trainers_run_as_traces_tables_and_scalars(tmp_path: P
             wait_for(lambda: "was not stored" in exporter.log_path.read_text(), 60)
             assert len(ledger.read_text().splitlines()) == 2
         wait_for(lambda: len(ledger.read_text().splitlines()) == 3, 120)
+        # A step of a real attempt sent again (a retried request) is recorded under that attempt: written once.
+        attempt = [generation("tk", 4, 0, attempt="L1.1"), summary("tk", 4, 1, attempt="L1.1", attempt_start=5_000)]
+        for _ in range(2):
+            assert post_protobuf(port, request(*attempt, resource=resource).SerializeToString())
+        wait_for(lambda: len(ledger.read_text().splitlines()) == 4, 120)
     finally:
         assert exporter.stop() == 0, exporter.log_tail()
     stored = json.loads(job(["read", "valgen-proj", "grpo"], env, work))
     assert [run["id"] for run in stored["runs"]] == [resource["trackio.run_id"]]  # no second run was made
     tables = {row["step"]: row["val/generations/table"] for row in stored["logs"] if "val/generations/table" in row}
-    assert sorted(tables) == [1, 2, 3]
-    assert [row["step"] for row in stored["logs"] if "val/generations/table" in row] == [1, 2, 3]  # step 3 once
+    assert sorted(tables) == [1, 2, 3, 4]
+    # step 3 once (written after the lock), step 4 once (its retried request wrote nothing)
+    assert [row["step"] for row in stored["logs"] if "val/generations/table" in row] == [1, 2, 3, 4]
     assert [(row["step"], row["sample_id"], row["output"], row["acc"]) for row in tables[2]] == [
         (2, "s000", "a0@2", 0.0),
         (2, "s001", "a1@2", 1.0),
         (2, "s002", "a2@2", 0.0),
     ]
     kept = {row["step"]: row["val/generations/kept"] for row in stored["logs"] if "val/generations/kept" in row}
-    assert kept == {1: 3, 2: 3, 3: 1}
+    assert kept == {1: 3, 2: 3, 3: 1, 4: 1}
     traces = sorted((t for t in stored["traces"] if t["step"] == 1), key=lambda t: t["metadata"]["sample_index"])
     assert [t["messages"][1]["content"] for t in traces] == ["a0@1", "a1@1", "a2@1"]  # in rank order
     assert [t["metadata"]["score"] for t in traces] == [0.5, 0.5, 0.5]
