@@ -123,6 +123,26 @@ def test_an_mlflow_run_started_later_and_the_tensorboard_folder_name_the_records
     assert {g.run_id for g in generations} == {"job-1"}
 
 
+def test_a_wandb_run_started_inside_a_block_does_not_split_the_step(wandb_dir: Path, tmp_path: Path) -> None:
+    """wandb.init() while a block is open: the step stays one attempt; the next step takes the wandb run's id."""
+    sink = tmp_path / "sink"
+    vg.configure(count=8, directory=str(sink), launch_id="L", progress_interval_s=0)
+    with vg.validation(step=4, source="trainer", sources_expected=1):
+        vg.log_generations(["q0", "q1"], ["a"] * 2, None)
+        run = wandb.init(project="valgen-identity")
+        vg.log_generations(["q2", "q3"], ["a"] * 2, None)
+    with vg.validation(step=5, source="trainer", sources_expected=1):
+        vg.log_generations(["q0"], ["a"], None)
+    run.finish()
+    vg.shutdown()
+    records = list(read_paths([str(sink)], lambda error: None))
+    assert {r.attempt for r in records} == {"L.1"}
+    by_step = {selection.step: selection for selection in select_steps(records)}
+    assert (by_step[4].attempts, by_step[4].complete, by_step[4].seen) == (1, True, 4)
+    assert sorted(g.input for g in by_step[4].generations) == ["q0", "q1", "q2", "q3"]
+    assert by_step[5].run_id == run.id
+
+
 def test_a_tracker_run_started_inside_a_block_does_not_split_the_step(tmp_path: Path) -> None:
     """mlflow.start_run() while a block is open: the emitter stays, the step is one attempt with every generation."""
     mlflow = require_module("mlflow")
