@@ -30,6 +30,17 @@ def _show(directory: Path) -> dict[int, dict[str, Any]]:
     return {entry["step"]: entry for entry in map(json.loads, result.stdout.splitlines())}
 
 
+def _validate_once(trainer: Any, sink: Path, run_id: str, **settings: Any) -> dict[int, dict[str, Any]]:
+    """Run verl's real ``_validate`` once into the embedded sink ``sink``; what ``show`` prints of it."""
+    vg.configure(run_id=run_id, directory=str(sink), **settings)
+    try:
+        harness.run_validate(trainer)
+        assert vg.flush()
+    finally:
+        _process.reset_for_testing()
+    return _show(sink)
+
+
 def _config(verl_files: VerlFiles, tmp_path: Path, use_v1: bool) -> Any:
     """The ppo_trainer config of verl itself, for the tiny model and data; k = log_val_generations = K."""
     assert vg_verl.install()  # what otel-valgen's Ray setup hook does in the TaskRunner's process
@@ -95,14 +106,7 @@ def test_a_config_without_log_val_generations_logs_with_the_default_k(verl_files
         del config.trainer["log_val_generations"]
     trainer = harness.make_sync_trainer(config, verl_files.tokenizer)
     assert "log_val_generations" not in trainer.config.trainer
-    sink = tmp_path / "valgen-data"
-    vg.configure(run_id="verl-no-key", directory=str(sink), count=5)
-    try:
-        harness.run_validate(trainer)
-        assert vg.flush()
-    finally:
-        _process.reset_for_testing()
-    shown = _show(sink)
+    shown = _validate_once(trainer, tmp_path / "valgen-data", "verl-no-key", count=5)
     assert sorted(shown) == [0]
     assert (shown[0]["seen"], shown[0]["kept"]) == (12, 5)
 
@@ -117,16 +121,9 @@ def test_a_trainer_validating_by_itself_logs_at_its_current_param_version(
     """
     config = _config(verl_files, tmp_path, use_v1=False)
     trainer = harness.make_sync_trainer(config, verl_files.tokenizer)
-    sink = tmp_path / "valgen-data"
-    vg.configure(run_id="verl-own", directory=str(sink))
-    try:
-        trainer.current_param_version = 7  # through otel-valgen's property on RayPPOTrainer, as verl assigns it
-        trainer.global_steps = 2
-        harness.run_validate(trainer)
-        assert vg.flush()
-    finally:
-        _process.reset_for_testing()
-    shown = _show(sink)
+    trainer.current_param_version = 7  # through otel-valgen's property on RayPPOTrainer, as verl assigns it
+    trainer.global_steps = 2
+    shown = _validate_once(trainer, tmp_path / "valgen-data", "verl-own")
     assert sorted(shown) == [7]
     assert shown[7]["kept"] == K
     assert {g["source"] for g in shown[7]["generations"]} == {"trainer"}
