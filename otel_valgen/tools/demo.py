@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
+import sys
 import time
 from typing import Any
 
@@ -153,6 +155,18 @@ def run_demo(steps: int, count: int, prompts: int, responses: int, workers: int,
     selections = select_steps(r for r in read_paths([settings.directory], errors.append) if r.run_id == run_id)
     render_tables(selections, Console(), width=24)
     console.print(
-        f"files: {os.path.abspath(settings.directory)}  ·  again: otel-valgen show {settings.directory} --run {run_id}"
+        f"files: {os.path.abspath(settings.directory)}  ·  again: {_command()} show {settings.directory} --run {run_id}"
     )
     return 0 if selections and not errors else 1
+
+
+def _command() -> str:
+    """How to run ``otel-valgen`` from here: its name when PATH finds this interpreter's, else that script's path.
+
+    ``make demo`` installs into ``.venv``, which a shell that did not activate it does not search.
+    """
+    script = os.path.join(os.path.dirname(sys.executable), "otel-valgen")
+    found = shutil.which("otel-valgen")
+    if not os.path.isfile(script) or (found is not None and os.path.samefile(found, script)):
+        return "otel-valgen"
+    return os.path.relpath(script)
