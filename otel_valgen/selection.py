@@ -315,9 +315,9 @@ def _finish(group: _Attempt, collector: bool, count: int | None, seed: int) -> S
         # One summary's ranks follow its keys. A collector that forgot a closed group closes a
         # second one for the same attempt (a resumed run under a repeated launch id): the union
         # of both groups' kept records, cut to the step's k by key, is the bottom-k of both.
+        # group.k is the k rule over the records and --count (_offer).
         ranked = sorted(group.ranked.values(), key=lambda g: sort_key_of(g, seed, group.key_version))
-        k = min(group.k or len(ranked), count) if count is not None else (group.k or len(ranked))
-        kept = ranked[:k]
+        kept = ranked[: group.k]
         late = group.late
         if not late and summary is not None:
             reported = summary.attributes.get("valgen.late")

@@ -678,8 +678,8 @@ MUTATIONS: tuple[Mutation, ...] = (
         "py.selection.show_count",
         "show --count k on collector output shows at most k (k = 0 too)",
         "otel_valgen/selection.py",
-        "k = min(group.k or len(ranked), count) if count is not None else (group.k or len(ranked))",
-        "k = group.k or len(ranked)",
+        "    k = count if count is not None else (record.sample_count or DEFAULT_COUNT)",
+        "    k = record.sample_count or DEFAULT_COUNT",
         ("tests/test_show_attempts.py",),
     ),
     Mutation(
