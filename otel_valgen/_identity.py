@@ -38,6 +38,35 @@ _logger = logging.getLogger("otel_valgen")
 # How the run id was found. The explicit ones stay; the others follow the process's wandb run.
 RUN_ID_EXPLICIT: Final = frozenset({"argument", "environment"})
 
+TRAINER_ORIGIN: Final = "trainer"
+"""The origin of a run id taken from the job's trainer (``adopt_trainer_run``)."""
+
+# The trainer's run, as another process of its job learned it: (run id or None, tracker resource attributes).
+_trainer_run: tuple[str | None, dict[str, str]] | None = None
+
+
+def adopt_trainer_run(run_id: str | None, resource: dict[str, str]) -> None:
+    """Write this process's records into the runs of the job's trainer, where it names none of its own.
+
+    In verl's fully-async mode the rollouter validates, but only the trainer has tracker runs;
+    the trainer publishes them with its step (``integrations._trainer_step``). The run id comes
+    after an explicit one and this process's own wandb run; the trainer's tracker resource
+    attributes (wandb, MLflow, ClearML, Trackio runs) under this process's own, unless it has
+    a wandb run of its own.
+    """
+    global _trainer_run
+    _trainer_run = (str(run_id) if run_id else None, {str(key): str(value) for key, value in resource.items()})
+
+
+def trainer_run_id() -> str | None:
+    """The run id of the adopted trainer run, or None."""
+    return _trainer_run[0] if _trainer_run is not None else None
+
+
+def forget_trainer_run_for_testing() -> None:
+    global _trainer_run
+    _trainer_run = None
+
 
 def wandb_run() -> object | None:
     """The active wandb run, without importing wandb when the job never did."""
@@ -46,7 +75,7 @@ def wandb_run() -> object | None:
 
 
 def resolve_run_id(run_id: str | None) -> tuple[str, str]:
-    """The run id and its origin: argument, environment, wandb, wandb_environment, default or generated."""
+    """The run id and its origin: argument, environment, wandb, trainer, wandb_environment, default or generated."""
     if run_id:
         return str(run_id), "argument"
     from_env = os.environ.get(OTEL_VALGEN_RUN_ID, "").strip()
@@ -55,6 +84,9 @@ def resolve_run_id(run_id: str | None) -> tuple[str, str]:
     wandb_id = getattr(wandb_run(), "id", None)
     if wandb_id:
         return str(wandb_id), "wandb"
+    adopted = trainer_run_id()
+    if adopted:
+        return adopted, TRAINER_ORIGIN
     for name, origin in ((WANDB_RUN_ID, "wandb_environment"), (OTEL_VALGEN_DEFAULT_RUN_ID, "default")):
         value = os.environ.get(name, "").strip()
         if value:
@@ -133,7 +165,10 @@ def trackio_resource() -> dict[str, str]:
 def tracker_resource(origin: str) -> dict[str, str]:
     """The resource attributes naming the job's run in every tracker it uses (wandb, MLflow, TensorBoard, ...)."""
     found = wandb_resource(origin) | mlflow_resource() | tensorboard_resource()
-    return found | clearml_resource() | trackio_resource()
+    found = found | clearml_resource() | trackio_resource()
+    if origin != "wandb" and _trainer_run is not None:
+        return _trainer_run[1] | found
+    return found
 
 
 FALLBACK_LAUNCH_ID: Final = "run"

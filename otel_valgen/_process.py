@@ -24,7 +24,7 @@ from opentelemetry.sdk._logs.export import LogRecordExporter
 
 from otel_valgen import _stats
 from otel_valgen._emitter import Emitter, StepState
-from otel_valgen._identity import tell_children, untell_children
+from otel_valgen._identity import forget_trainer_run_for_testing, tell_children, untell_children
 from otel_valgen._settings import Settings, follow_tracker_runs, resolve_settings
 
 
@@ -247,5 +247,6 @@ def reset_for_testing(keep_stats: bool = False) -> None:
         if not keep_stats:
             counters = _stats.Stats()
         untell_children()
+        forget_trainer_run_for_testing()
     if emitter is not None:
         emitter.shutdown(1.0)

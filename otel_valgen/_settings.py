@@ -21,10 +21,12 @@ from otel_valgen import _env as env
 from otel_valgen._identity import (
     LAUNCH_FALLBACK,
     RUN_ID_EXPLICIT,
+    TRAINER_ORIGIN,
     ray_job_launch_id,
     resolve_launch_id,
     resolve_run_id,
     tracker_resource,
+    trainer_run_id,
     wandb_run,
 )
 from otel_valgen._otlp_settings import (
@@ -347,23 +349,28 @@ def _follow_launch(settings: Settings) -> Settings:
     return replace(settings, launch_id=ray_launch, launch_id_origin="ray") if ray_launch else settings
 
 
+def _tracker_run() -> tuple[str, str] | None:
+    """(run id, origin) of this process's wandb run, else of the trainer run it adopted, else None."""
+    wandb_id = getattr(wandb_run(), "id", None)
+    if wandb_id:
+        return str(wandb_id), "wandb"
+    adopted = trainer_run_id()
+    return (adopted, TRAINER_ORIGIN) if adopted else None
+
+
 def follow_tracker_runs(settings: Settings) -> Settings | None:
     """``settings`` moved to the tracker runs (and Ray job) this process has now, or None when nothing changed.
 
-    The run id follows a wandb run started after ``configure`` unless it was set explicitly
-    (argument, ``OTEL_VALGEN_RUN_ID``); the resource attributes follow every tracker's run
-    (a wandb or MLflow run started later), so the exporter writes into the job's own runs.
+    The run id follows a wandb run started after ``configure``, else the trainer's run this
+    process adopted (``adopt_trainer_run``), unless it was set explicitly (argument,
+    ``OTEL_VALGEN_RUN_ID``); the resource attributes follow every tracker's run (a wandb or
+    MLflow run started later), so the exporter writes into the job's own runs.
     """
     original, settings = settings, _follow_launch(settings)
-    wandb_id = getattr(wandb_run(), "id", None)
-    moves = (
-        settings.run_id_origin not in RUN_ID_EXPLICIT
-        and bool(wandb_id)
-        and not (str(wandb_id) == settings.run_id and settings.run_id_origin == "wandb")
-    )
-    if moves:
-        resource = tracker_resource("wandb")
-        return replace(settings, run_id=str(wandb_id), run_id_origin="wandb", resource_attributes=resource)
+    followed = _tracker_run() if settings.run_id_origin not in RUN_ID_EXPLICIT else None
+    if followed is not None and followed != (settings.run_id, settings.run_id_origin):
+        run_id, origin = followed
+        return replace(settings, run_id=run_id, run_id_origin=origin, resource_attributes=tracker_resource(origin))
     resource = tracker_resource(settings.run_id_origin)
     if resource == settings.resource_attributes:
         return None if settings is original else settings

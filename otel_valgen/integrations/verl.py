@@ -10,7 +10,8 @@ classes, so every subclass and every actor made from them inherits the change:
   ``_maybe_log_val_generations`` sends every generation instead of verl's pre-selected k
   (k = ``trainer.log_val_generations``; 0 disables, as in verl).
 - ``RayPPOTrainer.current_param_version`` becomes a property whose setter also publishes the
-  value (``_trainer_step``), so that the fully-async rollouter validates at the trainer's step.
+  value and the trainer's tracker runs (``_trainer_step``), so that the fully-async rollouter
+  validates at the trainer's step, into the trainer's runs.
 
 Explicit, for code that writes its own trainer subclass: ``ValGenerationsMixin``,
 ``ValidationGenerationsLogger`` (verl's call shape) and ``log_val_generations``.
@@ -31,7 +32,7 @@ from collections.abc import Callable, Mapping, Sequence, Sized
 from typing import Any, ClassVar, Final
 
 import otel_valgen as vg
-from otel_valgen import _process
+from otel_valgen import _identity, _process
 from otel_valgen._env import OTEL_VALGEN_VERL, env_bool
 from otel_valgen.integrations import _trainer_step
 
@@ -80,8 +81,9 @@ def _target(trainer: object) -> _Target | None:
     if isinstance(own_version, int):  # a fully-async trainer validating by itself
         return _Target(own_version, named or "trainer", count)
     published = _trainer_step.read()
-    if published is not None:  # a part validating for the fully-async trainer of this job
-        return _Target(published, named or "rollouter", count)
+    if published is not None:  # a part validating for the fully-async trainer of this job, in its runs
+        _identity.adopt_trainer_run(published.run_id, published.resource)
+        return _Target(published.step, named or "rollouter", count)
     step = getattr(trainer, "global_steps", None)
     return _Target(step if isinstance(step, int) else None, named or "trainer", count)
 
