@@ -47,6 +47,9 @@ OTEL_VALGEN_FLUSH_TIMEOUT: Final = "OTEL_VALGEN_FLUSH_TIMEOUT"
 """Seconds the end of a step (or a block-less log_generations call) may block the caller while flushing. Default 10."""
 OTEL_VALGEN_VERL: Final = "OTEL_VALGEN_VERL"
 """``false`` turns off the automatic verl integration (otel_valgen.integrations.verl). Default true."""
+OTEL_VALGEN_CHAINED_SETUP_HOOK: Final = "OTEL_VALGEN_CHAINED_SETUP_HOOK"
+"""Set by ``otel_valgen.ray.runtime_env``: the job's own ``worker_process_setup_hook``, which
+``otel_valgen.ray.setup_worker`` runs first (a module path, or Ray's key of a function)."""
 OTEL_VALGEN_LAUNCH_ID: Final = "OTEL_VALGEN_LAUNCH_ID"
 """This launch of the training job; part of every record's attempt.
 

@@ -77,8 +77,8 @@ class Setting:
 
 
 _RUN_ID = (
-    "the process's wandb run (also one started later), else `WANDB_RUN_ID`, else the Ray driver's, "
-    "else a generated id printed once"
+    "the process's wandb run (also one started later), else, in verl's fully-async rollouter, the "
+    "trainer's, else `WANDB_RUN_ID`, else the Ray driver's, else a generated id printed once"
 )
 _LAUNCH_ID = (
     "the launcher's (see *Launches*): in a Ray job the driver's, forwarded, else `ray-<job id>`; else "
@@ -190,6 +190,14 @@ SETTINGS: Final[tuple[Setting, ...]] = (
         None,
         "`true`",
         "Hook verl's trainers when a worker imports them ([docs/verl.md](docs/verl.md)).",
+    ),
+    Setting(
+        (env.OTEL_VALGEN_CHAINED_SETUP_HOOK,),
+        None,
+        "set by otel-valgen",
+        "The job's own `worker_process_setup_hook`, kept by the Ray env hook: every worker runs it, "
+        "then otel-valgen's. Not for users to set.",
+        forwarded=False,
     ),
     Setting(
         (env.OTEL_VALGEN_SPOOL,),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from otel_valgen import _process
@@ -63,3 +65,26 @@ def test_a_worker_resolves_the_drivers_endpoint(monkeypatch: pytest.MonkeyPatch,
         monkeypatch.setenv(name, value)
     worker = resolve_settings()
     assert (worker.endpoint, worker.protocol) == (driver.endpoint, driver.protocol)
+
+
+def test_a_jobs_own_setup_hook_is_chained_and_the_variable_ray_checks_agrees() -> None:
+    """A job submitted with its own hook: ours replaces it in both places Ray reads, and the job's is chained."""
+    job_env = {
+        "worker_process_setup_hook": "my_project.setup",
+        "env_vars": {"__RAY_WORKER_PROCESS_SETUP_HOOK_ENV_VAR": "my_project.setup"},  # what job submission sets
+    }
+    merged = vg_ray.runtime_env_hook(job_env)
+    assert merged["worker_process_setup_hook"] == "otel_valgen.ray.setup_worker"
+    assert merged["env_vars"]["__RAY_WORKER_PROCESS_SETUP_HOOK_ENV_VAR"] == "otel_valgen.ray.setup_worker"
+    assert merged["env_vars"]["OTEL_VALGEN_CHAINED_SETUP_HOOK"] == "my_project.setup"
+
+
+def test_setup_worker_runs_the_chained_hook_first_and_raises_its_failure(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The chained hook runs in the worker before otel-valgen's; its failure fails the worker as without us."""
+    monkeypatch.setenv("OTEL_VALGEN_CHAINED_SETUP_HOOK", "tests.support.setup_hook_probe.mark")
+    monkeypatch.delenv("VALGEN_PROBE_JOB_HOOK", raising=False)
+    vg_ray.setup_worker()
+    assert os.environ.pop("VALGEN_PROBE_JOB_HOOK") == "ran"
+    monkeypatch.setenv("OTEL_VALGEN_CHAINED_SETUP_HOOK", "tests.support.no_such_module.setup")
+    with pytest.raises(RuntimeError, match="no_such_module"):
+        vg_ray.setup_worker()
