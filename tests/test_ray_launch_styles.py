@@ -1,9 +1,10 @@
 """User story: otel-valgen reaches every worker however the Ray job is launched, and keeps the job's own setup hook.
 
 A head node started with ``ray start --head``; drivers launched as users launch them: ``ray job
-submit`` with ``--runtime-env-json``, a driver with its own setup function, ``uv run``. Each
-driver prints what its worker got (``tests/support/launch_probe.py``). Ray client is not here:
-Ray runs no ``worker_process_setup_hook`` for a Ray client job (docs/verl.md, *Launch styles*).
+submit`` with ``--runtime-env-json`` or with the variables in the ``ray start`` environment, a
+driver with its own setup function, ``uv run``. Each driver prints what its worker got
+(``tests/support/launch_probe.py``). Ray client is not here: Ray runs no
+``worker_process_setup_hook`` for a Ray client job (docs/verl.md, *Launch styles*).
 """
 
 from __future__ import annotations
@@ -63,6 +64,14 @@ def _submit(cluster: RayCluster, runtime_env: dict[str, Any]) -> dict[str, Any]:
 def test_ray_job_submit_with_the_variables_in_runtime_env_json(cluster: RayCluster) -> None:
     """`ray job submit --runtime-env-json '{"env_vars": {...}}'`: the entrypoint's ray.init runs the env hook."""
     seen = _submit(cluster, {"env_vars": USER_ENV})
+    assert seen["verl_integration_installed"] is True
+    assert seen["endpoint"].startswith(ENDPOINT)
+
+
+def test_ray_job_submit_with_the_variables_in_the_ray_start_environment() -> None:
+    """The variables set where the cluster was started (`ray start`): every submitted job gets otel-valgen."""
+    with ray_head(USER_ENV) as cluster_with_variables:
+        seen = _submit(cluster_with_variables, {})
     assert seen["verl_integration_installed"] is True
     assert seen["endpoint"].startswith(ENDPOINT)
 

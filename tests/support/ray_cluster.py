@@ -93,7 +93,7 @@ def ray_head(env: Mapping[str, str] | None = None, num_cpus: int = 2) -> Iterato
         )
     cluster = RayCluster(f"127.0.0.1:{port}", f"http://127.0.0.1:{dashboard}", f"ray://127.0.0.1:{client}", started_env)
     try:
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 240  # a loaded 2-core machine: tens of seconds
         while not _dashboard_up(cluster.dashboard_address):
             if process.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"ray start did not come up:\n{log.read_text(errors='replace')[-3000:]}")
