@@ -11,6 +11,13 @@ classes, so every subclass and every actor made from them inherits the change:
   (k = ``trainer.log_val_generations``; 0 disables, as in verl).
 - ``RayPPOTrainer.current_param_version`` becomes a property whose setter also publishes the
   value (``_trainer_step``), so that the fully-async rollouter validates at the trainer's step.
+- ``verl.utils.tracking.ValidationGenerationsLogger.log`` (verl's own table, which the hooks never
+  call) still writes verl's table, but first says why this validation did not reach otel-valgen:
+  one WARNING per cause, ``stats()["verl_tables_unrouted"]``, and the step's part marked
+  ``valgen.integration=unhooked`` (docs/architecture.md). This one stays even with
+  ``OTEL_VALGEN_VERL=false``, which only warns.
+
+Parts the integration opens carry ``valgen.integration=verl/<verl version>``.
 
 Explicit, for code that writes its own trainer subclass: ``ValGenerationsMixin``,
 ``ValidationGenerationsLogger`` (verl's call shape) and ``log_val_generations``.
@@ -622,14 +629,15 @@ def _why_unrouted(trainer: object | None, method: str) -> _Unrouted:
             "send the generations with otel_valgen.integrations.verl.log_val_generations, or put "
             "ValGenerationsMixin first in the trainer's bases",
         )
-    owner = next((cls for cls in mro if method in cls.__dict__), None)
-    if owner is None or owner is base:
+    # The class whose own code called the table; a closure or helper of unknown name: the trainer's class.
+    owner = next((cls for cls in mro if method in cls.__dict__), type(trainer))
+    if owner is base:
         return _Unrouted(
             "call_shape",
             f"{_class_name(base)}.{method} got a call it does not know (see the WARNING about it)",
             f"call it as verl {tested} does: (inputs, outputs, scores)",
         )
-    if any(function is _originals[base].get(method) for function in _wrapped_chain(owner.__dict__[method])):
+    if any(function is _originals[base].get(method) for function in _wrapped_chain(owner.__dict__.get(method))):
         return _Unrouted(
             "actor_copy",
             f"the Ray actor class {_class_name(owner)} holds a copy of verl's own {method} that otel-valgen "

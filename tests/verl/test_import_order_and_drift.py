@@ -206,3 +206,58 @@ def test_the_integration_turned_off_says_so_when_verls_table_runs(
     assert result["val_core"]
     assert result["unrouted"] == 1
     assert result["sent"] == []
+
+
+def test_an_actor_class_copy_left_unrepaired_is_loud(tmp_path: Path) -> None:
+    """A @ray.remote class made before install() where the repair cannot find it (a local name) keeps verl's copy.
+
+    Its validation writes verl's own table: one WARNING names the actor class and the fix, and step 4's part
+    is sent marked unhooked (actor_copy).
+    """
+    result, _ = _run(
+        """
+        import json, logging
+        from pathlib import Path
+        import ray
+        from omegaconf import OmegaConf
+        from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+        from verl.utils.tracking import ValidationGenerationsLogger
+        import otel_valgen as vg
+        from otel_valgen.integrations import verl as vg_verl
+        from otel_valgen.reader import read_paths
+
+        def make_actor_class():
+            class LocalTrainer(RayPPOTrainer):
+                pass
+            return ray.remote(LocalTrainer)
+
+        made = [make_actor_class()]  # not a module global: repair_actor_classes cannot find it
+        warnings = []
+        class Keep(logging.Handler):
+            def emit(self, record):
+                if record.levelno >= logging.WARNING:
+                    warnings.append(record.getMessage())
+        logging.getLogger("otel_valgen").addHandler(Keep())
+        assert vg_verl.install()
+        actor_class = made[0].__ray_metadata__.modified_class
+        trainer = object.__new__(actor_class)  # what verl's _validate needs of it for this call
+        trainer.config = OmegaConf.create({"trainer": {"log_val_generations": 2, "logger": ["console"]}})
+        trainer.validation_generations_logger = ValidationGenerationsLogger("p", "e")
+        trainer.global_steps = 4
+        actor_class._maybe_log_val_generations(trainer, ["q0", "q1"], ["a0", "a1"], [1.0, 0.0])
+        assert vg.flush()
+        sent = [
+            [type(r).__name__, r.step, r.source, getattr(r, "integration", None), getattr(r, "unhooked_reason", None)]
+            for r in read_paths([Path("valgen-data")], print)
+        ]
+        print(json.dumps({"warnings": warnings, "sent": sent}))
+        """,
+        tmp_path,
+    )
+    (warning,) = result["warnings"]  # type: ignore[misc]
+    assert "verl's own validation table ran (step 4)" in warning
+    assert "the Ray actor class __main__." in warning
+    assert "LocalTrainer holds a copy of verl's own _maybe_log_val_generations" in warning
+    assert "install() before the module that makes the actor class is imported" in warning
+    marks = ["trainer", "unhooked", "actor_copy"]
+    assert result["sent"] == [["StartRecord", 4, *marks], ["EndRecord", 4, *marks]]
