@@ -611,31 +611,39 @@ def _why_unrouted(trainer: object | None, method: str) -> _Unrouted:
             f"{OTEL_VALGEN_VERL}=false turned the verl integration off",
             f"unset {OTEL_VALGEN_VERL} (or set it to true) in the job's environment",
         )
-    tested = ", ".join(sorted(TESTED_VERL_VERSIONS))
     mro = type(trainer).__mro__ if trainer is not None else ()
     base = next((cls for cls in mro if cls in _originals), None)
     if base is None:
-        drifted = next((cls for cls in mro if cls in _left_unhooked), None)
-        if drifted is not None:
-            return _Unrouted(
-                "drift",
-                f"verl {_verl_version()}'s {_class_name(drifted)} was left unhooked (see the WARNING that names it)",
-                f"use a verl release otel-valgen is tested with ({tested}), or send the generations yourself "
-                "with otel_valgen.integrations.verl.log_val_generations",
-            )
-        return _Unrouted(
-            "unknown",
-            "it was not called by a verl trainer otel-valgen hooked",
-            "send the generations with otel_valgen.integrations.verl.log_val_generations, or put "
-            "ValGenerationsMixin first in the trainer's bases",
-        )
+        return _why_not_hooked(mro)
     # The class whose own code called the table; a closure or helper of unknown name: the trainer's class.
-    owner = next((cls for cls in mro if method in cls.__dict__), type(trainer))
-    if owner is base:
+    return _why_bypassed(base, next((cls for cls in mro if method in cls.__dict__), type(trainer)), method)
+
+
+def _why_not_hooked(mro: tuple[type, ...]) -> _Unrouted:
+    """The cause when no class of the trainer's ``mro`` got the hooks."""
+    drifted = next((cls for cls in mro if cls in _left_unhooked), None)
+    if drifted is not None:
+        return _Unrouted(
+            "drift",
+            f"verl {_verl_version()}'s {_class_name(drifted)} was left unhooked (see the WARNING that names it)",
+            f"use a verl release otel-valgen is tested with ({', '.join(sorted(TESTED_VERL_VERSIONS))}), or "
+            "send the generations yourself with otel_valgen.integrations.verl.log_val_generations",
+        )
+    return _Unrouted(
+        "unknown",
+        "it was not called by a verl trainer otel-valgen hooked",
+        "send the generations with otel_valgen.integrations.verl.log_val_generations, or put "
+        "ValGenerationsMixin first in the trainer's bases",
+    )
+
+
+def _why_bypassed(base: type, owner: type, method: str) -> _Unrouted:
+    """The cause when ``base`` is hooked but ``owner``'s ``method`` called the table."""
+    if owner is base:  # the hook itself fell back to verl's method
         return _Unrouted(
             "call_shape",
             f"{_class_name(base)}.{method} got a call it does not know (see the WARNING about it)",
-            f"call it as verl {tested} does: (inputs, outputs, scores)",
+            f"call it as verl {', '.join(sorted(TESTED_VERL_VERSIONS))} does: (inputs, outputs, scores)",
         )
     if any(function is _originals[base].get(method) for function in _wrapped_chain(owner.__dict__.get(method))):
         return _Unrouted(
