@@ -40,7 +40,7 @@ from opentelemetry.context import Context
 from opentelemetry.sdk._logs.export import LogRecordExporter
 from opentelemetry.util.types import AnyValue
 
-from otel_valgen import _stats, contract
+from otel_valgen import _integration, _stats, contract
 from otel_valgen._keys import BatchKeyer
 from otel_valgen._pipeline import Pipeline
 from otel_valgen._presample import Kept, LocalSample
@@ -77,6 +77,8 @@ class StepState:
     lifecycle: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
     finished: bool = False
     announced: bool = False
+    # The integration's attributes on its start and end records (otel_valgen._integration).
+    marks: dict[str, AnyValue] = field(default_factory=dict)
 
     def ask(self, count: int | None) -> int:
         """Apply a later call's k to the open state: the smallest k asked for wins (``step_k``).
@@ -163,6 +165,7 @@ class Emitter:
             count=self.settings.count if count is None else count,
             sources_expected=sources_expected,
             attempt=f"{self.settings.launch_id}.{self._ended.get((step, source), 0) + 1}",
+            marks=_integration.current(),
         )
         if self.settings.presample:
             state.kept = LocalSample(state.count)
@@ -315,6 +318,7 @@ class Emitter:
             contract.EMITTED: state.emitted,
             contract.DROPPED: state.dropped,
             contract.SAMPLE_COUNT: state.count,
+            **state.marks,
         }
         if state.sources_expected is not None:
             attributes[contract.SOURCES_EXPECTED] = state.sources_expected
@@ -373,7 +377,7 @@ class Emitter:
         return True
 
     def _emit_start(self, state: StepState) -> None:
-        attributes: dict[str, AnyValue] = {contract.SAMPLE_COUNT: state.count}
+        attributes: dict[str, AnyValue] = {contract.SAMPLE_COUNT: state.count, **state.marks}
         if state.sources_expected is not None:
             attributes[contract.SOURCES_EXPECTED] = state.sources_expected
         if self._emit_lifecycle(

@@ -15,12 +15,13 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from types import FrameType
 from typing import Any, ParamSpec, Protocol, TypeVar
 
 from opentelemetry.context import Context
 from opentelemetry.sdk._logs.export import LogRecordExporter
+from opentelemetry.util.types import AnyValue
 
 from otel_valgen import _stats
 from otel_valgen._emitter import Emitter, StepState
@@ -79,6 +80,16 @@ def _at_exit() -> None:
 def current_emitter() -> Emitter | None:
     """The emitter, if one is installed (never creates one)."""
     return _emitter
+
+
+def mark_open_block(attributes: Mapping[str, AnyValue]) -> bool:
+    """Put ``attributes`` on the end record of this context's open block; False when none is open."""
+    block = current_block.get()
+    state = block.state if block is not None else None
+    if state is None:
+        return False
+    state.marks.update(attributes)
+    return True
 
 
 def take_emitter() -> Emitter | None:

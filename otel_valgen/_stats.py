@@ -39,6 +39,8 @@ INVALID_SCORES: Final = "invalid_scores"
 COERCED_VALUES: Final = "coerced_values"
 EXTRA_VALUES_INVALID: Final = "extra_values_invalid"  # extra values omitted from their record
 EXTRA_COLUMNS_DROPPED: Final = "extra_columns_dropped"  # extra columns dropped whole (bad name, too many)
+# verl's own validation table ran in this process instead of otel-valgen (integrations.verl)
+VERL_TABLES_UNROUTED: Final = "verl_tables_unrouted"
 FLUSH_TIMEOUTS: Final = "flush_timeouts"
 INTERNAL_ERRORS: Final = "internal_errors"
 DROP_PREFIX: Final = "dropped."

@@ -80,6 +80,17 @@ DROPPED_PREFIX: Final = "valgen.dropped."
 # int, summary: the other attempts of the step that ran at the same time with no common source
 # (one launch probably split into attempts; otel_valgen.splits).
 ATTEMPTS_CONCURRENT: Final = "valgen.attempts_concurrent"
+# Which integration opened a source's part, on its start and end records; absent: the plain API.
+# "verl/<verl version>": the verl integration routed the part. INTEGRATION_UNHOOKED: verl's own
+# validation table ran in the process instead (the part has no generations; UNHOOKED_REASON says
+# why: UNHOOKED_REASONS). A routed part whose own table ran after all says so on its end record.
+INTEGRATION: Final = "valgen.integration"  # str
+INTEGRATION_UNHOOKED: Final = "unhooked"
+UNHOOKED_REASON: Final = "valgen.unhooked_reason"  # str, with INTEGRATION_UNHOOKED
+UNHOOKED_REASONS: Final = frozenset({"override", "actor_copy", "drift", "call_shape", "unknown"})
+# str array, summary: the sources ("source@instance") any of whose start or end records says
+# INTEGRATION_UNHOOKED, sorted (otel_valgen.unhooked).
+SOURCES_UNHOOKED: Final = "valgen.sources_unhooked"
 
 # Resource attributes.
 WANDB_PROJECT: Final = "wandb.project"

@@ -83,6 +83,8 @@ class EndRecord:
     # far: cumulative, like seen); None on end records of SDKs that did not send them.
     score_count: int | None = None
     score_sum: float | None = None
+    integration: str | None = None  # valgen.integration; valgen.unhooked_reason below
+    unhooked_reason: str | None = None
 
 
 @dataclass(frozen=True)
@@ -97,6 +99,8 @@ class StartRecord:
     timestamp: int = 0
     sample_count: int | None = None
     sources_expected: int | None = None
+    integration: str | None = None  # valgen.integration: "verl/<version>", "unhooked"; None: the plain API
+    unhooked_reason: str | None = None  # valgen.unhooked_reason
 
 
 @dataclass(frozen=True)
@@ -168,6 +172,12 @@ class Summary:
         """Other attempts of the step that ran at the same time with no common source; None if unreported."""
         return _opt_int(self.attributes.get(contract.ATTEMPTS_CONCURRENT))
 
+    @property
+    def sources_unhooked(self) -> list[str] | None:
+        """The sources ("source@instance") whose validation ran in verl's own table; None if unreported."""
+        value = self.attributes.get(contract.SOURCES_UNHOOKED)
+        return [str(item) for item in value] if isinstance(value, list) else None
+
 
 @dataclass(frozen=True)
 class ReadError:
@@ -219,6 +229,10 @@ def _opt_float(value: Any) -> float | None:
     return None
 
 
+def _opt_str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
 def _extra(attrs: dict[str, Any]) -> dict[str, ExtraValue]:
     """The extra columns of a generation: its ``valgen.extra.<name>`` attributes of a scalar type."""
     prefix = contract.EXTRA_PREFIX
@@ -268,6 +282,8 @@ def _record(log: dict[str, Any], resource: dict[str, Any]) -> Record | None:  # 
             timestamp,
             sample_count=_opt_int(attrs.get(contract.SAMPLE_COUNT)),
             sources_expected=_opt_int(attrs.get(contract.SOURCES_EXPECTED)),
+            integration=_opt_str(attrs.get(contract.INTEGRATION)),
+            unhooked_reason=_opt_str(attrs.get(contract.UNHOOKED_REASON)),
         )
     if event == contract.EVENT_VALIDATION_PROGRESS:
         return ProgressRecord(
@@ -287,6 +303,8 @@ def _record(log: dict[str, Any], resource: dict[str, Any]) -> Record | None:  # 
             timestamp=timestamp,
             score_count=_opt_int(attrs.get(contract.SCORE_COUNT)),
             score_sum=_opt_float(attrs.get(contract.SCORE_SUM)),
+            integration=_opt_str(attrs.get(contract.INTEGRATION)),
+            unhooked_reason=_opt_str(attrs.get(contract.UNHOOKED_REASON)),
         )
     if event != contract.EVENT_GENERATION:
         return None

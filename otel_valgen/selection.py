@@ -28,6 +28,10 @@ split into attempts, ``otel_valgen.splits``) are counted per attempt: the summar
 ``valgen.attempts_concurrent`` when it has one, else from the attempts' sources and record
 times as read.
 
+Sources whose validation ran in verl's own table instead of otel-valgen (``otel_valgen.unhooked``)
+are listed per attempt: the summary's ``valgen.sources_unhooked`` when it has one, else the
+sources any of whose start or end records says ``valgen.integration=unhooked``.
+
 The records of an attempt are compared under one key version (``valgen.key_version``, absent
 is 1): that of its first generation; a generation of another version gets its key recomputed
 from its seed and sample id, as in the collector.
@@ -45,6 +49,7 @@ from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Protocol, TypeVar
 
+from otel_valgen import contract
 from otel_valgen._settings import DEFAULT_COUNT, DEFAULT_SEED
 from otel_valgen.balance import SourceFigures, step_balance, summary_dropped
 from otel_valgen.reader import EndRecord, Generation, LateReport, ProgressRecord, Record, StartRecord, Summary
@@ -94,6 +99,8 @@ class StepSelection:
     number of attempts of the step seen, ``late`` the late records reported for it, and
     ``split_attempts`` how many of the step's attempts ran at the same time as another one with
     no common source (0: no sign of a launch split into attempts; see ``_split_attempts``).
+    ``sources_unhooked`` lists the attempt's sources ("source@instance") that ran verl's own
+    table instead (``otel_valgen.unhooked``).
     """
 
     run_id: str
@@ -113,6 +120,7 @@ class StepSelection:
     dropped: dict[str, int] | None = None  # by reason (otel_valgen.balance); None: a summary without it
     attempts_concurrent: int = 0  # the step's other attempts concurrent with this one (otel_valgen.splits)
     split_attempts: int = 0
+    sources_unhooked: list[str] = field(default_factory=list)
 
     @property
     def score_mean(self) -> float | None:
@@ -159,6 +167,7 @@ class _Attempt:
     sources: set[tuple[str, str]] = field(default_factory=set)
     received: Counter[tuple[str, str]] = field(default_factory=Counter)
     progress: dict[tuple[str, str], int] = field(default_factory=dict)
+    unhooked: set[tuple[str, str]] = field(default_factory=set)
 
     def saw(self, timestamp: int, source: tuple[str, str] | None = None) -> None:
         if timestamp > 0 and (self.first is None or timestamp < self.first):
@@ -266,6 +275,7 @@ def _add(group: _Attempt, record: Record, count: int | None, max_count: int | No
         group.saw(record.timestamp, (record.source, record.instance))
         group.starts.add((record.source, record.instance))
         group.expect(record.sources_expected)
+        _note_unhooked(group, record)
     elif isinstance(record, ProgressRecord):
         source = (record.source, record.instance)
         group.saw(record.timestamp, source)
@@ -275,6 +285,7 @@ def _add(group: _Attempt, record: Record, count: int | None, max_count: int | No
         group.saw(record.timestamp, source)
         group.ends[source] = _larger_end(group.ends.get(source), record)
         group.expect(record.sources_expected)
+        _note_unhooked(group, record)
     elif not record.late:
         source = _source_of(record)
         group.saw(record.timestamp, source)
@@ -283,6 +294,19 @@ def _add(group: _Attempt, record: Record, count: int | None, max_count: int | No
         if record.rank is not None:
             group.ranked.setdefault(record.sample_id, record)
         _offer(group, record, count, max_count, seed)
+
+
+def _note_unhooked(group: _Attempt, record: StartRecord | EndRecord) -> None:
+    if record.integration == contract.INTEGRATION_UNHOOKED:
+        group.unhooked.add((record.source, record.instance))
+
+
+def _sources_unhooked(group: _Attempt) -> list[str]:
+    """The attempt's sources that ran verl's own table: its summary's list, else from its records."""
+    listed = group.summary.sources_unhooked if group.summary is not None else None
+    if listed is not None:
+        return sorted(listed)
+    return sorted(f"{source}@{instance}" for source, instance in group.unhooked)
 
 
 def _source_of(generation: Generation) -> tuple[str, str]:
@@ -337,6 +361,7 @@ def _finish(group: _Attempt, collector: bool, count: int | None, seed: int) -> S
             score_count=summary.score_count if summary is not None else None,
             score_sum=summary.score_sum if summary is not None else None,
             dropped=summary_dropped(summary.attributes) if summary is not None else None,
+            sources_unhooked=_sources_unhooked(group),
         )
     ended = set(group.ends)
     scores = score_totals(group.ends)
@@ -359,6 +384,7 @@ def _finish(group: _Attempt, collector: bool, count: int | None, seed: int) -> S
         score_count=scores[0] if scores is not None else None,
         score_sum=scores[1] if scores is not None else None,
         dropped=dropped,
+        sources_unhooked=_sources_unhooked(group),
     )
 
 

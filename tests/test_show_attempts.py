@@ -63,6 +63,8 @@ _FIELDS = {
     "emitted": contract.EMITTED,
     "sources_expected": contract.SOURCES_EXPECTED,
     "dropped": contract.DROPPED,
+    "integration": contract.INTEGRATION,
+    "unhooked_reason": contract.UNHOOKED_REASON,
 }
 
 
@@ -126,6 +128,7 @@ def _collector_output(vector: dict[str, Any]) -> list[dict[str, Any]]:
             contract.DROPPED: sum(group["dropped"].values()),
             **{contract.DROPPED_PREFIX + reason: n for reason, n in group["dropped"].items()},
             contract.ATTEMPTS_CONCURRENT: group["attempts_concurrent"],
+            contract.SOURCES_UNHOOKED: group["sources_unhooked"],
         }
         requests.append(_request(contract.EVENT_STEP_SUMMARY, summary, "collector", group["closed_at_ms"]))
         for late in group.get("late_reports", []):
@@ -198,6 +201,7 @@ def test_vector_shown_attempt_from_the_collector_output(path: Path) -> None:
         assert selection.dropped == group["dropped"]
         concurrent = [g for g in vector["expected"]["groups"] if g["attempts_concurrent"] > 0]
         assert selection.split_attempts == len(concurrent)
+        assert selection.sources_unhooked == group["sources_unhooked"]
 
 
 @pytest.mark.parametrize("path", VECTORS, ids=lambda p: p.stem)
@@ -252,6 +256,17 @@ def test_vector_concurrent_attempts_from_the_raw_records(path: Path) -> None:
     got = {(a.run_id, a.step, a.attempt): a.attempts_concurrent for step in attempts.values() for a in step}
     want = {(g["run_id"], g["step"], g["attempt"]): g["attempts_concurrent"] for g in vector["expected"]["groups"]}
     assert got == want
+
+
+@pytest.mark.parametrize("path", VECTORS, ids=lambda p: p.stem)
+def test_vector_unhooked_sources_from_the_raw_records(path: Path) -> None:
+    """Embedded-sink rule over what arrived by the close: the sources the collector lists as unhooked."""
+    vector = _load(path)
+    for group in vector["expected"]["groups"]:
+        arrived = [_vector_request(record) for record in _group_arrivals(vector, group)]
+        attempts = select_attempts(_records(arrived), count=vector["config"]["count"])
+        (selection,) = [a for a in attempts[(group["run_id"], group["step"])] if a.attempt == group["attempt"]]
+        assert selection.sources_unhooked == group["sources_unhooked"]
 
 
 # -- the rule --------------------------------------------------------------------------------
@@ -529,6 +544,39 @@ def test_show_passes_the_samplers_balance_and_split_mark_through(tmp_path: Path)
     old = [_gen("", "x/0", 40, 100, **{contract.RANK: 1}), _summary("", 0, "complete", 9, 1)]
     (step,), stderr = _show(_write(tmp_path / "old.jsonl", old))
     assert (step["dropped"], step["split_attempts"], stderr) == (None, 0, [])
+
+
+def test_show_warns_about_a_source_that_ran_verls_own_table(tmp_path: Path) -> None:
+    """Embedded files: a part marked valgen.integration=unhooked (no generation): named in a warning and in the JSON."""
+    common = {contract.RUN_ID: "run", contract.STEP: 7, contract.ATTEMPT: "L1.1", contract.SOURCE: "trainer"}
+    marks = {contract.INTEGRATION: contract.INTEGRATION_UNHOOKED, contract.UNHOOKED_REASON: "override"}
+    unhooked = [
+        _request(contract.EVENT_VALIDATION_START, {**common, **marks}, "i-trainer", 10),
+        _request(
+            contract.EVENT_VALIDATION_END, {**common, **marks, contract.SEEN: 0, contract.EMITTED: 0}, "i-trainer", 20
+        ),
+    ]
+    (step,), stderr = _show(_write(tmp_path / "valgen.jsonl", _part("L1.1", "rank0", 0, ["a/0"]) + unhooked))
+    assert (step["sources_unhooked"], step["seen"], step["kept"]) == (["trainer@i-trainer"], 4, 1)
+    (warning,) = stderr
+    assert warning.startswith("warning: run run step 7: verl's own validation table ran in trainer@i-trainer")
+    assert "put ValGenerationsMixin first" in warning
+    (step,), stderr = _show(_write(tmp_path / "hooked.jsonl", _part("L1.1", "rank0", 0, ["a/0"])))
+    assert (step["sources_unhooked"], stderr) == ([], [])
+
+
+def test_show_passes_the_samplers_unhooked_sources_through(tmp_path: Path) -> None:
+    """Collector output: the summary's valgen.sources_unhooked, with the warning; older summaries: none."""
+    summary = _summary("L1.1", 0, "complete", 1, 1)
+    attributes = summary["resourceLogs"][0]["scopeLogs"][0]["logRecords"][0]["attributes"]
+    attributes.append({"key": contract.SOURCES_UNHOOKED, "value": _value(["rollouter@i-r"])})
+    ranked = _gen("L1.1", "x/0", 40, 100, **{contract.RANK: 1})
+    (step,), stderr = _show(_write(tmp_path / "new.jsonl", [ranked, summary]))
+    assert step["sources_unhooked"] == ["rollouter@i-r"]
+    (warning,) = stderr
+    assert warning.startswith("warning: run run step 7: verl's own validation table ran in rollouter@i-r")
+    (step,), stderr = _show(_write(tmp_path / "old.jsonl", [ranked, _summary("L1.1", 0, "complete", 1, 1)]))
+    assert (step["sources_unhooked"], stderr) == ([], [])
 
 
 # -- rules of show that no vector pins (issue 26) -----------------------------------------------

@@ -68,7 +68,19 @@ def drops(sampled=0, source=0, invalid=0, undelivered=0, not_ended=0):
 
 
 def group(
-    attempt, reason, closed_at, seen, kept, ended, missing, attempt_start, announced, dropped, concurrent=0, **extra
+    attempt,
+    reason,
+    closed_at,
+    seen,
+    kept,
+    ended,
+    missing,
+    attempt_start,
+    announced,
+    dropped,
+    concurrent=0,
+    unhooked=(),
+    **extra,
 ):
     assert seen == len(kept) + sum(dropped.values()), "seen = kept + dropped"
     g = {
@@ -86,6 +98,7 @@ def group(
         "sources_announced": announced,
         "dropped": dropped,
         "attempts_concurrent": concurrent,
+        "sources_unhooked": list(unhooked),
     }
     g.update(extra)
     return g
@@ -581,6 +594,56 @@ VECTORS.append(
         ],
         "expected": {
             "groups": [group("L1.1", "complete", 1600, 4, ["a/5", "a/1", "a/3", "a/0"], 1, [], 0, 1, drops())],
+            "shown": shown("L1.1"),
+        },
+    }
+)
+
+# (m) Sources that ran verl's own validation table (issue 25). t's part is the unhooked one a
+# process sends when its trainer subclass overrides the hooked method: start and end marked
+# valgen.integration=unhooked, no generation. b's block was routed (start: verl/0.9.1) but its own
+# table ran after all: only its end record is marked. a is an ordinary source. No sources_expected:
+# complete at 250 (the last end), closed at the 1250 tick (not at 1249: 999 ms of silence).
+# Kept: bottom-4 of a's {50, 10, 70, 30, 90} = a/1, a/3, a/0, a/2; a/4 ranked out (sampled 1).
+# t and b saw nothing, so seen = 5 = 4 kept + 1: the zero parts change no count.
+# sources_unhooked: "source@instance" of t and b, sorted: b@i-b, t@i-t.
+UNHOOKED = {"integration": "unhooked"}
+VECTORS.append(
+    {
+        "name": "unhooked_sources",
+        "description": (
+            "Two sources ran verl's own validation table: one sent an unhooked part (start and end marked), "
+            "the other a routed block whose end record is marked; the summary lists both in "
+            "valgen.sources_unhooked, with the balance unchanged."
+        ),
+        "config": config(),
+        "events": [
+            start(0, "a"),
+            start(0, "t", **UNHOOKED, unhooked_reason="override"),
+            start(0, "b", integration="verl/0.9.1"),
+            *gens(100, KEYS_A, "a"),
+            end(150, "t", 0, 0, **UNHOOKED, unhooked_reason="override"),
+            end(200, "a", 5, 5),
+            end(250, "b", 0, 0, **UNHOOKED, unhooked_reason="actor_copy"),
+            tick(1249),
+            tick(1250),
+        ],
+        "expected": {
+            "groups": [
+                group(
+                    "L1.1",
+                    "complete",
+                    1250,
+                    5,
+                    ["a/1", "a/3", "a/0", "a/2"],
+                    3,
+                    [],
+                    0,
+                    3,
+                    drops(1),
+                    unhooked=["b@i-b", "t@i-t"],
+                )
+            ],
             "shown": shown("L1.1"),
         },
     }

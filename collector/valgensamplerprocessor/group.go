@@ -47,6 +47,7 @@ type sourceState struct {
 	progressSeen int64 // the largest valgen.seen of its progress records
 	ended        bool
 	end          endInfo
+	unhooked     string // why verl's own table ran in it, from its start or end records ("" = it did not)
 }
 
 // group is one open validation step: its bottom-k and the bookkeeping of its sources.
@@ -154,6 +155,7 @@ func (g *group) addEnd(end endInfo, lr plog.LogRecord, src sourceID, now time.Ti
 	state.end.emitted = max(state.end.emitted, end.emitted)
 	state.end.dropped = max(state.end.dropped, end.dropped)
 	state.end.scores = state.end.scores.larger(end.scores)
+	state.markUnhooked(end.unhooked)
 	g.sourcesExpected = max(g.sourcesExpected, end.sourcesExpected)
 }
 

@@ -29,7 +29,7 @@ func parseStart(attrs pcommon.Map) (endInfo, string) {
 		return endInfo{}, reason
 	}
 	expected, reason := optionalCount(attrs, attrSourcesExpected)
-	return endInfo{sourcesExpected: expected}, reason
+	return endInfo{sourcesExpected: expected, unhooked: unhookedOf(attrs)}, reason
 }
 
 // parseProgress validates a valgen.validation.progress record and its optional valgen.seen.
@@ -64,7 +64,9 @@ func recordTime(lr plog.LogRecord, now time.Time) int64 {
 
 // addStart records that a source opened its part of the step.
 func (g *group) addStart(start endInfo, lr plog.LogRecord, src sourceID, now time.Time) {
-	g.touch(lr, src, now).announced = true
+	state := g.touch(lr, src, now)
+	state.announced = true
+	state.markUnhooked(start.unhooked)
 	g.sourcesExpected = max(g.sourcesExpected, start.sourcesExpected)
 }
 
@@ -198,6 +200,7 @@ func (p *samplerProcessor) groupsByAge() []*group {
 // and appends its output. Callers hold p.mu.
 func (p *samplerProcessor) closeGroup(g *group, reason string, now time.Time, out *outbox, st *stats, store stateStore) {
 	delete(p.groups, g.key)
+	p.warnUnhooked(g)
 	fp := g.footprint()
 	concurrent := p.concurrentAttempts(g, fp, st)
 	store.closed(g.key, p.closed.add(g.key, fp))

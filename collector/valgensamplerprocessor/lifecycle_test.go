@@ -58,9 +58,11 @@ type vectorGroup struct {
 	AttemptStartMs   *int64   `json:"attempt_start_ms,omitempty"`
 	SourcesAnnounced *int64   `json:"sources_announced,omitempty"`
 	LateReports      []int64  `json:"late_reports,omitempty"`
-	// Dropped is valgen.dropped.<reason> by reason; AttemptsConcurrent valgen.attempts_concurrent.
+	// Dropped is valgen.dropped.<reason> by reason; AttemptsConcurrent valgen.attempts_concurrent;
+	// SourcesUnhooked valgen.sources_unhooked.
 	Dropped            map[string]int64 `json:"dropped"`
 	AttemptsConcurrent int64            `json:"attempts_concurrent"`
+	SourcesUnhooked    []string         `json:"sources_unhooked"`
 }
 
 // vectorEpoch is t_ms = 0 and timestamp_ms = 0 of every vector.
@@ -84,6 +86,7 @@ func vectorLogs(t *testing.T, r map[string]any) plog.Logs {
 	attrs := lr.Attributes()
 	for field, attr := range map[string]string{
 		"run_id": attrRunID, "attempt": attrAttempt, "source": attrSource, "sample_id": attrSampleID,
+		"integration": attrIntegration, "unhooked_reason": attrUnhookedReason,
 	} {
 		if v, ok := r[field].(string); ok {
 			attrs.PutStr(attr, v)
@@ -227,6 +230,12 @@ func TestLifecycleVectors(t *testing.T) {
 				}
 				assert.Len(t, want.Dropped, len(dropped), "%s: every reason", name)
 				assert.Equal(t, want.AttemptsConcurrent, intOf(t, s, attrAttemptsConcurrent), name)
+				require.NotNil(t, want.SourcesUnhooked, name)
+				unhooked := make([]any, 0, len(want.SourcesUnhooked))
+				for _, u := range want.SourcesUnhooked {
+					unhooked = append(unhooked, u)
+				}
+				assert.Equal(t, unhooked, sliceOf(t, s, attrSourcesUnhooked), name)
 				if want.AttemptStartMs != nil {
 					assert.Equal(t, *want.AttemptStartMs, msSince(pcommon.Timestamp(intOf(t, s, attrAttemptStart))), name) //nolint:gosec
 				}

@@ -58,6 +58,12 @@ const (
 	attrDroppedUndelivered = "valgen.dropped.undelivered"
 	attrDroppedNotEnded    = "valgen.dropped.not_ended"
 	attrAttemptsConcurrent = "valgen.attempts_concurrent"
+
+	// A source that ran verl's own validation table instead of otel-valgen (unhooked.go).
+	attrIntegration     = "valgen.integration"
+	attrUnhookedReason  = "valgen.unhooked_reason"
+	attrSourcesUnhooked = "valgen.sources_unhooked"
+	integrationUnhooked = "unhooked"
 )
 
 // Reasons attached to the dropped-records metric.
@@ -96,11 +102,12 @@ type generation struct {
 }
 
 // endInfo is what the sampler needs from a valgen.validation.end record; start records fill
-// sourcesExpected, progress records seen.
+// sourcesExpected, progress records seen, start and end records unhooked.
 type endInfo struct {
 	seen, emitted, dropped int64
 	sourcesExpected        int64 // 0 when the record does not say
 	scores                 scoreStats
+	unhooked               string // why verl's own table ran in the source (unhookedOf), "" when it did not
 }
 
 // checkCommon verifies the attributes that every sampled record must carry.
@@ -214,6 +221,7 @@ func parseEnd(attrs pcommon.Map) (endInfo, string) {
 	if end.scores, reason = parseScoreStats(attrs); reason != "" {
 		return endInfo{}, reason
 	}
+	end.unhooked = unhookedOf(attrs)
 	return end, ""
 }
 

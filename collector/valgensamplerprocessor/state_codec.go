@@ -75,6 +75,7 @@ const (
 	stateAttrSourceScoreSum  = "score_sum"
 	stateAttrSourceInvalid   = "invalid"      // absent: 0 (and in groups stored before it existed)
 	stateAttrAttemptLast     = "attempt_last" // absent in groups stored before it existed
+	stateAttrSourceUnhooked  = "unhooked"     // absent: the source did not run verl's own table
 )
 
 // Values of the operation attribute of the storage-errors metric.

@@ -31,6 +31,9 @@ func encodeSources(attrs pcommon.Map, g *group) {
 		if state.invalid > 0 {
 			m.PutInt(stateAttrSourceInvalid, state.invalid)
 		}
+		if state.unhooked != "" {
+			m.PutStr(stateAttrSourceUnhooked, state.unhooked)
+		}
 		if state.end.scores.reported {
 			m.PutInt(stateAttrSourceScoreN, state.end.scores.count)
 			m.PutDouble(stateAttrSourceScoreSum, state.end.scores.sum)
@@ -75,6 +78,12 @@ func decodeSources(attrs pcommon.Map, g *group, version int64) error {
 				return corrupt("source %d: %s", i, stateAttrSourceInvalid)
 			}
 			state.invalid = invalid.Int()
+		}
+		if unhooked, ok := m.Get(stateAttrSourceUnhooked); ok {
+			if unhooked.Type() != pcommon.ValueTypeStr {
+				return corrupt("source %d: %s", i, stateAttrSourceUnhooked)
+			}
+			state.unhooked = unhooked.Str()
 		}
 		ended, ok := m.Get(stateAttrSourceEnded)
 		if !ok || ended.Type() != pcommon.ValueTypeBool {

@@ -466,6 +466,7 @@ func TestStorageEncodeRoundTrip(t *testing.T) {
 			scored.scored, scored.scoreCount, scored.scoreSum = true, 3, -0.75
 			invalid := rec{step: 1, id: "A/x", source: "A", noID: true, at: h.clock.Now().Add(time.Minute)}
 			h.consume(t, logsOf(append(stepRecords(1, "A", n, 0), endRec(1, "B", 9, 8, 3), scored, invalid)...))
+			h.consume(t, withMarks(logsOf(rec{event: eventStart, step: 1, source: "D"}), "unhooked", "override"))
 			require.Len(t, h.p.groups, 1)
 			var g *group
 			for _, g = range h.p.groups {
@@ -481,6 +482,7 @@ func TestStorageEncodeRoundTrip(t *testing.T) {
 			assert.Equal(t, g.attemptStart, back.attemptStart)
 			assert.Equal(t, g.attemptLast, back.attemptLast)
 			assert.Equal(t, int64(1), back.sources[sourceID{"A", "i-A"}].invalid)
+			assert.Equal(t, "override", back.sources[sourceID{"D", "i-D"}].unhooked)
 			assert.Equal(t, g.key, back.key)
 			assert.Equal(t, g.seq, back.seq)
 			assert.True(t, g.lastSeen.Equal(back.lastSeen))

@@ -84,6 +84,10 @@ func appendSummary(out plog.Logs, g *group, kept int, reason string, now time.Ti
 	for _, id := range g.missingSources() {
 		missingSources.AppendEmpty().SetStr(id)
 	}
+	unhookedSources := attrs.PutEmptySlice(attrSourcesUnhooked)
+	for _, id := range g.unhookedSources() {
+		unhookedSources.AppendEmpty().SetStr(id)
+	}
 	if g.sourcesExpected > 0 {
 		attrs.PutInt(attrSourcesExpected, g.sourcesExpected)
 	}

@@ -20,6 +20,7 @@ from otel_valgen.selection import StepSelection, select_steps
 from otel_valgen.splits import split_warning
 from otel_valgen.tools._support import OperationalError, ValgenGroup, report_read_error
 from otel_valgen.tools.render import extra_names, render_tables
+from otel_valgen.unhooked import unhooked_warning
 
 EXIT_READ_ERRORS = 1
 EXIT_NOTHING_FOUND = 3
@@ -45,6 +46,7 @@ def _generation_json(selection: StepSelection, extras: Sequence[str]) -> dict[st
         "score_mean": selection.score_mean,
         "dropped": selection.dropped,
         "split_attempts": selection.split_attempts,
+        "sources_unhooked": selection.sources_unhooked,
         "generations": [
             {
                 "sample_id": g.sample_id,
@@ -119,7 +121,8 @@ def show(
     messages. Of a step validated more than once (resume, retry), the latest complete attempt
     is shown. Collector output is shown as the sampler chose it (its ranked records; late ones never).
     A step whose attempts ran at the same time with no common source (one launch split into
-    attempts) is named in a warning on stderr.
+    attempts), or with a source that ran verl's own validation table instead of otel-valgen, is
+    named in a warning on stderr.
     """
     errors: list[ReadError] = []
     runs: dict[str, set[int]] = {}
@@ -137,6 +140,10 @@ def show(
         if selection.split_attempts:
             click.echo(
                 f"warning: {split_warning(selection.run_id, selection.step, selection.split_attempts)}", err=True
+            )
+        if selection.sources_unhooked:
+            click.echo(
+                f"warning: {unhooked_warning(selection.run_id, selection.step, selection.sources_unhooked)}", err=True
             )
     extras = extra_names(selections)
     if output_format == "json":

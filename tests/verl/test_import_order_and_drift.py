@@ -3,7 +3,9 @@
 Each case runs in a fresh interpreter, because ``install()`` patches verl's classes once per process.
 verl is the real 0.9.1; the drift cases change its real ``RayPPOTrainer`` mechanically (a method
 renamed in its compiled code, a parameter added in front of verl's own function), and then run
-verl's real ``_validate`` on the sync trainer of ``harness.make_sync_trainer``.
+verl's real ``_validate`` on the sync trainer of ``harness.make_sync_trainer``. Whenever verl's own
+table runs instead of otel-valgen, a WARNING says why, and (unless ``OTEL_VALGEN_VERL=false``) the
+step's part is sent marked unhooked.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+
+import pytest
 
 from tests.verl import harness
 from tests.verl.conftest import VerlFiles
@@ -79,7 +83,9 @@ _DRIFT = """
     from omegaconf import OmegaConf
     from verl.trainer.ppo import ray_trainer
     from verl.utils.tracking import ValidationGenerationsLogger
+    import otel_valgen as vg
     from otel_valgen.integrations import verl as vg_verl
+    from otel_valgen.reader import read_paths
     from tests.verl import harness
 
     cls = ray_trainer.RayPPOTrainer
@@ -99,7 +105,7 @@ _DRIFT = """
             if record.levelno >= logging.WARNING:
                 warnings.append(record.getMessage())
     logging.getLogger("otel_valgen").addHandler(Keep())
-    assert vg_verl.install()
+    installed = vg_verl.install()
 
     config = harness.sync_config(
         "TMP", train_path="TRAIN", val_path="VAL", model_path="MODEL", log_val_generations=4,
@@ -109,13 +115,25 @@ _DRIFT = """
     trainer = harness.make_sync_trainer(config, PreTrainedTokenizerFast.from_pretrained("MODEL"))
     trainer.validation_generations_logger = ValidationGenerationsLogger("p", "e")
     metrics = harness.run_validate(trainer)
-    sent = sorted(p.name for p in Path("valgen-data").rglob("*") if p.is_file()) if Path("valgen-data").exists() else []
+    assert vg.flush()
+    sent = [
+        [type(r).__name__, r.step, getattr(r, "integration", None), getattr(r, "unhooked_reason", None)]
+        for r in read_paths([p for p in [Path("valgen-data")] if p.exists()], print)
+    ]
     val_core = sorted(k for k in metrics if k.startswith("val-core/"))
-    print(json.dumps({"warnings": warnings, "tables": tables, "val_core": val_core, "sent": sent}))
+    print(json.dumps({
+        "installed": installed, "warnings": warnings, "tables": tables, "val_core": val_core, "sent": sent,
+        "unrouted": vg.stats().get("verl_tables_unrouted", 0),
+    }))
 """
 
 
 def _drift(verl_files: VerlFiles, tmp_path: Path, drift: str) -> tuple[dict[str, object], str]:
+    """Run verl's real ``_validate`` in a fresh interpreter, after ``drift`` changed verl and ``install()``.
+
+    Returns the WARNINGs of ``otel_valgen``, verl's own tables (rows, step), the records sent (kind,
+    step, integration, unhooked reason) and ``stats()['verl_tables_unrouted']``.
+    """
     script = (
         textwrap.dedent(_DRIFT)
         .replace("DRIFT", textwrap.dedent(drift).strip())
@@ -140,11 +158,11 @@ def test_a_renamed_hook_warns_and_verl_keeps_its_own_table(verl_files: VerlFiles
     del cls._maybe_log_val_generations
     """
     result, _ = _drift(verl_files, tmp_path, drift)
-    (warning,) = result["warnings"]  # type: ignore[misc]
+    warning, table_warning = result["warnings"]  # type: ignore[misc]
     assert "RayPPOTrainer has no _maybe_log_val_generations; not hooked" in warning
     assert result["tables"] == [{"rows": 4, "step": 0}]  # verl's own sort-shuffle-truncate, k rows
     assert result["val_core"]
-    assert result["sent"] == []
+    _assert_marked_unhooked(result, table_warning, "drift")
 
 
 def test_an_extra_hook_parameter_warns_and_verl_keeps_its_own_table(verl_files: VerlFiles, tmp_path: Path) -> None:
@@ -155,9 +173,91 @@ def test_an_extra_hook_parameter_warns_and_verl_keeps_its_own_table(verl_files: 
     cls._maybe_log_val_generations = _maybe_log_val_generations
     """
     result, _ = _drift(verl_files, tmp_path, drift)
-    (warning,) = result["warnings"]  # type: ignore[misc]
+    warning, table_warning = result["warnings"]  # type: ignore[misc]
     assert "_maybe_log_val_generations takes ('self', 'inputs', 'outputs', 'scores', 'data_sources')" in warning
     assert "not hooked" in warning
     assert result["tables"] == [{"rows": 4, "step": 0}]
     assert result["val_core"]
+    _assert_marked_unhooked(result, table_warning, "drift")
+
+
+def _assert_marked_unhooked(result: dict[str, object], warning: str, reason: str) -> None:
+    """The table of verl ran once at step 0: one WARNING saying so, counted, and step 0's part sent unhooked."""
+    assert result["installed"] is True
+    assert "verl's own validation table ran (step 0)" in warning
+    assert "was left unhooked" in warning
+    assert result["unrouted"] == 1
+    marks = ["unhooked", reason]
+    assert result["sent"] == [["StartRecord", 0, *marks], ["EndRecord", 0, *marks]]  # no generation
+
+
+def test_the_integration_turned_off_says_so_when_verls_table_runs(
+    verl_files: VerlFiles, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """OTEL_VALGEN_VERL=false: verl's own table runs; one WARNING names the variable; nothing is sent."""
+    monkeypatch.setenv("OTEL_VALGEN_VERL", "false")
+    result, _ = _drift(verl_files, tmp_path, "pass")
+    assert result["installed"] is False
+    (warning,) = result["warnings"]  # type: ignore[misc]
+    assert "verl's own validation table ran (step 0)" in warning
+    assert "OTEL_VALGEN_VERL=false turned the verl integration off" in warning
+    assert "unset OTEL_VALGEN_VERL" in warning
+    assert result["tables"] == [{"rows": 4, "step": 0}]
+    assert result["val_core"]
+    assert result["unrouted"] == 1
     assert result["sent"] == []
+
+
+def test_an_actor_class_copy_left_unrepaired_is_loud(tmp_path: Path) -> None:
+    """A @ray.remote class made before install() where the repair cannot find it (a local name) keeps verl's copy.
+
+    Its validation writes verl's own table: one WARNING names the actor class and the fix, and step 4's part
+    is sent marked unhooked (actor_copy).
+    """
+    result, _ = _run(
+        """
+        import json, logging
+        from pathlib import Path
+        import ray
+        from omegaconf import OmegaConf
+        from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+        from verl.utils.tracking import ValidationGenerationsLogger
+        import otel_valgen as vg
+        from otel_valgen.integrations import verl as vg_verl
+        from otel_valgen.reader import read_paths
+
+        def make_actor_class():
+            class LocalTrainer(RayPPOTrainer):
+                pass
+            return ray.remote(LocalTrainer)
+
+        made = [make_actor_class()]  # not a module global: repair_actor_classes cannot find it
+        warnings = []
+        class Keep(logging.Handler):
+            def emit(self, record):
+                if record.levelno >= logging.WARNING:
+                    warnings.append(record.getMessage())
+        logging.getLogger("otel_valgen").addHandler(Keep())
+        assert vg_verl.install()
+        actor_class = made[0].__ray_metadata__.modified_class
+        trainer = object.__new__(actor_class)  # what verl's _validate needs of it for this call
+        trainer.config = OmegaConf.create({"trainer": {"log_val_generations": 2, "logger": ["console"]}})
+        trainer.validation_generations_logger = ValidationGenerationsLogger("p", "e")
+        trainer.global_steps = 4
+        actor_class._maybe_log_val_generations(trainer, ["q0", "q1"], ["a0", "a1"], [1.0, 0.0])
+        assert vg.flush()
+        sent = [
+            [type(r).__name__, r.step, r.source, getattr(r, "integration", None), getattr(r, "unhooked_reason", None)]
+            for r in read_paths([Path("valgen-data")], print)
+        ]
+        print(json.dumps({"warnings": warnings, "sent": sent}))
+        """,
+        tmp_path,
+    )
+    (warning,) = result["warnings"]  # type: ignore[misc]
+    assert "verl's own validation table ran (step 4)" in warning
+    assert "the Ray actor class __main__." in warning
+    assert "LocalTrainer holds a copy of verl's own _maybe_log_val_generations" in warning
+    assert "install() before the module that makes the actor class is imported" in warning
+    marks = ["trainer", "unhooked", "actor_copy"]
+    assert result["sent"] == [["StartRecord", 4, *marks], ["EndRecord", 4, *marks]]

@@ -9,14 +9,17 @@ with ``otel-valgen show``.
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
+import pytest
 from click.testing import CliRunner
 
 import otel_valgen as vg
-from otel_valgen import _process
+from otel_valgen import _process, contract
 from otel_valgen.integrations import verl as vg_verl
+from otel_valgen.reader import EndRecord, Record, StartRecord, read_paths
 from otel_valgen.tools.cli import main as cli_main
 from tests.verl import harness
 from tests.verl.conftest import VerlFiles
@@ -31,14 +34,25 @@ def _show(directory: Path) -> dict[int, dict[str, Any]]:
 
 
 def _validate_once(trainer: Any, sink: Path, run_id: str, **settings: Any) -> dict[int, dict[str, Any]]:
-    """Run verl's real ``_validate`` once into the embedded sink ``sink``; what ``show`` prints of it."""
+    """Run verl's real ``_validate`` once into the embedded sink ``sink``; what ``show`` prints of it.
+
+    ``vg.stats()`` keeps the counters of the run (the test's fixture resets them).
+    """
     vg.configure(run_id=run_id, directory=str(sink), **settings)
     try:
         harness.run_validate(trainer)
         assert vg.flush()
     finally:
-        _process.reset_for_testing()
+        _process.reset_for_testing(keep_stats=True)
     return _show(sink)
+
+
+def _lifecycle_records(sink: Path) -> list[Record]:
+    """The start and end records in the embedded sink ``sink``."""
+    errors: list[object] = []
+    records = [r for r in read_paths([sink], errors.append) if isinstance(r, StartRecord | EndRecord)]
+    assert errors == []
+    return records
 
 
 def _config(verl_files: VerlFiles, tmp_path: Path, use_v1: bool) -> Any:
@@ -127,3 +141,72 @@ def test_a_trainer_validating_by_itself_logs_at_its_current_param_version(
     assert sorted(shown) == [7]
     assert shown[7]["kept"] == K
     assert {g["source"] for g in shown[7]["generations"]} == {"trainer"}
+
+
+def test_a_routed_validation_names_the_integration_on_its_records(verl_files: VerlFiles, tmp_path: Path) -> None:
+    """The real _validate of verl, routed by the integration: its start record says valgen.integration = verl/<version>.
+
+    The same function called by user code (the plain API) says nothing.
+    """
+    import verl
+
+    trainer = harness.make_sync_trainer(_config(verl_files, tmp_path, use_v1=False), verl_files.tokenizer)
+    sink = tmp_path / "valgen-data"
+    _validate_once(trainer, sink, "verl-routed")
+    vg.configure(run_id="verl-routed", directory=str(sink))
+    vg_verl.log_val_generations(["q"], ["a"], [1.0], step=9)
+    assert vg.flush()
+    integration = {(type(r).__name__, r.step): r.integration for r in _lifecycle_records(sink)}
+    routed = f"verl/{verl.__version__}"
+    assert integration == {
+        ("StartRecord", 0): routed,
+        ("EndRecord", 0): routed,
+        ("StartRecord", 9): None,
+        ("EndRecord", 9): None,
+    }
+
+
+def test_a_subclass_that_writes_verls_own_table_is_loud(
+    verl_files: VerlFiles, tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A RayPPOTrainer subclass whose _maybe_log_val_generations calls verl's table as verl's own body does.
+
+    Its validation completes and verl's table gets the rows; otel-valgen logs one WARNING naming the class
+    and the fix, counts it, and the step's part ends marked unhooked (no generation), which show reports.
+    """
+    from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+    from verl.utils.tracking import ValidationGenerationsLogger
+
+    class OwnTableTrainer(RayPPOTrainer):
+        def _maybe_log_val_generations(self, inputs: Any, outputs: Any, scores: Any) -> None:
+            samples = list(zip(inputs, outputs, scores, strict=True))[: self.config.trainer.log_val_generations]
+            self.validation_generations_logger.log(self.config.trainer.logger, samples, self.global_steps)
+
+    tables: list[tuple[int, int]] = []
+    verls_table = ValidationGenerationsLogger.log
+
+    def spy(self: Any, loggers: Any, samples: list[Any], step: int) -> None:
+        tables.append((len(samples), step))
+        verls_table(self, loggers, samples, step)
+
+    monkeypatch.setattr(ValidationGenerationsLogger, "log", spy)
+    monkeypatch.setattr(vg_verl, "_warned", set())  # "once per process" starts with this test
+    trainer = harness.make_sync_trainer(_config(verl_files, tmp_path, use_v1=False), verl_files.tokenizer)
+    trainer.__class__ = OwnTableTrainer
+    trainer.global_steps = 2
+    sink = tmp_path / "valgen-data"
+    with caplog.at_level(logging.WARNING, logger="otel_valgen"):
+        shown = _validate_once(trainer, sink, "verl-own-table")
+    (warning,) = [r.getMessage() for r in caplog.records if "verl's own validation table ran" in r.getMessage()]
+    assert "OwnTableTrainer overrides _maybe_log_val_generations" in warning
+    assert "put ValGenerationsMixin first" in warning
+    assert vg.stats()["verl_tables_unrouted"] == 1
+    assert tables == [(K, 2)]  # verl's table still ran, unchanged
+    (end,) = [r for r in _lifecycle_records(sink) if isinstance(r, EndRecord)]
+    assert (end.step, end.seen, end.integration, end.unhooked_reason) == (
+        2,
+        0,
+        contract.INTEGRATION_UNHOOKED,
+        "override",
+    )
+    assert (shown[2]["kept"], shown[2]["sources_unhooked"]) == (0, [f"trainer@{end.instance}"])
