@@ -21,7 +21,7 @@ LIBRARY_TESTS := tests/test_api.py tests/test_accounting.py tests/test_bad_input
 	tests/test_launchers.py tests/test_lifecycle.py tests/test_presampling.py tests/test_sampling.py \
 	tests/test_settings.py tests/test_testing_helpers.py
 
-.PHONY: demo install install-dev lock test-ranges collector docker go-test go-lint lint typecheck test-py test deploy-check
+.PHONY: demo dist install install-dev lock test-ranges collector docker go-test go-lint lint typecheck test-py test deploy-check
 
 demo: install
 	$(PYTHON) -m otel_valgen.tools demo
@@ -31,6 +31,11 @@ $(UV):
 
 $(PYTHON): | $(UV)
 	$(UV) venv --quiet --python "$$($(BOOTSTRAP_PYTHON) -c 'import sys; print(sys.executable)')" $(VENV)
+
+# The wheel to install into a training job's environment (docs/verl.md): pip install dist/*.whl
+DIST ?= dist
+dist: | $(UV)
+	$(UV) build --quiet --wheel --out-dir $(DIST) .
 
 # The demo's packages, at the versions of the lock.
 install: $(PYTHON)
