@@ -11,7 +11,8 @@ backend's queue is full. A retried request is written only where it is missing: 
 skips what its backend already has. ``stop`` writes what it can; with a state folder, steps
 still queued are spooled per backend and queued again by the next start. A step whose
 attempts ran at the same time with no common source (one launch split into attempts,
-``otel_valgen.exporter.split_watch``) is logged once as a warning naming the fix, and counted.
+``otel_valgen.exporter.split_watch``) is logged once as a warning naming the fix, and counted;
+so is a step whose summary names sources that ran verl's own table (``otel_valgen.unhooked``).
 """
 
 from __future__ import annotations
@@ -25,12 +26,14 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
+from otel_valgen import contract
 from otel_valgen.exporter.backends import Backend, BackendUnavailable, StepNotWritable
 from otel_valgen.exporter.ledger import ledger_dir
 from otel_valgen.exporter.split_watch import SplitWatch
 from otel_valgen.exporter.steps import ClosedStep, RecordCounts, assemble
 from otel_valgen.reader import Generation, split_request
 from otel_valgen.splits import split_warning
+from otel_valgen.unhooked import unhooked_warning
 
 __all__ = ["BackendWorker", "ExporterService", "Outcome", "ServiceConfig", "Unavailable"]
 
@@ -203,6 +206,7 @@ class ServiceStats(RecordCounts):
     refused_requests: int = 0
     steps: int = 0
     split_steps: int = 0  # steps whose attempts ran at the same time with no common source
+    unhooked_steps: int = 0  # steps a source of which ran verl's own table (valgen.sources_unhooked)
 
 
 class ExporterService:
@@ -244,8 +248,12 @@ class ExporterService:
             self.counts.rejected += decoded.rejected
             split = [(step, n) for step in assembled.steps if (n := self._splits.observe(step))]
             self.counts.split_steps += len(split)
+            unhooked = [(step, sources) for step in assembled.steps if (sources := _unhooked_sources(step))]
+            self.counts.unhooked_steps += len(unhooked)
         for step, attempts in split:
             _logger.warning("%s", split_warning(step.group_id, step.step, attempts))
+        for step, sources in unhooked:
+            _logger.warning("%s", unhooked_warning(step.group_id, step.step, sources))
         if assembled.without_summary:
             _logger.warning(
                 "%d steps arrived without their summary (written incomplete): the exporter expects one closed "
@@ -293,6 +301,12 @@ class ExporterService:
             for worker in self.workers
         }
         return counts
+
+
+def _unhooked_sources(step: ClosedStep) -> list[str]:
+    """The summary's ``valgen.sources_unhooked``: sources that ran verl's own table for the step."""
+    sources = step.summary.get(contract.SOURCES_UNHOOKED) if step.summary is not None else None
+    return [str(source) for source in sources] if isinstance(sources, list) else []
 
 
 def _spool_item(step: ClosedStep) -> dict[str, Any]:

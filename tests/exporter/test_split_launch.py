@@ -107,3 +107,22 @@ def test_other_attempts_of_a_step_are_not_warned(
     service.accept(attempt_request(*second, concurrent))
     assert split_warnings(caplog) == []
     assert service.stats()["split_steps"] == 0
+
+
+@pytest.mark.parametrize("unhooked", [["rollouter@i-1"], []], ids=["a source unhooked", "none"])
+def test_a_step_with_a_source_that_ran_verls_own_table_is_warned_and_counted(
+    service: ExporterService, caplog: pytest.LogCaptureFixture, unhooked: list[str]
+) -> None:
+    """The summary's valgen.sources_unhooked: one warning naming the source and the fix, one unhooked step."""
+    caplog.set_level(logging.WARNING, logger="otel_valgen.exporter")
+    closing = summary("r", 3, 1)
+    closing.attributes.append(KeyValue(key=contract.SOURCES_UNHOOKED, value=any_value(unhooked)))
+    service.accept(to_otlp_json(request(generation("r", 3, 0, rank=1), closing)))
+    warnings = [r.getMessage() for r in caplog.records if "verl's own validation table" in r.getMessage()]
+    if unhooked:
+        (warning,) = warnings
+        assert warning.startswith("run r step 3: verl's own validation table ran in rollouter@i-1")
+        assert "ValGenerationsMixin" in warning
+    else:
+        assert warnings == []
+    assert service.stats()["unhooked_steps"] == len(warnings)
