@@ -4,8 +4,9 @@ One validation generation is one OTel LogRecord with event name ``valgen.generat
 severity INFO, a map body ``{input, output, ground_truth?}`` and the attributes below.
 A source announces its part of a step with ``valgen.validation.start``, sends
 ``valgen.validation.progress`` periodically while the part is open, and ends it with
-``valgen.validation.end``; every one of these records carries ``valgen.attempt``. The sampler
-groups by (run, step, attempt) and closes a group with a ``valgen.step.summary`` record after
+``valgen.validation.end``; every one of these records carries ``valgen.attempt`` and
+``valgen.kind`` (``validation``, the default when absent, or ``rollout``). The sampler
+groups by (run, step, attempt, kind) and closes a group with a ``valgen.step.summary`` record after
 the kept records; records arriving after the close are reported in ``valgen.step.late``.
 """
 
@@ -44,6 +45,23 @@ INPUT_LENGTH: Final = "valgen.input.original_length"  # int: set when input was 
 OUTPUT_LENGTH: Final = "valgen.output.original_length"
 GROUND_TRUTH_LENGTH: Final = "valgen.ground_truth.original_length"
 REPLACED_CHARS: Final = "valgen.replaced_chars"  # int: undecodable chars replaced by U+FFFD
+# The stream a record belongs to, on every record: absent means KIND_VALIDATION (records of
+# earlier releases). A step's validation and its rollouts never share a group.
+KIND: Final = "valgen.kind"  # str, one of KINDS
+KIND_VALIDATION: Final = "validation"
+KIND_ROLLOUT: Final = "rollout"
+KINDS: Final = frozenset({KIND_VALIDATION, KIND_ROLLOUT})
+# A rollout generation's prompt: all n responses of a prompt share both, and a group keeps the
+# bottom-k prompts by (PROMPT_KEY, UTF-8 of PROMPT_ID) with every response of each (the group
+# view, otel_valgen.sampling.GroupView). The key is sample_key(seed, prompt id), so a prompt
+# that comes back in a later epoch gets the same key.
+PROMPT_ID: Final = "valgen.prompt_id"  # str, required on rollout generations
+PROMPT_KEY: Final = "valgen.prompt_key"  # int in [0, 2**63); absent: computed from seed and prompt id
+# Rollout columns of a generation (log_rollouts): the advantage, the response's length in
+# tokens, and whether it was cut at the length limit. The reward is SCORE.
+ADVANTAGE: Final = "valgen.advantage"  # double
+RESPONSE_LENGTH: Final = "valgen.response_length"  # int, tokens
+TRUNCATED: Final = "valgen.truncated"  # bool
 # Extra columns of a generation (``log_generations(..., extra={name: values})``): one attribute
 # ``valgen.extra.<name>`` per column, a bool, int, finite double or string. A name is 1 to 64
 # characters of [A-Za-z0-9_./-] (EXTRA_NAME_PATTERN); a call sends at most MAX_EXTRA_COLUMNS.
@@ -63,7 +81,11 @@ SOURCES_EXPECTED: Final = "valgen.sources_expected"  # int, optional
 SCORE_COUNT: Final = "valgen.score.count"  # int: generations with a finite score
 SCORE_SUM: Final = "valgen.score.sum"  # double: the sum of those scores
 SCORE_MEAN: Final = "valgen.score.mean"  # double, summary only: sum / count, absent when count is 0
-KEPT: Final = "valgen.kept"
+KEPT: Final = "valgen.kept"  # on a rollout summary, like valgen.seen: responses
+# Rollouts: the distinct prompts a source saw (end record, cumulative like valgen.seen) and, on
+# the summary, their sum over the ended sources and the prompts kept.
+PROMPTS_SEEN: Final = "valgen.prompts_seen"  # int
+PROMPTS_KEPT: Final = "valgen.prompts_kept"  # int, summary only
 SOURCES: Final = "valgen.sources"  # sources that sent anything for the step
 SOURCES_ENDED: Final = "valgen.sources_ended"  # of those, the ones that sent their end record
 LATE: Final = "valgen.late"  # summary/late record: int count; a forwarded late generation: true

@@ -1,6 +1,6 @@
 """The sampling rule shared by every component: the sampling key and the bottom-k choice.
 
-For each group (run, step, attempt) the sampler keeps the ``k`` records with the smallest
+For each group (run, step, attempt, kind) the sampler keeps the ``k`` records with the smallest
 ``(sample_key, sample_id)`` (sample ids compared as UTF-8 bytes, which for valid Unicode is the
 same order as code points). The choice is uniform over ids, the same for a seed at every step,
 and mergeable: the bottom-k of a union equals the bottom-k of the per-part bottom-k's, so any
@@ -49,6 +49,12 @@ generation and recomputes the key of every later generation of another version f
 and sample id (``docs/architecture.md``, "The sampling key", says what that costs).
 The Go processor implements the same rule; ``testdata/sampling/*.json`` holds the vectors
 that both test suites read.
+
+Rollouts (``valgen.kind = rollout``) are sampled by prompt, not by response: the *group view*
+(``GroupView``) keeps the k prompts with the smallest ``(prompt_key, prompt_id)``, where
+``prompt_key = sample_key(seed, prompt_id)``, and every response of each kept prompt, so a
+GRPO group is shown whole. It is mergeable like the bottom-k: a prompt of the bottom-k of a
+union is in the bottom-k of every part that saw it, with the responses that part saw.
 """
 
 from __future__ import annotations
@@ -67,8 +73,10 @@ __all__ = [
     "KEY_VERSIONS",
     "LEGACY_KEY_VERSION",
     "BottomK",
+    "GroupView",
     "SortKey",
     "bottom_k",
+    "group_view",
     "id_hash",
     "mix64",
     "sample_key",
@@ -189,7 +197,7 @@ class BottomK(Generic[T]):
             raise ValueError("k must be >= 0")
         self.k = k
         self._heap: list[_Entry[T]] = []
-        self._kept: set[Order] = set()
+        self._kept: dict[Order, T] = {}
 
     def offer(self, order: Order, item: T) -> bool:
         """Consider one item; return whether it is (for now) among the kept ones."""
@@ -197,13 +205,13 @@ class BottomK(Generic[T]):
             return False
         if len(self._heap) < self.k:
             heapq.heappush(self._heap, _Entry(order, item))
-            self._kept.add(order)
+            self._kept[order] = item
             return True
         if order >= self._heap[0].order:
             return False
         evicted = heapq.heapreplace(self._heap, _Entry(order, item))
-        self._kept.discard(evicted.order)
-        self._kept.add(order)
+        del self._kept[evicted.order]
+        self._kept[order] = item
         return True
 
     def shrink(self, k: int) -> list[T]:
@@ -217,7 +225,7 @@ class BottomK(Generic[T]):
         removed = []
         while len(self._heap) > k:
             entry = heapq.heappop(self._heap)
-            self._kept.discard(entry.order)
+            del self._kept[entry.order]
             removed.append(entry.item)
         return removed
 
@@ -226,6 +234,10 @@ class BottomK(Generic[T]):
         if self.k == 0 or order in self._kept:
             return False
         return len(self._heap) < self.k or order < self._heap[0].order
+
+    def get(self, order: Order) -> T | None:
+        """The kept item with this sort key, if any."""
+        return self._kept.get(order)
 
     def __len__(self) -> int:
         return len(self._heap)
@@ -259,3 +271,72 @@ def bottom_k(items: Iterable[tuple[SortKey, T]], k: int) -> list[tuple[SortKey, 
     for order, item in items:
         selector.offer(order, item)
     return selector.items()
+
+
+class GroupView(Generic[T]):
+    """The group view: the ``k`` prompts with the smallest prompt sort keys, each with every response offered.
+
+    Responses of one prompt share its sort key, so they are kept or dropped together; offering
+    a response whose sort key its prompt already holds is a no-op. Memory is O(k·n) for n
+    responses per prompt. A validation generation is the case of a prompt with one response.
+    """
+
+    def __init__(self, k: int) -> None:
+        self._prompts: BottomK[dict[Order, T]] = BottomK(k)
+
+    @property
+    def k(self) -> int:
+        """How many prompts are kept at most."""
+        return self._prompts.k
+
+    def offer(self, prompt: Order, order: Order, item: T) -> bool:
+        """Consider one response of ``prompt``; return whether it is (for now) kept."""
+        responses = self._prompts.get(prompt)
+        if responses is not None:
+            if order in responses:
+                return False
+            responses[order] = item
+            return True
+        return self._prompts.offer(prompt, {order: item})
+
+    def would_keep(self, prompt: Order) -> bool:
+        """Whether a response of ``prompt`` would be kept if offered now (its prompt is or would be kept)."""
+        return self._prompts.get(prompt) is not None or self._prompts.would_keep(prompt)
+
+    def threshold(self) -> Order | None:
+        """The largest kept prompt sort key once ``k`` prompts are kept, else None."""
+        return self._prompts.threshold()
+
+    def shrink(self, k: int) -> list[T]:
+        """Keep only the ``k`` smallest prompts; return the responses no longer kept."""
+        return [item for responses in self._prompts.shrink(k) for item in responses.values()]
+
+    def prompts(self) -> int:
+        """How many prompts are kept."""
+        return len(self._prompts)
+
+    def __len__(self) -> int:
+        return sum(len(responses) for responses in self._prompts.kept())
+
+    def kept(self) -> list[T]:
+        """The kept responses, in no particular order."""
+        return [item for responses in self._prompts.kept() for item in responses.values()]
+
+    def items(self) -> list[tuple[SortKey, SortKey, T]]:
+        """``(prompt, response, item)`` ranked: prompts ascending, each prompt's responses ascending."""
+        return [
+            (prompt, SortKey(*order), responses[order])
+            for prompt, responses in self._prompts.items()
+            for order in sorted(responses)
+        ]
+
+
+def group_view(items: Iterable[tuple[SortKey, SortKey, T]], k: int) -> list[tuple[SortKey, SortKey, T]]:
+    """The responses of the ``k`` prompts with the smallest sort keys, ranked (the reference group view).
+
+    ``items`` are ``(prompt sort key, response sort key, item)``.
+    """
+    view: GroupView[T] = GroupView(k)
+    for prompt, order, item in items:
+        view.offer(prompt, order, item)
+    return view.items()

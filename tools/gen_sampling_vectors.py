@@ -11,7 +11,17 @@ import random
 from pathlib import Path
 
 from otel_valgen.reader import EndRecord
-from otel_valgen.sampling import KEY_VERSIONS, SortKey, bottom_k, id_hash, mix64, sample_key, seed_lane, step_k
+from otel_valgen.sampling import (
+    KEY_VERSIONS,
+    GroupView,
+    SortKey,
+    bottom_k,
+    id_hash,
+    mix64,
+    sample_key,
+    seed_lane,
+    step_k,
+)
 from otel_valgen.selection import select_steps
 
 OUT = Path(__file__).resolve().parent.parent / "testdata" / "sampling"
@@ -223,6 +233,96 @@ def score_stats_cases() -> dict[str, object]:
     }
 
 
+def _sorted_view(records: list[dict[str, str]], k: int, seed: int) -> list[str]:
+    """The group view by sorting: every response of the k smallest prompts, ranked.
+
+    An oracle written apart from ``sampling.GroupView``: the sample ids, by prompt, then response.
+    """
+
+    def key(record: dict[str, str], field: str, id_field: str) -> tuple[int, bytes]:
+        own = record.get(field)
+        value = int(own) if own is not None else sample_key(seed, record[id_field])
+        return value, record[id_field].encode()
+
+    prompts = sorted({key(r, "prompt_key", "prompt_id") for r in records})[:k]
+    kept = {(key(r, "prompt_key", "prompt_id"), key(r, "sample_key", "sample_id"), r["sample_id"]) for r in records}
+    return [sid for prompt, _, sid in sorted(kept) if prompt in prompts]
+
+
+def group_view_cases() -> dict[str, object]:
+    """Rollout groups: the bottom-k prompts with every response of each (GroupView)."""
+    rng = random.Random(20261202)
+    cases: list[dict[str, object]] = []
+
+    def case(name: str, k: int, records: list[dict[str, str]], seed: int = 42) -> None:
+        view: GroupView[str] = GroupView(k)  # the implementation must agree with the oracle
+        for r in records:
+            prompt, order = (
+                SortKey.of(
+                    int(r["prompt_key"]) if "prompt_key" in r else sample_key(seed, r["prompt_id"]), r["prompt_id"]
+                ),
+                SortKey.of(
+                    int(r["sample_key"]) if "sample_key" in r else sample_key(seed, r["sample_id"]), r["sample_id"]
+                ),
+            )
+            view.offer(prompt, order, r["sample_id"])
+        expected = _sorted_view(records, k, seed)
+        assert [sid for _, _, sid in view.items()] == expected, name
+        prompt_of = {r["sample_id"]: r["prompt_id"] for r in records}
+        prompts = list(dict.fromkeys(prompt_of[sid] for sid in expected))
+        cases.append(
+            {
+                "name": name,
+                "k": k,
+                "seed": str(seed),
+                "records": records,
+                "expected": expected,
+                "expected_prompts": prompts,
+            }
+        )
+
+    # Prompt keys given, with a tie broken by the prompt id's bytes; responses interleaved, one
+    # delivered twice, a prompt evicted after two of its responses were kept.
+    tied = [("b", 5), ("a", 5), ("c", 1), ("z", 9), ("é", 5)]
+    records = []
+    for i in range(3):
+        for prompt, pkey in tied:
+            records.append(
+                {
+                    "prompt_id": prompt,
+                    "prompt_key": str(pkey),
+                    "sample_id": f"{prompt}/{i}",
+                    "sample_key": str(rng.randrange(100)),
+                }
+            )
+    records.append(dict(records[0]))
+    for k in (0, 1, 2, 3, 10):
+        case(f"ties_k{k}", k, records)
+    late_small = [{"prompt_id": "late", "prompt_key": "0", "sample_id": "late/0", "sample_key": "7"}]
+    case("a_late_prompt_evicts_a_whole_group", 2, records + late_small)
+
+    # Keys computed from the seed (as the processor does when a record lacks them): GRPO batches
+    # of 8 prompts x n responses, prompt ids as verl's uids or as 16 hex digits.
+    for seed, prompts, n, k in ((42, 40, 8, 4), (7, 100, 4, 16), (2**64 - 1, 12, 16, 12), (0, 5, 2, 64)):
+        ids = [f"uid-{rng.randrange(10**9):09d}" for _ in range(prompts // 2)]
+        ids += [f"{rng.getrandbits(64):016x}" for _ in range(prompts - prompts // 2)]
+        records = [{"prompt_id": p, "sample_id": f"{p}/{i}"} for i in range(n) for p in ids]
+        rng.shuffle(records)
+        case(f"seed{seed}_p{prompts}_n{n}_k{k}", k, records, seed)
+    return {
+        "description": (
+            "Rollout groups (valgen.kind = rollout): keep the k prompts with the smallest "
+            "(prompt_key, UTF-8 bytes of prompt_id) and every response of each; a response "
+            "whose (sample_key, sample_id) is already kept is kept once. expected lists the "
+            "kept sample ids ranked: prompts ascending, each prompt's responses ascending by "
+            "(sample_key, UTF-8 bytes of sample_id); expected_prompts the kept prompt ids, ascending. "
+            "Records without prompt_key get sample_key(2, seed, prompt_id), without sample_key "
+            "sample_key(2, seed, sample_id). Keys and seeds are decimal strings."
+        ),
+        "cases": cases,
+    }
+
+
 def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     for name, payload in (
@@ -230,6 +330,7 @@ def main() -> None:
         ("bottom_k.json", bottom_k_cases()),
         ("k_rule.json", k_rule_cases()),
         ("score_stats.json", score_stats_cases()),
+        ("group_view.json", group_view_cases()),
     ):
         path = OUT / name
         path.write_text(json.dumps(payload, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")

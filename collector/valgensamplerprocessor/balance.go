@@ -73,10 +73,9 @@ func (s *sourceState) balance(kept int64) (seen int64, d dropCounts) {
 func (g *group) balance() (seen int64, d dropCounts) {
 	keptBy := make(map[sourceID]int64, len(g.sources))
 	if g.kept != nil {
-		for i := range g.kept.heap {
-			kept := &g.kept.heap[i].item
-			keptBy[sourceOf(kept.record.Attributes(), kept.resource)]++
-		}
+		g.kept.each(func(_ sortKey, e *entry[keptRecord]) {
+			keptBy[sourceOf(e.item.record.Attributes(), e.item.resource)]++
+		})
 	}
 	for id, state := range g.sources {
 		s, sd := state.balance(keptBy[id])

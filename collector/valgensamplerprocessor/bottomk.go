@@ -34,11 +34,17 @@ func (h *maxHeap[T]) Pop() any {
 type bottomK[T any] struct {
 	k    int
 	heap maxHeap[T]
-	kept map[sortKey]struct{}
+	kept map[sortKey]T
 }
 
 func newBottomK[T any](k int) *bottomK[T] {
-	return &bottomK[T]{k: max(k, 0), kept: make(map[sortKey]struct{})}
+	return &bottomK[T]{k: max(k, 0), kept: make(map[sortKey]T)}
+}
+
+// get returns the kept item with this sort key.
+func (b *bottomK[T]) get(order sortKey) (T, bool) {
+	item, ok := b.kept[order]
+	return item, ok
 }
 
 // wouldKeep reports whether an item with this sort key would be kept if offered now.
@@ -62,8 +68,9 @@ func (b *bottomK[T]) offer(order sortKey, makeItem func() T) bool {
 		evicted := heap.Pop(&b.heap).(entry[T])
 		delete(b.kept, evicted.order)
 	}
-	heap.Push(&b.heap, entry[T]{order: order, item: makeItem()})
-	b.kept[order] = struct{}{}
+	item := makeItem()
+	heap.Push(&b.heap, entry[T]{order: order, item: item})
+	b.kept[order] = item
 	return true
 }
 

@@ -96,7 +96,7 @@ func (c *closedGroups) sameStep(step string) []*footprint {
 }
 
 // markLate counts a late record if the group is a remembered closed one, and queues the
-// group's late report (built from the record's step attributes, attempt and resource).
+// group's late report (built from the record's step attributes, attempt, kind and resource).
 func (c *closedGroups) markLate(key string, lr plog.LogRecord, res pcommon.Resource) bool {
 	e, ok := c.entries[key]
 	if !ok {
@@ -113,6 +113,7 @@ func (c *closedGroups) markLate(key string, lr plog.LogRecord, res pcommon.Resou
 			}
 		}
 		r.attrs.PutStr(attrAttempt, attemptOf(attrs))
+		r.attrs.PutStr(attrKind, kindOf(attrs))
 		res.CopyTo(r.resource)
 		c.reports[key] = r
 	}

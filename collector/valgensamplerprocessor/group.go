@@ -58,11 +58,12 @@ type group struct {
 	lastSeen  time.Time // arrival of the last record (any kind), for decision_wait
 
 	attempt      string // valgen.attempt ("" for legacy records)
+	kind         string // valgen.kind: kindValidation or kindRollout
 	attemptStart int64  // smallest record time seen (unix nanos), see recordTime
 	attemptLast  int64  // largest record time seen (unix nanos): with attemptStart, its span
 
-	k    int // the smallest k any record asked for; -1 before the first generation
-	kept *bottomK[keptRecord]
+	k    int // the smallest k any record asked for (prompts of a rollout); -1 before the first generation
+	kept *groupView
 	// keyVersion is the key version of the group's first generation (0 before it): the keys
 	// of generations of another version are recomputed in it. rekeyed counts those.
 	keyVersion int64
@@ -84,6 +85,7 @@ func newGroup(key string, seq uint64, lr plog.LogRecord, res pcommon.Resource, n
 		seq:          seq,
 		firstSeen:    now,
 		attempt:      attemptOf(lr.Attributes()),
+		kind:         kindOf(lr.Attributes()),
 		attemptStart: recordTime(lr, now),
 		attemptLast:  recordTime(lr, now),
 		k:            -1,
@@ -131,12 +133,12 @@ func (g *group) addGeneration(gen generation, lr plog.LogRecord, at origin, src 
 	switch {
 	case g.kept == nil:
 		g.k = gen.k
-		g.kept = newBottomK[keptRecord](gen.k)
+		g.kept = newGroupView(gen.k)
 	case stepK(g.k, gen.k) < g.k:
 		g.k = stepK(g.k, gen.k)
 		g.kept.shrink(g.k)
 	}
-	g.kept.offer(gen.order, func() keptRecord { return at.keep(lr) })
+	g.kept.offer(gen, func() keptRecord { return at.keep(lr) })
 }
 
 // addInvalid counts a generation of the group that the sampler dropped as invalid (it has
@@ -155,6 +157,7 @@ func (g *group) addEnd(end endInfo, lr plog.LogRecord, src sourceID, now time.Ti
 	state.end.emitted = max(state.end.emitted, end.emitted)
 	state.end.dropped = max(state.end.dropped, end.dropped)
 	state.end.scores = state.end.scores.larger(end.scores)
+	state.end.promptsSeen = max(state.end.promptsSeen, end.promptsSeen)
 	state.markUnhooked(end.unhooked)
 	g.sourcesExpected = max(g.sourcesExpected, end.sourcesExpected)
 }
@@ -163,6 +166,19 @@ func (g *group) addEnd(end endInfo, lr plog.LogRecord, src sourceID, now time.Ti
 // many sent generations but never ended (e.g. a worker killed mid-step).
 func (g *group) endedSources() int64 {
 	return g.countSources(func(state *sourceState) bool { return state.ended })
+}
+
+// promptsSeen is the prompts its ended sources saw, each source's largest valgen.prompts_seen
+// added up: exact when each prompt's responses come from one source (verl's trainer), else an
+// upper bound.
+func (g *group) promptsSeen() int64 {
+	var n int64
+	for _, state := range g.sources {
+		if state.ended {
+			n += state.end.promptsSeen
+		}
+	}
+	return n
 }
 
 // stepK is a group's k once a record asks for asked: the smallest k asked for wins. Shrinking

@@ -100,6 +100,13 @@ type rec struct {
 	scored     bool
 	scoreCount int64
 	scoreSum   float64
+	// kind is valgen.kind, sent when not empty; a rollout generation's prompt id, and its prompt
+	// key when hasPromptKey; promptsSeen is valgen.prompts_seen on an end record, sent when > 0
+	kind         string
+	promptID     string
+	promptKey    int64
+	hasPromptKey bool
+	promptsSeen  int64
 }
 
 // logsOf builds one ResourceLogs per record, with service.instance.id as the resource.
@@ -128,6 +135,9 @@ func appendRec(lrs plog.LogRecordSlice, r rec) plog.LogRecord {
 	if r.attempt != "" {
 		attrs.PutStr(attrAttempt, r.attempt)
 	}
+	if r.kind != "" {
+		attrs.PutStr(attrKind, r.kind)
+	}
 	if !r.at.IsZero() {
 		lr.SetTimestamp(pcommon.NewTimestampFromTime(r.at))
 	}
@@ -148,6 +158,9 @@ func appendRec(lrs plog.LogRecordSlice, r rec) plog.LogRecord {
 			attrs.PutInt(attrScoreCount, r.scoreCount)
 			attrs.PutDouble(attrScoreSum, r.scoreSum)
 		}
+		if r.promptsSeen > 0 {
+			attrs.PutInt(attrPromptsSeen, r.promptsSeen)
+		}
 		return lr
 	}
 	if lr.EventName() == eventStart && r.expected > 0 {
@@ -158,6 +171,12 @@ func appendRec(lrs plog.LogRecordSlice, r rec) plog.LogRecord {
 	}
 	if r.hasKey {
 		attrs.PutInt(attrSampleKey, r.key)
+	}
+	if r.promptID != "" {
+		attrs.PutStr(attrPromptID, r.promptID)
+	}
+	if r.hasPromptKey {
+		attrs.PutInt(attrPromptKey, r.promptKey)
 	}
 	if r.keyVersion > 0 {
 		attrs.PutInt(attrKeyVersion, r.keyVersion)

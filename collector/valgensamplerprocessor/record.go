@@ -64,6 +64,16 @@ const (
 	attrUnhookedReason  = "valgen.unhooked_reason"
 	attrSourcesUnhooked = "valgen.sources_unhooked"
 	integrationUnhooked = "unhooked"
+
+	// Which stream a record belongs to (absent: validation), and the prompt of a rollout
+	// (groupview.go): its id, its key, and on end records and summaries the prompts counted.
+	attrKind        = "valgen.kind"
+	kindValidation  = "validation"
+	kindRollout     = "rollout"
+	attrPromptID    = "valgen.prompt_id"
+	attrPromptKey   = "valgen.prompt_key"
+	attrPromptsSeen = "valgen.prompts_seen"
+	attrPromptsKept = "valgen.prompts_kept"
 )
 
 // Reasons attached to the dropped-records metric.
@@ -96,6 +106,8 @@ func isSampled(name string) bool {
 // generation is what the sampler needs from a valgen.generation record.
 type generation struct {
 	order      sortKey
+	prompt     sortKey // the order of its prompt: a rollout's (prompt_key, prompt_id), else order
+	rollout    bool
 	k          int
 	keyVersion int64  // valgen.key_version, 1 when absent
 	seed       uint64 // valgen.seed, else the configured seed: to recompute the key
@@ -108,6 +120,7 @@ type endInfo struct {
 	sourcesExpected        int64 // 0 when the record does not say
 	scores                 scoreStats
 	unhooked               string // why verl's own table ran in the source (unhookedOf), "" when it did not
+	promptsSeen            int64  // rollout end records: the prompts the source saw (valgen.prompts_seen)
 }
 
 // checkCommon verifies the attributes that every sampled record must carry.
@@ -120,6 +133,9 @@ func checkCommon(attrs pcommon.Map) string {
 		return reasonInvalidAttribute
 	}
 	if v, ok := attrs.Get(attrAttempt); ok && v.Type() != pcommon.ValueTypeStr {
+		return reasonInvalidAttribute
+	}
+	if v, ok := attrs.Get(attrKind); ok && (v.Type() != pcommon.ValueTypeStr || (v.Str() != kindValidation && v.Str() != kindRollout)) {
 		return reasonInvalidAttribute
 	}
 	_, reason := intAttr(attrs, attrStep, true)
@@ -180,10 +196,36 @@ func parseGeneration(attrs pcommon.Map, cfg *Config) (generation, string) {
 			return generation{}, reasonInvalidAttribute
 		}
 		gen.order = sortKey{key: uint64(key.Int()), id: id}
-		return gen, ""
+	} else {
+		gen.order = sortKey{key: sampleKey(gen.keyVersion, gen.seed, id), id: id}
 	}
-	gen.order = sortKey{key: sampleKey(gen.keyVersion, gen.seed, id), id: id}
-	return gen, ""
+	return gen, gen.parsePrompt(attrs)
+}
+
+// parsePrompt sets the generation's prompt order: a rollout's valgen.prompt_id (required) and
+// valgen.prompt_key (else computed from its seed and the prompt id, as a sample key is); any
+// other generation is its own prompt.
+func (gen *generation) parsePrompt(attrs pcommon.Map) string {
+	gen.prompt = gen.order
+	if kindOf(attrs) != kindRollout {
+		return ""
+	}
+	gen.rollout = true
+	idValue, ok := attrs.Get(attrPromptID)
+	if !ok {
+		return reasonMissingAttribute
+	}
+	if idValue.Type() != pcommon.ValueTypeStr {
+		return reasonInvalidAttribute
+	}
+	gen.prompt = sortKey{key: sampleKey(gen.keyVersion, gen.seed, idValue.Str()), id: idValue.Str()}
+	if key, present := attrs.Get(attrPromptKey); present {
+		if key.Type() != pcommon.ValueTypeInt || key.Int() < 0 {
+			return reasonInvalidAttribute
+		}
+		gen.prompt.key = uint64(key.Int())
+	}
+	return ""
 }
 
 // inKeyVersion returns gen with its key recomputed from its seed and sample id under version
@@ -191,6 +233,10 @@ func parseGeneration(attrs pcommon.Map, cfg *Config) (generation, string) {
 func (gen generation) inKeyVersion(version int64) generation {
 	if gen.keyVersion != version {
 		gen.order.key = sampleKey(version, gen.seed, gen.order.id)
+		gen.prompt = gen.order
+		if gen.rollout {
+			gen.prompt.key = sampleKey(version, gen.seed, gen.prompt.id)
+		}
 		gen.keyVersion = version
 	}
 	return gen
@@ -222,17 +268,39 @@ func parseEnd(attrs pcommon.Map) (endInfo, string) {
 		return endInfo{}, reason
 	}
 	end.unhooked = unhookedOf(attrs)
+	if end.promptsSeen, reason = optionalCount(attrs, attrPromptsSeen); reason != "" {
+		return endInfo{}, reason
+	}
 	return end, ""
 }
 
 // stepAttributes identify a validation step, here as in every other component (the
-// summary, otel-valgen show, the exporters): a group is one (run, step, attempt).
+// summary, otel-valgen show, the exporters): a group is one (run, step, attempt, kind).
 var stepAttributes = []string{attrRunID, attrStep}
 
 // groupKey builds an unambiguous key from the step attributes' values (type and value)
-// followed by the record's attempt, so that two attempts of one step never share a group.
+// followed by the record's kind and attempt, so that two attempts of one step, or its
+// validation and its rollouts, never share a group.
 func groupKey(attrs pcommon.Map) string {
-	return stepKey(attrs) + attemptKey(attemptOf(attrs))
+	return stepKey(attrs) + kindKey(kindOf(attrs)) + attemptKey(attemptOf(attrs))
+}
+
+// kindKey is the part of a group key that names the kind: "" for validation, so that the
+// keys of validation groups (stored, or in the closed-groups ring) are those of earlier releases.
+func kindKey(kind string) string {
+	if kind == kindValidation {
+		return ""
+	}
+	return "k:" + kind + "|"
+}
+
+// kindOf returns the record's valgen.kind; absent is validation (checkCommon drops records
+// whose kind is not one of the two).
+func kindOf(attrs pcommon.Map) string {
+	if v, ok := attrs.Get(attrKind); ok && v.Type() == pcommon.ValueTypeStr && v.Str() != "" {
+		return v.Str()
+	}
+	return kindValidation
 }
 
 // attemptKey is the part of a group key that names the attempt ("" for legacy records).

@@ -76,6 +76,12 @@ const (
 	stateAttrSourceInvalid   = "invalid"      // absent: 0 (and in groups stored before it existed)
 	stateAttrAttemptLast     = "attempt_last" // absent in groups stored before it existed
 	stateAttrSourceUnhooked  = "unhooked"     // absent: the source did not run verl's own table
+	// A rollout group's kind and the prompt of each kept record (absent: validation, each
+	// record its own prompt), and each source's prompts seen (absent: 0).
+	stateAttrKind              = "kind"
+	stateAttrPromptKeys        = "prompt_keys"
+	stateAttrPromptIDs         = "prompt_ids"
+	stateAttrSourcePromptsSeen = "prompts_seen"
 )
 
 // Values of the operation attribute of the storage-errors metric.
@@ -151,16 +157,24 @@ func encodeGroup(g *group) ([]byte, error) {
 	attrs.PutInt(stateAttrKeyVersion, g.keyVersion)
 	attrs.PutInt(stateAttrAttemptLast, g.attemptLast)
 	encodeSources(attrs, g)
+	if g.kind != kindValidation {
+		attrs.PutStr(stateAttrKind, g.kind)
+	}
 	if g.kept != nil {
 		keys := attrs.PutEmptySlice(stateAttrOrderKeys)
 		ids := attrs.PutEmptySlice(stateAttrOrderIDs)
-		keys.EnsureCapacity(g.kept.len())
-		ids.EnsureCapacity(g.kept.len())
-		ld.ResourceLogs().EnsureCapacity(1 + g.kept.len())
-		for i := range g.kept.heap {
-			e := &g.kept.heap[i]
+		var promptKeys, promptIDs pcommon.Slice
+		if g.kind == kindRollout {
+			promptKeys = attrs.PutEmptySlice(stateAttrPromptKeys)
+			promptIDs = attrs.PutEmptySlice(stateAttrPromptIDs)
+		}
+		g.kept.each(func(prompt sortKey, e *entry[keptRecord]) {
 			keys.AppendEmpty().SetInt(int64(e.order.key)) //nolint:gosec // keys are < 2^63
 			ids.AppendEmpty().SetStr(e.order.id)
+			if g.kind == kindRollout {
+				promptKeys.AppendEmpty().SetInt(int64(prompt.key)) //nolint:gosec // keys are < 2^63
+				promptIDs.AppendEmpty().SetStr(prompt.id)
+			}
 			krl := ld.ResourceLogs().AppendEmpty()
 			e.item.resource.CopyTo(krl.Resource())
 			krl.SetSchemaUrl(e.item.resourceSchema)
@@ -168,7 +182,7 @@ func encodeGroup(g *group) ([]byte, error) {
 			e.item.scope.CopyTo(ksl.Scope())
 			ksl.SetSchemaUrl(e.item.scopeSchema)
 			e.item.record.CopyTo(ksl.LogRecords().AppendEmpty())
-		}
+		})
 	}
 	m := plog.ProtoMarshaler{}
 	return m.MarshalLogs(ld)
@@ -275,6 +289,9 @@ func decodeGroupData(data []byte) (*group, int64, error) {
 	}
 	if v, ok := attrs.Get(stateAttrStep); ok {
 		v.CopyTo(g.step)
+	}
+	if err := decodeKind(attrs, g); err != nil {
+		return nil, 0, err
 	}
 	if err := decodeLifecycle(attrs, g, version); err != nil {
 		return nil, 0, err

@@ -34,6 +34,9 @@ func encodeSources(attrs pcommon.Map, g *group) {
 		if state.unhooked != "" {
 			m.PutStr(stateAttrSourceUnhooked, state.unhooked)
 		}
+		if state.end.promptsSeen > 0 {
+			m.PutInt(stateAttrSourcePromptsSeen, state.end.promptsSeen)
+		}
 		if state.end.scores.reported {
 			m.PutInt(stateAttrSourceScoreN, state.end.scores.count)
 			m.PutDouble(stateAttrSourceScoreSum, state.end.scores.sum)
@@ -78,6 +81,12 @@ func decodeSources(attrs pcommon.Map, g *group, version int64) error {
 				return corrupt("source %d: %s", i, stateAttrSourceInvalid)
 			}
 			state.invalid = invalid.Int()
+		}
+		if prompts, ok := m.Get(stateAttrSourcePromptsSeen); ok {
+			if prompts.Type() != pcommon.ValueTypeInt || prompts.Int() < 0 {
+				return corrupt("source %d: %s", i, stateAttrSourcePromptsSeen)
+			}
+			state.end.promptsSeen = prompts.Int()
 		}
 		if unhooked, ok := m.Get(stateAttrSourceUnhooked); ok {
 			if unhooked.Type() != pcommon.ValueTypeStr {
@@ -158,26 +167,64 @@ func decodeKeyVersion(attrs pcommon.Map, g *group) error {
 	return nil
 }
 
+// decodeKind reads a group's kind: absent is validation (groups stored before kinds existed).
+func decodeKind(attrs pcommon.Map, g *group) error {
+	g.kind = kindValidation
+	v, ok := attrs.Get(stateAttrKind)
+	if !ok {
+		return nil
+	}
+	if v.Type() != pcommon.ValueTypeStr || v.Str() != kindRollout {
+		return corrupt("header attribute %q", stateAttrKind)
+	}
+	g.kind = kindRollout
+	return nil
+}
+
+// storedOrders reads a slice of sort keys from the parallel attributes keysAttr and idsAttr,
+// which must hold n of them.
+func storedOrders(attrs pcommon.Map, keysAttr, idsAttr string, n int) ([]sortKey, error) {
+	keys, hasKeys := attrs.Get(keysAttr)
+	ids, hasIDs := attrs.Get(idsAttr)
+	if !hasKeys || !hasIDs || keys.Type() != pcommon.ValueTypeSlice || ids.Type() != pcommon.ValueTypeSlice ||
+		keys.Slice().Len() != n || ids.Slice().Len() != n {
+		return nil, corrupt("kept records and %s disagree", keysAttr)
+	}
+	orders := make([]sortKey, n)
+	for i := range n {
+		kv, iv := keys.Slice().At(i), ids.Slice().At(i)
+		if kv.Type() != pcommon.ValueTypeInt || kv.Int() < 0 || iv.Type() != pcommon.ValueTypeStr {
+			return nil, corrupt("%s %d", keysAttr, i)
+		}
+		orders[i] = sortKey{key: uint64(kv.Int()), id: iv.Str()}
+	}
+	return orders, nil
+}
+
 func decodeKept(attrs pcommon.Map, rls plog.ResourceLogsSlice, g *group) error {
-	keys, hasKeys := attrs.Get(stateAttrOrderKeys)
-	ids, hasIDs := attrs.Get(stateAttrOrderIDs)
 	records := rls.Len() - 1
 	if g.k < 0 {
+		_, hasKeys := attrs.Get(stateAttrOrderKeys)
+		_, hasIDs := attrs.Get(stateAttrOrderIDs)
 		if hasKeys || hasIDs || records != 0 {
 			return corrupt("kept records before the first generation")
 		}
 		return nil
 	}
-	if !hasKeys || !hasIDs || keys.Type() != pcommon.ValueTypeSlice || ids.Type() != pcommon.ValueTypeSlice ||
-		keys.Slice().Len() != records || ids.Slice().Len() != records || records > g.k {
-		return corrupt("kept records and sort keys disagree")
+	orders, err := storedOrders(attrs, stateAttrOrderKeys, stateAttrOrderIDs, records)
+	if err != nil {
+		return err
 	}
-	g.kept = newBottomK[keptRecord](g.k)
-	for i := range records {
-		kv, iv := keys.Slice().At(i), ids.Slice().At(i)
-		if kv.Type() != pcommon.ValueTypeInt || kv.Int() < 0 || iv.Type() != pcommon.ValueTypeStr {
-			return corrupt("sort key %d", i)
+	prompts := orders // validation: each record is its own prompt
+	if g.kind == kindRollout {
+		if prompts, err = storedOrders(attrs, stateAttrPromptKeys, stateAttrPromptIDs, records); err != nil {
+			return err
 		}
+	} else if records > g.k {
+		return corrupt("more kept records than k")
+	}
+	g.kept = newGroupView(g.k)
+	for i := range records {
 		rl := rls.At(i + 1)
 		if rl.ScopeLogs().Len() != 1 || rl.ScopeLogs().At(0).LogRecords().Len() != 1 {
 			return corrupt("kept record %d", i)
@@ -193,10 +240,13 @@ func decodeKept(attrs pcommon.Map, rls plog.ResourceLogsSlice, g *group) error {
 		sl.LogRecords().At(0).MoveTo(kept.record)
 		rl.Resource().MoveTo(kept.resource)
 		sl.Scope().MoveTo(kept.scope)
-		order := sortKey{key: uint64(kv.Int()), id: iv.Str()}
-		if !g.kept.offer(order, func() keptRecord { return kept }) {
+		gen := generation{order: orders[i], prompt: prompts[i]}
+		if !g.kept.offer(gen, func() keptRecord { return kept }) {
 			return corrupt("kept record %d repeated", i)
 		}
+	}
+	if g.kept.len() != records { // a prompt evicted another: more prompts than k
+		return corrupt("more kept prompts than k")
 	}
 	return nil
 }

@@ -75,8 +75,17 @@ func appendSummary(out plog.Logs, g *group, kept int, reason string, now time.Ti
 	g.runID.CopyTo(attrs.PutEmpty(attrRunID))
 	g.step.CopyTo(attrs.PutEmpty(attrStep))
 	attrs.PutStr(attrAttempt, g.attempt)
+	attrs.PutStr(attrKind, g.kind)
 	attrs.PutInt(attrAttemptStart, g.attemptStart)
 	attrs.PutInt(attrKept, int64(kept))
+	if g.kind == kindRollout { // valgen.seen and valgen.kept count responses
+		prompts := 0
+		if g.kept != nil {
+			prompts = g.kept.promptCount()
+		}
+		attrs.PutInt(attrPromptsKept, int64(prompts))
+		attrs.PutInt(attrPromptsSeen, g.promptsSeen())
+	}
 	attrs.PutInt(attrSources, int64(len(g.sources)))
 	attrs.PutInt(attrSourcesAnnounce, g.announcedSources())
 	attrs.PutInt(attrSourcesEnded, g.endedSources())
