@@ -24,6 +24,7 @@ def configure(
     *,
     run_id: str | None = None,
     count: int | None = None,
+    rollout_count: int | None = None,
     seed: int | None = None,
     presample: bool | None = None,
     endpoint: str | None = None,
@@ -42,6 +43,8 @@ def configure(
         run_id: the training run (default: ``OTEL_VALGEN_RUN_ID``; else this process's wandb run,
             followed when it starts later; else ``WANDB_RUN_ID``, the Ray driver's, a generated id).
         count: k, generations kept per step (``OTEL_VALGEN_COUNT``, 64).
+        rollout_count: k of training rollouts, prompts kept per step with all their responses
+            (``OTEL_VALGEN_ROLLOUT_COUNT``, 0: ``log_rollouts`` sends nothing).
         seed: sampling seed (``OTEL_VALGEN_SEED``, 42).
         presample: keep only the local bottom-k per step (``OTEL_VALGEN_PRESAMPLE``, on).
         endpoint: OTLP base URL, like ``OTEL_EXPORTER_OTLP_ENDPOINT`` (HTTP appends ``/v1/logs``;
@@ -66,6 +69,7 @@ def configure(
     settings = resolve_settings(
         run_id=run_id,
         count=count,
+        rollout_count=rollout_count,
         seed=seed,
         presample=presample,
         endpoint=endpoint,
@@ -108,7 +112,7 @@ def _extra_label(name: str) -> str:
     return f"extra[{name}]"
 
 
-def _extra_columns(extra: object) -> dict[str, Any]:
+def _extra_columns(extra: object, caller: str = "log_generations") -> dict[str, Any]:
     """The extra columns a call may send: valid names, at most ``MAX_EXTRA_COLUMNS``, in the mapping's order.
 
     Every other column is dropped whole, counted in ``extra_columns_dropped`` and named in one
@@ -120,7 +124,8 @@ def _extra_columns(extra: object) -> dict[str, Any]:
         _process.counters.add(_stats.EXTRA_COLUMNS_DROPPED)
         _process.counters.warn(
             "extra_columns_dropped",
-            "log_generations: extra must map column names to values, not a %s; no extra column sent",
+            "%s: extra must map column names to values, not a %s; no extra column sent",
+            caller,
             type(extra).__name__,
         )
         return {}
@@ -145,7 +150,8 @@ def _extra_columns(extra: object) -> dict[str, Any]:
             problems.append(f"more than {contract.MAX_EXTRA_COLUMNS} columns: {_listed(over)}")
         _process.counters.warn(
             "extra_columns_dropped",
-            "log_generations: %d extra column(s) dropped: %s",
+            "%s: %d extra column(s) dropped: %s",
+            caller,
             len(invalid) + len(over),
             "; ".join(problems),
         )

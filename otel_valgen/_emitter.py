@@ -1,6 +1,8 @@
 """One process's emitter: turns calls into generation records, presamples, ends steps.
 
-State is kept per (step, source). With presampling on, each holds only the bottom-k of
+State is kept per (step, source, kind): validation (blocks and block-less calls) and training
+rollouts (``log_rollouts``, block-less parts only) of one step are separate parts, with
+attempts of their own; every record carries its ``valgen.kind``. With presampling on, each holds only the bottom-k of
 what this process saw (O(k) memory) and sends it when the step ends; otherwise every
 generation is handed to the SDK as it is logged.
 
@@ -43,8 +45,8 @@ from opentelemetry.util.types import AnyValue
 from otel_valgen import _integration, _stats, contract
 from otel_valgen._keys import BatchKeyer
 from otel_valgen._pipeline import Pipeline
-from otel_valgen._presample import Kept, LocalSample
-from otel_valgen._records import Batch, PendingRecord, RecordBuilder, candidates
+from otel_valgen._presample import Candidate, Entered, LocalSample
+from otel_valgen._records import Batch, PendingRecord, RecordBuilder, candidates, rollout_candidates, rollout_prompts
 from otel_valgen._sanitize import score_stats
 from otel_valgen._settings import Settings
 from otel_valgen._tracing import derived_context
@@ -56,13 +58,18 @@ MAX_OPEN_STEPS = 256
 _ENDED_MEMORY = 1024
 
 
+PartKey = tuple[int, str, str]
+"""(step, source, kind): what the emitter keeps one state for."""
+
+
 @dataclass
 class StepState:
-    """What this process knows of one (step, source)."""
+    """What this process knows of one (step, source, kind)."""
 
     step: int
     source: str
     context: Context
+    kind: str = contract.KIND_VALIDATION
     count: int = 0
     sources_expected: int | None = None
     attempt: str = ""
@@ -71,6 +78,7 @@ class StepState:
     dropped: int = 0
     score_count: int = 0  # generations seen with a valid score, and their sum (valgen.score.*)
     score_sum: float = 0.0
+    prompts_seen: int = 0  # rollouts: the distinct prompts of each call, added up (valgen.prompts_seen)
     kept: LocalSample | None = None
     # Orders the progress thread against the end of the part: no progress record after the end.
     # It also serialises the block-less parts of one (step, source).
@@ -118,11 +126,11 @@ class Emitter:
         self._keyer = BatchKeyer(settings.seed)
         self._build = RecordBuilder(settings, stats)
         self._lock = threading.Lock()
-        self._steps: OrderedDict[tuple[int, str], StepState] = OrderedDict()
+        self._steps: OrderedDict[PartKey, StepState] = OrderedDict()
         # States of block-less parts: every call ended a part; later calls of the step add parts.
-        self._parts: OrderedDict[tuple[int, str], StepState] = OrderedDict()
-        # How many times each (step, source) was ended here: the next attempt's n is one more.
-        self._ended: OrderedDict[tuple[int, str], int] = OrderedDict()
+        self._parts: OrderedDict[PartKey, StepState] = OrderedDict()
+        # How many times each (step, source, kind) was ended here: the next attempt's n is one more.
+        self._ended: OrderedDict[PartKey, int] = OrderedDict()
         self._progress_stop = threading.Event()
         self._progress_thread: threading.Thread | None = None
 
@@ -148,10 +156,16 @@ class Emitter:
                 self._ended[key] = max(times, self._ended.get(key, 0))
 
     def _new_state(
-        self, step: int, source: str, context: Context | None, count: int | None, sources_expected: int | None
+        self,
+        step: int,
+        source: str,
+        context: Context | None,
+        count: int | None,
+        sources_expected: int | None,
+        kind: str = contract.KIND_VALIDATION,
     ) -> StepState:
-        """A state for (step, source) with its attempt; the caller holds the lock."""
-        if (step, source) in self._ended:
+        """A state for (step, source, kind) with its attempt; the caller holds the lock."""
+        if (step, source, kind) in self._ended:
             self.stats.warn(
                 "step_reopened",
                 "step %d (source %s) was already ended in this process; its new records form a new attempt",
@@ -164,8 +178,9 @@ class Emitter:
             context or derived_context(self.settings.run_id, step),
             count=self.settings.count if count is None else count,
             sources_expected=sources_expected,
-            attempt=f"{self.settings.launch_id}.{self._ended.get((step, source), 0) + 1}",
+            attempt=f"{self.settings.launch_id}.{self._ended.get((step, source, kind), 0) + 1}",
             marks=_integration.current(),
+            kind=kind,
         )
         if self.settings.presample:
             state.kept = LocalSample(state.count)
@@ -188,7 +203,7 @@ class Emitter:
         """
         overflow: StepState | None = None
         with self._lock:
-            key = (step, source)
+            key = (step, source, contract.KIND_VALIDATION)
             state = self._steps.get(key)
             opened = state is None
             if state is None:
@@ -216,19 +231,22 @@ class Emitter:
             self._finish(overflow)
         return state
 
-    def log_part(self, step: int, source: str, batch: Batch, count: int | None = None) -> int:
+    def log_part(
+        self, step: int, source: str, batch: Batch, count: int | None = None, kind: str = contract.KIND_VALIDATION
+    ) -> int:
         """A block-less call: log ``batch`` as one complete part of (step, source), then flush.
 
         Joins the open block of (step, source) instead when there is one (a block opened in
         another thread). Otherwise the part's new bottom-k records and an end record with the
         cumulative counts of the (step, source) are sent, and the flush (bounded by the flush
         timeout) is over, before this returns. Returns how many generations were accepted.
+        Rollouts (``kind``) have no blocks: each call is a part.
         """
         while True:
             with self._lock:
-                block = self._steps.get((step, source))
+                block = self._steps.get((step, source, kind))
                 if block is None:
-                    state, evicted = self._part_state(step, source, count)
+                    state, evicted = self._part_state(step, source, count, kind)
             if block is not None:
                 return self.log(block, batch)
             if evicted is not None:
@@ -244,30 +262,31 @@ class Emitter:
             self.flush(self.settings.flush_timeout_s)
             return accepted
 
-    def _part_state(self, step: int, source: str, count: int | None) -> tuple[StepState, StepState | None]:
-        """The block-less state of (step, source), created if new, and the one it evicted. Lock held."""
-        key = (step, source)
+    def _part_state(self, step: int, source: str, count: int | None, kind: str) -> tuple[StepState, StepState | None]:
+        """The block-less state of (step, source, kind), created if new, and the one it evicted. Lock held."""
+        key = (step, source, kind)
         state = self._parts.get(key)
         if state is not None:
             self._parts.move_to_end(key)
             self.stats.add(_stats.GENERATIONS_SAMPLED_OUT, state.ask(count))
             return state, None
-        state = self._parts[key] = self._new_state(step, source, None, count, None)
+        state = self._parts[key] = self._new_state(step, source, None, count, None, kind)
         if len(self._parts) <= MAX_OPEN_STEPS:
             return state, None
         _, evicted = self._parts.popitem(last=False)  # the least recently logged: it ends here
-        self._mark_ended(evicted.step, evicted.source)
+        self._mark_ended(evicted.step, evicted.source, evicted.kind)
         return state, evicted
 
     def end_step(self, step: int, source: str, sources_expected: int | None) -> bool:
         """Send the step's kept records and its end record, then flush (bounded in time)."""
         announce = False
+        key = (step, source, contract.KIND_VALIDATION)
         with self._lock:
-            state = self._steps.pop((step, source), None)
-            part = self._parts.pop((step, source), None) if state is None else None
+            state = self._steps.pop(key, None)
+            part = self._parts.pop(key, None) if state is None else None
             if part is not None:
-                self._mark_ended(step, source)
-            elif state is None and (step, source) not in self._ended:  # never opened: an empty part
+                self._mark_ended(*key)
+            elif state is None and key not in self._ended:  # never opened: an empty part
                 state = self._new_state(step, source, None, None, sources_expected)
                 announce = True
         if part is not None:
@@ -320,6 +339,8 @@ class Emitter:
             contract.SAMPLE_COUNT: state.count,
             **state.marks,
         }
+        if state.kind == contract.KIND_ROLLOUT:
+            attributes[contract.PROMPTS_SEEN] = state.prompts_seen
         if state.sources_expected is not None:
             attributes[contract.SOURCES_EXPECTED] = state.sources_expected
         if math.isfinite(state.score_sum):
@@ -341,11 +362,11 @@ class Emitter:
             self.stats.add(_stats.END_RECORDS_EMITTED)
         if final:
             with self._lock:
-                self._mark_ended(state.step, state.source)
+                self._mark_ended(state.step, state.source, state.kind)
 
-    def _mark_ended(self, step: int, source: str) -> None:
-        """Count one more end of (step, source): its next records form a new attempt. Lock held."""
-        key = (step, source)
+    def _mark_ended(self, step: int, source: str, kind: str) -> None:
+        """Count one more end of (step, source, kind): its next records form a new attempt. Lock held."""
+        key = (step, source, kind)
         self._ended[key] = self._ended.pop(key, 0) + 1
         while len(self._ended) > _ENDED_MEMORY:
             self._ended.popitem(last=False)
@@ -367,6 +388,7 @@ class Emitter:
                     contract.STEP: state.step,
                     contract.SOURCE: state.source,
                     contract.ATTEMPT: state.attempt,
+                    contract.KIND: state.kind,
                     **attributes,
                 },
                 event_name=event,
@@ -456,7 +478,7 @@ class Emitter:
             with self._lock:
                 # The k-th key only falls as items are offered, so an earlier read is a safe filter.
                 threshold, k = (kept.threshold(), kept.k) if kept is not None else (None, None)
-            found = candidates(batch, self._keyer, threshold, k)
+            found, prompts = self._candidates(state, batch, threshold, k)
         except Exception as error:
             self.refuse(state, size)
             self.stats.failed("computing sample ids and keys", error, size)
@@ -467,6 +489,7 @@ class Emitter:
                 state.seen += size
                 state.score_count += scored
                 state.score_sum += score_sum
+                state.prompts_seen += prompts
                 entered, evicted = kept.offer(found) if kept is not None else ([], 0)
         if ended:  # its block was ended by another thread after this call found it
             self.refuse(state, size)
@@ -494,12 +517,25 @@ class Emitter:
             state.dropped += generations
         self.stats.add(_stats.GENERATIONS_SEEN, generations)
 
-    def _emit_all(self, state: StepState, batch: Batch, found: list[tuple[int, Order]]) -> int:
+    def _candidates(
+        self, state: StepState, batch: Batch, threshold: Order | None, k: int | None
+    ) -> tuple[list[Candidate], int]:
+        """The batch's generations that may enter the state's sample, and how many prompts the batch has (rollouts)."""
+        if state.kind != contract.KIND_ROLLOUT:
+            return [(index, order, order) for index, order in candidates(batch, self._keyer, threshold, k)], 0
+        prompt_ids = rollout_prompts(batch)
+        return rollout_candidates(prompt_ids, self.settings.seed, threshold, k), len(set(prompt_ids))
+
+    def _prompt_of(self, state: StepState, prompt: Order) -> Order | None:
+        """The prompt sort key a rollout's record carries (None for validation)."""
+        return prompt if state.kind == contract.KIND_ROLLOUT else None
+
+    def _emit_all(self, state: StepState, batch: Batch, found: list[Candidate]) -> int:
         """Build and send the records of ``found`` (presampling off); return how many were dropped."""
         dropped = 0
-        for index, order in found:
+        for index, prompt, order in found:
             try:
-                record = self._build(state, batch, index, order)
+                record = self._build(state, batch, index, order, self._prompt_of(state, prompt))
             except Exception as error:
                 self._lost(state, "building a generation record", error)
                 dropped += 1
@@ -507,12 +543,12 @@ class Emitter:
                 dropped += not self._emit_generation(state, record)
         return dropped
 
-    def _build_kept(self, state: StepState, batch: Batch, entered: list[tuple[int, Order, Kept]]) -> int:
+    def _build_kept(self, state: StepState, batch: Batch, entered: list[Entered]) -> int:
         """Build the records of the generations that entered the bottom-k; return how many failed (dropped)."""
         failed = 0
-        for index, order, item in entered:
+        for index, prompt, order, item in entered:
             try:
-                item.record = self._build(state, batch, index, order)
+                item.record = self._build(state, batch, index, order, self._prompt_of(state, prompt))
             except Exception as error:
                 with self._lock:
                     lost = LocalSample.drop(item)  # 0 when evicted or ended meanwhile: already counted

@@ -1,5 +1,9 @@
 """One step's local bottom-k (presampling), and the fate of every generation that entered it.
 
+The sample is a group view (``otel_valgen.sampling.GroupView``): the bottom-k prompts with
+every response of each. A validation generation is its own prompt, so for validation this is
+the bottom-k of generations; a rollout's responses enter and leave with their prompt.
+
 A generation that enters is *held* until its fate is counted: sent at the end of the step (or
 part), dropped (its record failed to build, or the step ended before it was built), or sampled
 out (a smaller key evicted it, or a smaller k cut it). ``settled`` marks that its fate is
@@ -12,7 +16,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from otel_valgen._records import PendingRecord
-from otel_valgen.sampling import BottomK, Order
+from otel_valgen.sampling import GroupView, Order
+
+Candidate = tuple[int, Order, Order]
+"""A generation of a batch that may enter: (index in the batch, its prompt's sort key, its sort key)."""
+Entered = tuple[int, Order, Order, "Kept"]
 
 
 class Kept:
@@ -39,7 +47,7 @@ class LocalSample:
     """The bottom-k of what this process saw of one step, held until the step (or part) ends."""
 
     def __init__(self, k: int) -> None:
-        self._kept: BottomK[Kept] = BottomK(k)
+        self._kept: GroupView[Kept] = GroupView(k)
 
     @property
     def k(self) -> int:
@@ -47,15 +55,15 @@ class LocalSample:
         return self._kept.k
 
     def threshold(self) -> Order | None:
-        """The largest kept sort key once k are kept: only smaller ones can enter."""
+        """The largest kept prompt sort key once k are kept: only smaller ones (or its own responses) can enter."""
         return self._kept.threshold()
 
     def held(self) -> int:
         """Generations kept and not settled yet."""
         return sum(not item.settled for item in self._kept.kept())
 
-    def offer(self, found: list[tuple[int, Order]]) -> tuple[list[tuple[int, Order, Kept]], int]:
-        """Offer a batch's candidates ``(index, sort key)``.
+    def offer(self, found: list[Candidate]) -> tuple[list[Entered], int]:
+        """Offer a batch's candidates ``(index, prompt sort key, sort key)``.
 
         Returns those still kept after the whole batch (to build), and how many held
         generations of earlier calls they evicted (now sampled out).
@@ -64,16 +72,15 @@ class LocalSample:
             return [], 0
         before = self._kept.kept()
         offered = []
-        for index, order in found:
-            if self._kept.would_keep(order):
-                item = Kept()
-                self._kept.offer(order, item)
-                offered.append((index, order, item))
+        for index, prompt, order in found:
+            item = Kept()
+            if self._kept.offer(prompt, order, item):
+                offered.append((index, prompt, order, item))
         if not offered:
             return [], 0
         alive = {id(item) for item in self._kept.kept()}
         evicted = _settle(item for item in before if id(item) not in alive)
-        return [entry for entry in offered if id(entry[2]) in alive], evicted
+        return [entry for entry in offered if id(entry[3]) in alive], evicted
 
     def shrink(self, k: int) -> int:
         """Keep only the ``k`` smallest; return how many held generations that sampled out."""
@@ -92,7 +99,7 @@ class LocalSample:
         """
         records: list[PendingRecord] = []
         unbuilt = 0
-        for _, item in self._kept.items():
+        for _, _, item in self._kept.items():
             if item.settled or (item.record is None and not final):
                 continue
             item.settled = True

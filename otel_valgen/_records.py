@@ -21,7 +21,7 @@ from otel_valgen import _stats, contract
 from otel_valgen._keys import BatchKeyer
 from otel_valgen._sanitize import CleanText, clean_extra, clean_score, clean_text
 from otel_valgen._settings import Settings
-from otel_valgen.sampling import HEX_DIGITS, KEY_VERSION, Order
+from otel_valgen.sampling import HEX_DIGITS, KEY_VERSION, Order, SortKey, sample_key
 
 _STR_ONLY: Final = {str}
 _MAX_KEY: Final = (1 << 63) - 1
@@ -43,6 +43,7 @@ class StepIdentity(Protocol):
     source: str
     count: int
     attempt: str
+    kind: str
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,17 @@ class Batch:
     sample_ids: Sequence[Any] | None
     data_sources: Sequence[Any] | None
     extra: ExtraColumns | None = None
+    rollout: RolloutColumns | None = None
+
+
+@dataclass(frozen=True)
+class RolloutColumns:
+    """A rollout call's own columns (``log_rollouts``), each None or one value per response."""
+
+    prompt_ids: Sequence[Any] | None  # None: each prompt's id is derived from its text
+    advantages: Sequence[Any] | None
+    response_lengths: Sequence[Any] | None
+    truncated: Sequence[Any] | None
 
 
 def _utf8(value: object) -> bytes:
@@ -182,6 +194,41 @@ def candidates(batch: Batch, keyer: BatchKeyer, threshold: Order | None, k: int 
     return found
 
 
+def rollout_prompts(batch: Batch) -> list[str]:
+    """The prompt id of each response of a rollout call: the caller's, else derived from the prompt text."""
+    given = batch.rollout.prompt_ids if batch.rollout is not None else None
+    return [
+        base_sample_id(given[index] if given is not None else None, raw_input)
+        for index, raw_input in enumerate(batch.inputs)
+    ]
+
+
+def rollout_candidates(
+    prompt_ids: Sequence[str], seed: int, threshold: Order | None, k: int | None
+) -> list[tuple[int, Order, Order]]:
+    """(index, prompt sort key, sort key) of the responses of a rollout call that may enter a group view of ``k``.
+
+    One key per distinct prompt (``sample_key(seed, prompt id)``, the same at every step and
+    epoch); a response key and id (``<prompt id>/<i>``, the i-th response of that prompt in
+    this call) only for the responses of the call's k smallest prompts at or below ``threshold``
+    (its own prompt may be kept already). ``k`` None keeps every prompt (presampling off).
+    """
+    if k == 0 or not prompt_ids:
+        return []
+    prompts = {pid: SortKey.of(sample_key(seed, pid), pid) for pid in dict.fromkeys(prompt_ids)}
+    chosen = sorted(order for order in prompts.values() if threshold is None or order <= threshold)
+    wanted = set(chosen[:k] if k is not None else chosen)
+    lanes: Counter[str] = Counter()
+    found: list[tuple[int, Order, Order]] = []
+    for index, pid in enumerate(prompt_ids):
+        lane = lanes[pid]
+        lanes[pid] += 1
+        if prompts[pid] in wanted:
+            sample_id = f"{pid}/{lane}"
+            found.append((index, prompts[pid], SortKey.of(sample_key(seed, sample_id), sample_id)))
+    return found
+
+
 class RecordBuilder:
     """Builds generation records for one emitter's settings, counting every repair."""
 
@@ -192,8 +239,13 @@ class RecordBuilder:
         # OTLP ints are int64: the seed travels as the same 64 bits read as signed.
         self._seed_attribute = seed - (1 << 64) if seed >= 1 << 63 else seed
 
-    def __call__(self, state: StepIdentity, batch: Batch, index: int, order: Order) -> PendingRecord:
-        """The record of generation ``index`` of ``batch`` for ``state``, its texts and score made valid."""
+    def __call__(
+        self, state: StepIdentity, batch: Batch, index: int, order: Order, prompt: Order | None = None
+    ) -> PendingRecord:
+        """The record of generation ``index`` of ``batch`` for ``state``, its texts and score made valid.
+
+        ``prompt`` is a rollout's prompt sort key (``valgen.prompt_key``, ``valgen.prompt_id``).
+        """
         max_bytes = self.settings.max_field_bytes
         key, sample_id = order[0], order[1].decode()
         input_text = clean_text(batch.inputs[index], max_bytes)
@@ -209,7 +261,13 @@ class RecordBuilder:
             contract.SOURCE: state.source,
             contract.SAMPLE_COUNT: state.count,
             contract.ATTEMPT: state.attempt,
+            contract.KIND: state.kind,
         }
+        if prompt is not None:
+            attributes[contract.PROMPT_KEY] = prompt[0]
+            attributes[contract.PROMPT_ID] = prompt[1].decode()
+        if batch.rollout is not None:
+            self._add_rollout(batch.rollout, index, attributes)
         texts: list[tuple[str, CleanText]] = [
             (contract.INPUT_LENGTH, input_text),
             (contract.OUTPUT_LENGTH, output_text),
@@ -241,6 +299,31 @@ class RecordBuilder:
         if batch.data_sources is not None and batch.data_sources[index] is not None:
             attributes[contract.DATA_SOURCE] = clean_text(batch.data_sources[index], 1024).text
         return PendingRecord(time.time_ns(), body, attributes)
+
+    def _add_rollout(self, columns: RolloutColumns, index: int, attributes: dict[str, AnyValue]) -> None:
+        """A rollout's advantage (a finite double), response length (an int) and truncated flag (a bool).
+
+        A value of another kind is left out of the record, counted and warned like an extra value.
+        """
+        for key, values, expected in (
+            (contract.ADVANTAGE, columns.advantages, float),
+            (contract.RESPONSE_LENGTH, columns.response_lengths, int),
+            (contract.TRUNCATED, columns.truncated, bool),
+        ):
+            if values is None or values[index] is None:
+                continue
+            value = clean_extra(values[index], 64).value  # a text is no valid value here
+            if expected is float and type(value) is int:
+                value = float(value)
+            if expected is bool and type(value) is int and value in (0, 1):
+                value = bool(value)
+            if type(value) is expected:
+                attributes[key] = value
+            else:
+                self.stats.add(_stats.EXTRA_VALUES_INVALID)
+                self.stats.warn(
+                    "invalid_rollout_value", "%s %r is not a %s; left out", key, values[index], expected.__name__
+                )
 
     def _truncated(self, sample_id: str, original_length: int) -> None:
         self.stats.add(_stats.TRUNCATED_FIELDS)

@@ -40,6 +40,7 @@ from otel_valgen._otlp_settings import (
 _logger = logging.getLogger("otel_valgen")
 
 DEFAULT_COUNT: Final = 64  # also the processor's `count` (testdata/defaults.json ties them)
+DEFAULT_ROLLOUT_COUNT: Final = 0  # rollouts are off until a job asks for them, as verl's own dump is
 DEFAULT_SEED: Final = 42
 DEFAULT_DIR: Final = "./valgen-data"
 DEFAULT_SOURCE: Final = "main"
@@ -109,6 +110,15 @@ SETTINGS: Final[tuple[Setting, ...]] = (
     ),
     Setting(
         (env.OTEL_VALGEN_COUNT,), "count", "`64`", "*k*: generations kept per step.", read=_count, default=DEFAULT_COUNT
+    ),
+    Setting(
+        (env.OTEL_VALGEN_ROLLOUT_COUNT,),
+        "rollout_count",
+        "`0` (off)",
+        "*k* of training rollouts: prompts kept per step, each with all its responses (`log_rollouts`, "
+        "docs/rollouts.md); 0 sends no rollout.",
+        read=_count,
+        default=DEFAULT_ROLLOUT_COUNT,
     ),
     Setting((env.OTEL_VALGEN_SEED,), "seed", "`42`", "Sampling seed.", read=env.env_int, default=DEFAULT_SEED),
     Setting(
@@ -307,6 +317,7 @@ class Settings:
 
     run_id: str
     count: int = DEFAULT_COUNT
+    rollout_count: int = DEFAULT_ROLLOUT_COUNT
     seed: int = DEFAULT_SEED
     presample: bool = True
     endpoint: str | None = None  # where logs go: the OTLP/HTTP logs URL or the gRPC target; None: files
@@ -409,6 +420,7 @@ def resolve_settings(
     *,
     run_id: str | None = None,
     count: int | None = None,
+    rollout_count: int | None = None,
     seed: int | None = None,
     presample: bool | None = None,
     endpoint: str | None = None,
@@ -429,6 +441,7 @@ def resolve_settings(
         run_id=resolved_run_id,
         run_id_origin=origin,
         count=_argument_or_env("count", count, lambda v: v >= 0, warn=True),
+        rollout_count=_argument_or_env("rollout_count", rollout_count, lambda v: v >= 0, warn=True),
         seed=int(_argument_or_env("seed", seed, lambda v: True)),
         presample=bool(_argument_or_env("presample", presample, lambda v: True)),
         endpoint=resolve_endpoint(endpoint, resolved_protocol),

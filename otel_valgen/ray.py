@@ -47,6 +47,7 @@ def worker_env() -> dict[str, str]:
         explicit = settings.run_id_origin in RUN_ID_EXPLICIT
         values[env.OTEL_VALGEN_RUN_ID if explicit else env.OTEL_VALGEN_DEFAULT_RUN_ID] = settings.run_id
         values[env.OTEL_VALGEN_COUNT] = str(settings.count)
+        values[env.OTEL_VALGEN_ROLLOUT_COUNT] = str(settings.rollout_count)
         values[env.OTEL_VALGEN_SEED] = str(settings.seed)
         values[env.OTEL_VALGEN_PRESAMPLE] = "true" if settings.presample else "false"
         values[env.OTEL_VALGEN_DIR] = os.path.abspath(settings.directory)

@@ -63,6 +63,9 @@ class Generation:
     instance: str = ""
     # The extra columns (valgen.extra.<name> attributes), by name: bool, int, float or str.
     extra: dict[str, ExtraValue] = field(default_factory=dict, compare=False)
+    kind: str = contract.KIND_VALIDATION  # valgen.kind
+    prompt_id: str | None = None  # a rollout's valgen.prompt_id and valgen.prompt_key
+    prompt_key: int | None = None
 
 
 @dataclass(frozen=True)
@@ -85,6 +88,8 @@ class EndRecord:
     score_sum: float | None = None
     integration: str | None = None  # valgen.integration; valgen.unhooked_reason below
     unhooked_reason: str | None = None
+    kind: str = contract.KIND_VALIDATION
+    prompts_seen: int | None = None  # a rollout source's valgen.prompts_seen (cumulative)
 
 
 @dataclass(frozen=True)
@@ -101,6 +106,7 @@ class StartRecord:
     sources_expected: int | None = None
     integration: str | None = None  # valgen.integration: "verl/<version>", "unhooked"; None: the plain API
     unhooked_reason: str | None = None  # valgen.unhooked_reason
+    kind: str = contract.KIND_VALIDATION
 
 
 @dataclass(frozen=True)
@@ -114,6 +120,7 @@ class ProgressRecord:
     attempt: str = ""
     timestamp: int = 0
     seen: int = 0
+    kind: str = contract.KIND_VALIDATION
 
 
 @dataclass(frozen=True)
@@ -125,6 +132,7 @@ class LateReport:
     attempt: str
     late: int
     timestamp: int = 0
+    kind: str = contract.KIND_VALIDATION
 
 
 @dataclass(frozen=True)
@@ -140,6 +148,22 @@ class Summary:
         """The attempt the summary closes ("" for records without one)."""
         value = self.attributes.get(contract.ATTEMPT)
         return value if isinstance(value, str) else ""
+
+    @property
+    def kind(self) -> str:
+        """The kind of the group the summary closes (``validation`` when it does not say)."""
+        value = self.attributes.get(contract.KIND)
+        return value if isinstance(value, str) else contract.KIND_VALIDATION
+
+    @property
+    def prompts_seen(self) -> int | None:
+        """A rollout summary's prompts seen by its ended sources; None if unreported."""
+        return _opt_int(self.attributes.get(contract.PROMPTS_SEEN))
+
+    @property
+    def prompts_kept(self) -> int | None:
+        """A rollout summary's prompts kept; None if unreported."""
+        return _opt_int(self.attributes.get(contract.PROMPTS_KEPT))
 
     @property
     def attempt_start(self) -> int:
@@ -255,6 +279,22 @@ def _timestamp(log: dict[str, Any]) -> int:
     return 0
 
 
+def _kind(event: str, attrs: dict[str, Any]) -> str:
+    """The record's ``valgen.kind`` (absent: validation); an unknown kind makes it unreadable."""
+    kind = attrs.get(contract.KIND, contract.KIND_VALIDATION)
+    if not isinstance(kind, str) or kind not in contract.KINDS:
+        raise ValueError(f"{event} record has an unknown {contract.KIND} {kind!r}")
+    return str(kind)
+
+
+def _prompt_id(kind: str, attrs: dict[str, Any]) -> str | None:
+    """A generation's ``valgen.prompt_id``, which a rollout must carry."""
+    prompt_id = _opt_str(attrs.get(contract.PROMPT_ID))
+    if kind == contract.KIND_ROLLOUT and prompt_id is None:
+        raise ValueError(f"rollout generation record lacks {contract.PROMPT_ID}")
+    return prompt_id
+
+
 def _record(log: dict[str, Any], resource: dict[str, Any]) -> Record | None:  # noqa: PLR0911 (one per event)
     event = log.get("eventName", "")
     if not event.startswith(contract.EVENT_PREFIX):
@@ -265,13 +305,14 @@ def _record(log: dict[str, Any], resource: dict[str, Any]) -> Record | None:  # 
         raise ValueError(f"{event} record lacks {contract.RUN_ID} or an int {contract.STEP}")
     attempt = attrs.get(contract.ATTEMPT)
     attempt = attempt if isinstance(attempt, str) else ""
+    kind = _kind(event, attrs)
     instance = str(resource.get("service.instance.id", ""))
     source = str(attrs.get(contract.SOURCE, ""))
     timestamp = _timestamp(log)
     if event == contract.EVENT_STEP_SUMMARY:
         return Summary(run_id, step, attrs)
     if event == contract.EVENT_STEP_LATE:
-        return LateReport(run_id, step, attempt, _opt_int(attrs.get(contract.LATE)) or 0, timestamp)
+        return LateReport(run_id, step, attempt, _opt_int(attrs.get(contract.LATE)) or 0, timestamp, kind)
     if event == contract.EVENT_VALIDATION_START:
         return StartRecord(
             run_id,
@@ -284,10 +325,11 @@ def _record(log: dict[str, Any], resource: dict[str, Any]) -> Record | None:  # 
             sources_expected=_opt_int(attrs.get(contract.SOURCES_EXPECTED)),
             integration=_opt_str(attrs.get(contract.INTEGRATION)),
             unhooked_reason=_opt_str(attrs.get(contract.UNHOOKED_REASON)),
+            kind=kind,
         )
     if event == contract.EVENT_VALIDATION_PROGRESS:
         return ProgressRecord(
-            run_id, step, source, instance, attempt, timestamp, _opt_int(attrs.get(contract.SEEN)) or 0
+            run_id, step, source, instance, attempt, timestamp, _opt_int(attrs.get(contract.SEEN)) or 0, kind
         )
     if event == contract.EVENT_VALIDATION_END:
         return EndRecord(
@@ -305,6 +347,8 @@ def _record(log: dict[str, Any], resource: dict[str, Any]) -> Record | None:  # 
             score_sum=_opt_float(attrs.get(contract.SCORE_SUM)),
             integration=_opt_str(attrs.get(contract.INTEGRATION)),
             unhooked_reason=_opt_str(attrs.get(contract.UNHOOKED_REASON)),
+            kind=kind,
+            prompts_seen=_opt_int(attrs.get(contract.PROMPTS_SEEN)),
         )
     if event != contract.EVENT_GENERATION:
         return None
@@ -342,6 +386,9 @@ def _record(log: dict[str, Any], resource: dict[str, Any]) -> Record | None:  # 
         timestamp=timestamp,
         instance=instance,
         extra=_extra(attrs),
+        kind=kind,
+        prompt_id=_prompt_id(kind, attrs),
+        prompt_key=_opt_int(attrs.get(contract.PROMPT_KEY)),
     )
 
 

@@ -1,5 +1,10 @@
 """Bottom-k per (run, step) over records read from files: the CLI's merge and the tests' oracle.
 
+Records of one kind are selected at a time (``kind=``, ``valgen.kind``: validation by default,
+or rollout), so that a step's validation and its rollouts never share a group: groups are
+(run, step, attempt, kind). A rollout attempt keeps its bottom-k prompts with every response of
+each (the group view, ``otel_valgen.sampling.GroupView``), and counts prompts seen and kept.
+
 A step may have several attempts (``valgen.attempt``: a resumed or retried job validates the
 same step again). Records are grouped by (run, step, attempt) and one attempt is shown per
 (run, step), by the rule every consumer applies (``choose_attempt``): the attempt that started
@@ -53,7 +58,7 @@ from otel_valgen import contract
 from otel_valgen._settings import DEFAULT_COUNT, DEFAULT_SEED
 from otel_valgen.balance import SourceFigures, step_balance, summary_dropped
 from otel_valgen.reader import EndRecord, Generation, LateReport, ProgressRecord, Record, StartRecord, Summary
-from otel_valgen.sampling import LEGACY_KEY_VERSION, BottomK, SortKey, sample_key, step_k
+from otel_valgen.sampling import LEGACY_KEY_VERSION, BottomK, GroupView, SortKey, sample_key, step_k
 from otel_valgen.splits import Footprint, concurrent_counts
 
 __all__ = [
@@ -121,6 +126,9 @@ class StepSelection:
     attempts_concurrent: int = 0  # the step's other attempts concurrent with this one (otel_valgen.splits)
     split_attempts: int = 0
     sources_unhooked: list[str] = field(default_factory=list)
+    kind: str = contract.KIND_VALIDATION
+    prompts_seen: int | None = None  # rollouts: prompts the ended sources saw (None: unreported)
+    prompts_kept: int | None = None  # rollouts: prompts kept (k is in prompts too)
 
     @property
     def score_mean(self) -> float | None:
@@ -152,9 +160,10 @@ class _Attempt:
     run_id: str
     step: int
     attempt: str
+    kind: str = contract.KIND_VALIDATION
     k: int | None = None
     key_version: int | None = None
-    selector: BottomK[Generation] | None = None
+    selector: BottomK[Generation] | GroupView[Generation] | None = None
     ranked: dict[str, Generation] = field(default_factory=dict)
     starts: set[tuple[str, str]] = field(default_factory=set)
     ends: dict[tuple[str, str], EndRecord] = field(default_factory=dict)
@@ -201,18 +210,49 @@ def sort_key_of(generation: Generation, seed: int, version: int | None = None) -
     return SortKey.of(key, generation.sample_id)
 
 
+def prompt_key_of(generation: Generation, seed: int, version: int) -> SortKey:
+    """A rollout's prompt sort key: its ``prompt_key``, else computed from its seed and prompt id.
+
+    A record of another key version than ``version`` gets it computed, as its sample key does.
+    """
+    prompt_id = generation.prompt_id or ""
+    key = generation.prompt_key if (generation.key_version or LEGACY_KEY_VERSION) == version else None
+    if key is None:
+        key = sample_key(generation.seed if generation.seed is not None else seed, prompt_id, version)
+    return SortKey.of(key, prompt_id)
+
+
 def _offer(group: _Attempt, record: Generation, count: int | None, max_count: int | None, seed: int) -> None:
     k = count if count is not None else (record.sample_count or DEFAULT_COUNT)
     k = min(k, max_count) if max_count is not None else k
     k = step_k(group.k, k)
     if group.selector is None:
-        group.selector = BottomK(k)
+        group.selector = GroupView(k) if group.kind == contract.KIND_ROLLOUT else BottomK(k)
     elif k < group.selector.k:
         group.selector.shrink(k)
     group.k = k
     if group.key_version is None:  # a step's key version is that of its first generation
         group.key_version = record.key_version or LEGACY_KEY_VERSION
-    group.selector.offer(sort_key_of(record, seed, group.key_version), record)
+    order = sort_key_of(record, seed, group.key_version)
+    if isinstance(group.selector, GroupView):
+        group.selector.offer(prompt_key_of(record, seed, group.key_version), order, record)
+    else:
+        group.selector.offer(order, record)
+
+
+def _selected(selector: BottomK[Generation] | GroupView[Generation] | None) -> list[Generation]:
+    """The kept generations in rank order (a rollout's: by prompt, then response)."""
+    if selector is None:
+        return []
+    if isinstance(selector, GroupView):
+        return [item for _, _, item in selector.items()]
+    return [item for _, item in selector.items()]
+
+
+def _prompts_seen(ends: Mapping[tuple[str, str], EndRecord]) -> int | None:
+    """A rollout attempt's prompts seen: its ended sources' (largest) counts added; None if none reported."""
+    counts = [end.prompts_seen for end in ends.values() if end.prompts_seen is not None]
+    return sum(counts) if counts else None
 
 
 def _score_pair(end: EndRecord) -> tuple[int, float] | None:
@@ -243,6 +283,7 @@ def _larger_end(known: EndRecord | None, end: EndRecord) -> EndRecord:
         timestamp=min(known.timestamp, end.timestamp),
         score_count=score_count,
         score_sum=score_sum,
+        prompts_seen=max((n for n in (known.prompts_seen, end.prompts_seen) if n is not None), default=None),
     )
 
 
@@ -340,8 +381,15 @@ def _finish(group: _Attempt, collector: bool, count: int | None, seed: int) -> S
         # second one for the same attempt (a resumed run under a repeated launch id): the union
         # of both groups' kept records, cut to the step's k by key, is the bottom-k of both.
         # group.k is the k rule over the records and --count (_offer).
-        ranked = sorted(group.ranked.values(), key=lambda g: sort_key_of(g, seed, group.key_version))
-        kept = ranked[: group.k]
+        if group.kind == contract.KIND_ROLLOUT:  # the same cut, in prompts
+            view: GroupView[Generation] = GroupView(group.k or 0)
+            for g in group.ranked.values():
+                version = group.key_version or LEGACY_KEY_VERSION
+                view.offer(prompt_key_of(g, seed, version), sort_key_of(g, seed, version), g)
+            kept = _selected(view)
+        else:
+            ranked = sorted(group.ranked.values(), key=lambda g: sort_key_of(g, seed, group.key_version))
+            kept = ranked[: group.k]
         late = group.late
         if not late and summary is not None:
             reported = summary.attributes.get("valgen.late")
@@ -362,12 +410,15 @@ def _finish(group: _Attempt, collector: bool, count: int | None, seed: int) -> S
             score_sum=summary.score_sum if summary is not None else None,
             dropped=summary_dropped(summary.attributes) if summary is not None else None,
             sources_unhooked=_sources_unhooked(group),
+            kind=group.kind,
+            prompts_seen=summary.prompts_seen if summary is not None else None,
+            prompts_kept=len({g.prompt_id for g in kept}) if group.kind == contract.KIND_ROLLOUT else None,
         )
     ended = set(group.ends)
     scores = score_totals(group.ends)
     known = group.starts | ended
     complete = bool(known) and group.starts <= ended and len(ended) >= (group.sources_expected or 0)
-    generations = [item for _, item in group.selector.items()] if group.selector is not None else []
+    generations = _selected(group.selector)
     seen, dropped = _embedded_balance(group, generations)
     return StepSelection(
         run_id=group.run_id,
@@ -385,6 +436,9 @@ def _finish(group: _Attempt, collector: bool, count: int | None, seed: int) -> S
         score_sum=scores[1] if scores is not None else None,
         dropped=dropped,
         sources_unhooked=_sources_unhooked(group),
+        kind=group.kind,
+        prompts_seen=_prompts_seen(group.ends) if group.kind == contract.KIND_ROLLOUT else None,
+        prompts_kept=len({g.prompt_id for g in generations}) if group.kind == contract.KIND_ROLLOUT else None,
     )
 
 
@@ -403,22 +457,25 @@ def select_attempts(
     count: int | None = None,
     max_count: int | None = None,
     seed: int = DEFAULT_SEED,
+    kind: str = contract.KIND_VALIDATION,
 ) -> dict[tuple[str, int], list[StepSelection]]:
-    """Every attempt of every (run, step), selected on its own (see the module docstring).
+    """Every attempt of every (run, step) of one ``kind``, selected on its own (see the module docstring).
 
-    A step is read as collector output when any record of it is a ``valgen.step.summary``;
-    then only attempts with a summary are listed.
+    A step is read as collector output when any record of it (of that kind) is a
+    ``valgen.step.summary``; then only attempts with a summary are listed.
     """
-    groups: dict[tuple[str, int, str], _Attempt] = {}
+    groups: dict[tuple[str, int, str, str], _Attempt] = {}
     for record in records:
-        key = (record.run_id, record.step, record.attempt)
+        if record.kind != kind:
+            continue  # a group is (run, step, attempt, kind): the other kind's records are other groups
+        key = (record.run_id, record.step, record.attempt, record.kind)
         group = groups.get(key)
         if group is None:
-            group = groups[key] = _Attempt(record.run_id, record.step, record.attempt)
+            group = groups[key] = _Attempt(record.run_id, record.step, record.attempt, record.kind)
         _add(group, record, count, max_count, seed)
     collector_steps = {(g.run_id, g.step) for g in groups.values() if g.summary is not None}
     by_step: dict[tuple[str, int], list[_Attempt]] = {}
-    for (run_id, step, _), group in sorted(groups.items()):
+    for (run_id, step, _, _), group in sorted(groups.items()):
         if (run_id, step) in collector_steps and group.summary is None:
             continue  # ranked or late records of an attempt whose summary is not in these files
         by_step.setdefault((run_id, step), []).append(group)
@@ -448,14 +505,16 @@ def select_steps(
     count: int | None = None,
     max_count: int | None = None,
     seed: int = DEFAULT_SEED,
+    kind: str = contract.KIND_VALIDATION,
 ) -> list[StepSelection]:
-    """One selection per (run, step): the attempt ``choose_attempt`` picks, its bottom-k kept.
+    """One selection per (run, step) of one ``kind``: the attempt ``choose_attempt`` picks, its sample kept.
 
     k is ``count`` if given, else the smallest ``valgen.sample_count`` among the attempt's
-    records (capped by ``max_count``), else the default.
+    records (capped by ``max_count``), else the default; for rollouts it counts prompts.
     """
     selections: list[StepSelection] = []
-    for _, attempts in sorted(select_attempts(records, count=count, max_count=max_count, seed=seed).items()):
+    chosen_kind = select_attempts(records, count=count, max_count=max_count, seed=seed, kind=kind)
+    for _, attempts in sorted(chosen_kind.items()):
         chosen = choose_attempt(attempts)
         if chosen is not None:
             chosen.attempts = len(attempts)

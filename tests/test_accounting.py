@@ -349,10 +349,10 @@ def test_a_record_that_fails_to_build_drops_that_generation_only(monkeypatch: py
     """One failed record is one internal_error drop; the others are kept, and evicting it later counts nothing."""
     build = RecordBuilder.__call__
 
-    def flaky(self: RecordBuilder, state: Any, batch: Any, index: int, order: Any) -> Any:
+    def flaky(self: RecordBuilder, state: Any, batch: Any, index: int, order: Any, *prompt: Any) -> Any:
         if batch.inputs[index] == "bad":
             raise ValueError("cannot build")
-        return build(self, state, batch, index, order)
+        return build(self, state, batch, index, order, *prompt)
 
     monkeypatch.setattr(RecordBuilder, "__call__", flaky)
     with capture_records(run_id="r", count=3, progress_interval_s=0) as records:
@@ -400,10 +400,10 @@ def test_a_record_still_being_built_when_its_step_ends_is_counted_as_dropped(mon
     building, release = threading.Event(), threading.Event()
     build = RecordBuilder.__call__
 
-    def slow(self: RecordBuilder, state: Any, batch: Any, index: int, order: Any) -> Any:
+    def slow(self: RecordBuilder, state: Any, batch: Any, index: int, order: Any, *prompt: Any) -> Any:
         building.set()
         release.wait(10)
-        return build(self, state, batch, index, order)
+        return build(self, state, batch, index, order, *prompt)
 
     monkeypatch.setattr(RecordBuilder, "__call__", slow)
     with capture_records(run_id="r", count=4, progress_interval_s=0) as records:

@@ -204,6 +204,7 @@ def test_public_api_is_stable() -> None:
         "end_step",
         "flush",
         "log_generations",
+        "log_rollouts",
         "sample_key",
         "shutdown",
         "stats",

@@ -7,6 +7,10 @@ summary is not in the request (a pipeline that batches after the sampler, record
 alone) still make a step, written as incomplete and counted; a summary without records makes
 a step with no rows (its scalars are still written). Late generations forwarded by the
 sampler (``valgen.late`` = true) are not part of any sample: they are counted and dropped.
+
+A step's validation and its rollouts (``valgen.kind``) are separate groups, assembled apart:
+``Assembled.steps`` holds the validation steps, which the backends write; rollout steps are
+counted in ``rollout_steps`` and set aside, since no backend writes them yet (docs/rollouts.md).
 """
 
 from __future__ import annotations
@@ -35,7 +39,8 @@ __all__ = [
     "summary_scalars",
 ]
 
-StepKey = tuple[str, int, str]  # (valgen.run_id, step, attempt)
+StepKey = tuple[str, int, str]  # (valgen.run_id, step, attempt) of a validation step
+_GroupKey = tuple[str, int, str, str]  # (valgen.run_id, step, attempt, valgen.kind)
 
 
 @dataclass
@@ -56,6 +61,7 @@ class ClosedStep:
         attempt_start: unix nanos the attempt started (the summary's ``valgen.attempt_start``,
             else the earliest generation's time, else 0).
         attempt_complete: whether the sampler closed the attempt as ``complete``.
+        kind: the records' ``valgen.kind``.
 
     """
 
@@ -70,10 +76,11 @@ class ClosedStep:
     attempt: str = ""
     attempt_start: int = 0
     attempt_complete: bool = True
+    kind: str = contract.KIND_VALIDATION
 
     @property
     def key(self) -> StepKey:
-        """(group, step, attempt): what the ledgers key on."""
+        """(group, step, attempt): what the ledgers key on (validation steps only reach them)."""
         return (self.group_id, self.step, self.attempt)
 
     def shown_attempt(self) -> ShownAttempt:
@@ -169,6 +176,7 @@ class RecordCounts:
     duplicates: int = 0
     without_summary: int = 0
     summary_without_records: int = 0
+    rollout_steps: int = 0  # rollout steps set aside: no backend writes them yet
 
     def add(self, other: RecordCounts) -> None:
         """Add ``other``'s counts to these."""
@@ -189,11 +197,11 @@ def assemble(records: Iterable[tuple[Record, Mapping[str, Any]]], *, now: float 
     Start, progress and end records and late reports are the sampler's business: ignored here.
     """
     out = Assembled()
-    parts: dict[StepKey, _Parts] = {}
+    parts: dict[_GroupKey, _Parts] = {}
     for record, resource in records:
         if not isinstance(record, Generation | Summary):
             continue
-        key = (record.run_id, record.step, record.attempt)
+        key = (record.run_id, record.step, record.attempt, record.kind)
         if isinstance(record, Summary):
             out.summaries += 1
             part = parts.setdefault(key, _Parts())
@@ -212,6 +220,9 @@ def assemble(records: Iterable[tuple[Record, Mapping[str, Any]]], *, now: float 
             part.resource = dict(resource)
     received_at = time.monotonic() if now is None else now
     for key, part in parts.items():
+        if key[3] != contract.KIND_VALIDATION:
+            out.rollout_steps += 1
+            continue
         kept = part.summary.get(contract.KEPT) if part.summary else None
         if part.summary is None:
             out.without_summary += 1
