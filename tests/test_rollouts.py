@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -17,6 +18,7 @@ from otel_valgen.reader import Generation, ReadError, Summary, read_paths
 from otel_valgen.sampling import GroupView, SortKey, group_view, sample_key
 from otel_valgen.selection import select_steps
 from otel_valgen.testing import capture_records
+from otel_valgen.tools.cli import main
 from tests.conftest import REPO
 
 VECTORS = REPO / "testdata" / "sampling"
@@ -226,6 +228,32 @@ def test_validation_and_rollouts_of_one_step_never_share_a_group(tmp_path: Path,
     assert (rollout.kept, rollout.seen, rollout.prompts_kept, rollout.prompts_seen) == (2, 6, 1, 3)
     assert validation.complete
     assert rollout.complete
+
+
+def test_show_kind_rollout_prints_whole_prompts_and_their_columns(tmp_path: Path) -> None:
+    """``show --kind rollout``: the step's kept prompts with every response; the default shows validation."""
+    vg.configure(run_id="r", count=2, rollout_count=2, directory=str(tmp_path), progress_interval_s=0)
+    vg.log_generations(["v0", "v1", "v2"], ["out"] * 3, step=1)
+    vg.log_rollouts(**_batch(5, 3), step=1)
+    vg.shutdown()
+    result = CliRunner().invoke(main, ["show", str(tmp_path), "--format", "json", "--kind", "rollout"])
+    assert result.exit_code == 0, result.output
+    (step,) = [json.loads(line) for line in result.stdout.splitlines()]
+    assert (step["kind"], step["kept"], step["prompts_kept"], step["prompts_seen"], step["seen"]) == (
+        contract.KIND_ROLLOUT,
+        6,
+        2,
+        5,
+        15,
+    )
+    first = step["generations"][0]
+    assert first["prompt_id"] == first["sample_id"].split("/")[0]
+    assert {"advantage", "response_length", "truncated"} <= set(first)
+    validation = CliRunner().invoke(main, ["show", str(tmp_path), "--format", "json"])
+    (only,) = [json.loads(line) for line in validation.stdout.splitlines()]
+    assert (only["kind"], only["kept"]) == (contract.KIND_VALIDATION, 2)
+    table = CliRunner().invoke(main, ["show", str(tmp_path), "--kind", "rollout"])
+    assert table.exit_code == 0, table.output
 
 
 def _summary(kept: int, prompts: int) -> Summary:

@@ -15,7 +15,8 @@ from collections.abc import Sequence
 import click
 from rich.console import Console
 
-from otel_valgen.reader import ReadError, Record, read_paths
+from otel_valgen import contract
+from otel_valgen.reader import Generation, ReadError, Record, read_paths
 from otel_valgen.selection import StepSelection, select_steps
 from otel_valgen.splits import split_warning
 from otel_valgen.tools._support import OperationalError, ValgenGroup, report_read_error
@@ -30,6 +31,16 @@ EXIT_NOTHING_FOUND = 3
 @click.version_option(package_name="otel-valgen")
 def main() -> None:
     """Validation generations of training jobs as OpenTelemetry log records."""
+
+
+def _rollout_columns(generation: Generation) -> dict[str, object]:
+    """A rollout's advantage, response length and truncated flag, as its record carries them."""
+    attributes = generation.attributes
+    return {
+        "advantage": attributes.get(contract.ADVANTAGE),
+        "response_length": attributes.get(contract.RESPONSE_LENGTH),
+        "truncated": attributes.get(contract.TRUNCATED),
+    }
 
 
 def _generation_json(selection: StepSelection, extras: Sequence[str]) -> dict[str, object]:
@@ -47,6 +58,9 @@ def _generation_json(selection: StepSelection, extras: Sequence[str]) -> dict[st
         "dropped": selection.dropped,
         "split_attempts": selection.split_attempts,
         "sources_unhooked": selection.sources_unhooked,
+        "kind": selection.kind,
+        "prompts_seen": selection.prompts_seen,
+        "prompts_kept": selection.prompts_kept,
         "generations": [
             {
                 "sample_id": g.sample_id,
@@ -58,6 +72,7 @@ def _generation_json(selection: StepSelection, extras: Sequence[str]) -> dict[st
                 "data_source": g.data_source,
                 "source": g.source,
                 "extra": {name: g.extra.get(name) for name in extras},
+                **({"prompt_id": g.prompt_id, **_rollout_columns(g)} if g.kind == contract.KIND_ROLLOUT else {}),
             }
             for g in selection.generations
         ],
@@ -112,10 +127,26 @@ def _describe_runs(runs: dict[str, set[int]], limit: int = 5) -> str:
 @click.option("--count", type=click.IntRange(min=0), help="k; default: the records' valgen.sample_count.")
 @click.option("--seed", type=int, default=42, show_default=True, help="Seed for records lacking a sample key.")
 @click.option("--format", "output_format", type=click.Choice(["table", "json", "csv"]), default="table")
+@click.option(
+    "--kind",
+    type=click.Choice(sorted(contract.KINDS)),
+    default=contract.KIND_VALIDATION,
+    show_default=True,
+    help="Which stream: validation generations, or training rollouts (k prompts with all their responses).",
+)
 def show(
-    paths: tuple[str, ...], run_id: str | None, step: int | None, count: int | None, seed: int, output_format: str
+    paths: tuple[str, ...],
+    run_id: str | None,
+    step: int | None,
+    count: int | None,
+    seed: int,
+    output_format: str,
+    kind: str,
 ) -> None:
     """Read OTLP files or folders, keep the bottom-k per (run, step), and print them.
+
+    ``--kind rollout`` shows training rollouts instead: per step, the k prompts with the
+    smallest prompt keys, each with all its responses (docs/rollouts.md).
 
     Reads OTLP/JSON lines, plain or zstd, and the collector file exporter's length-prefixed
     messages. Of a step validated more than once (resume, retry), the latest complete attempt
@@ -135,7 +166,8 @@ def show(
         runs.setdefault(record.run_id, set()).add(record.step)
         return (run_id is None or record.run_id == run_id) and (step is None or record.step == step)
 
-    selections = select_steps((r for r in read_paths(paths, report) if wanted(r)), count=count, seed=seed)
+    records = (r for r in read_paths(paths, report) if wanted(r))
+    selections = select_steps(records, count=count, seed=seed, kind=kind)
     for selection in selections:
         if selection.split_attempts:
             click.echo(
@@ -160,12 +192,12 @@ def show(
         if filters and runs:
             steps = sum(len(s) for s in runs.values())
             click.echo(
-                f"no validation generations match {filters}; the input holds {len(runs)} run(s) and "
+                f"no {kind} generations match {filters}; the input holds {len(runs)} run(s) and "
                 f"{steps} step(s): {_describe_runs(runs)}",
                 err=True,
             )
         else:
-            click.echo("no validation generations found in " + ", ".join(paths), err=True)
+            click.echo(f"no {kind} generations found in " + ", ".join(paths), err=True)
         sys.exit(EXIT_NOTHING_FOUND)
     if errors:
         click.echo(f"{len(errors)} part(s) of the input could not be read (see the warnings above)", err=True)
