@@ -92,7 +92,7 @@ class LocalSample:
         return _settle([item])
 
     def take(self, final: bool) -> tuple[list[PendingRecord], int]:
-        """Settle the built records not sent yet and return them in key order, to be sent.
+        """Settle the built records not sent yet and return them in key order, to be sent (and let go of them).
 
         ``final`` (the step ends here) also settles what a call in another thread is still
         building: it can no longer be sent, and is counted as dropped (the second value).
@@ -107,4 +107,8 @@ class LocalSample:
                 unbuilt += 1
             else:
                 records.append(item.record)
+                # Sent: the item keeps its place in the sample (later parts of the step compare
+                # with it), not its texts. A rollout part holds k·n of them for up to
+                # MAX_OPEN_STEPS later parts.
+                item.record = None
         return records, unbuilt

@@ -163,6 +163,18 @@ def test_prompt_ids_default_to_a_hash_of_the_prompt_text() -> None:
     assert len({g[contract.PROMPT_ID] for g in sent}) == 1
 
 
+def test_a_sent_part_keeps_its_sample_but_not_its_texts() -> None:
+    """A sent part still holds the step's kept prompts (the next part compares with them), not their records."""
+    with capture_records(run_id="r", rollout_count=2, progress_interval_s=0):
+        vg.log_rollouts(**_batch(4, 3), step=1)
+        emitter = _process.current_emitter()
+        assert emitter is not None
+        (state,) = emitter._parts.values()
+        assert state.kept is not None
+        assert len(state.kept._kept) == 6
+        assert [item.record for item in state.kept._kept.kept()] == [None] * 6
+
+
 def test_end_records_count_the_prompts_of_every_part() -> None:
     """Two calls of one step are two parts of one attempt: the second end record counts both calls' prompts."""
     with capture_records(run_id="r", rollout_count=2, progress_interval_s=0) as records:
