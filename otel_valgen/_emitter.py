@@ -2,8 +2,9 @@
 
 State is kept per (step, source, kind): validation (blocks and block-less calls) and training
 rollouts (``log_rollouts``, block-less parts only) of one step are separate parts, with
-attempts of their own; every record carries its ``valgen.kind``. With presampling on, each holds only the bottom-k of
-what this process saw (O(k) memory) and sends it when the step ends; otherwise every
+attempts of their own; every record carries its ``valgen.kind``. With presampling on, each
+holds only the bottom-k of what this process saw (O(k) memory; for rollouts the bottom-k
+prompts with their responses, O(k·n)) and sends it when the step ends; otherwise every
 generation is handed to the SDK as it is logged.
 
 Lifecycle records: a state announces itself with a ``valgen.validation.start`` record when it
