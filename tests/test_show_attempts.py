@@ -22,7 +22,7 @@ import otel_valgen as vg
 from otel_valgen import contract
 from otel_valgen.balance import SourceFigures, step_balance
 from otel_valgen.reader import Record, records_from_request
-from otel_valgen.selection import choose_attempt, select_attempts, select_steps
+from otel_valgen.selection import StepSelection, choose_attempt, select_attempts, select_steps
 from otel_valgen.tools.cli import main
 from tests.conftest import REPO
 
@@ -65,7 +65,31 @@ _FIELDS = {
     "dropped": contract.DROPPED,
     "integration": contract.INTEGRATION,
     "unhooked_reason": contract.UNHOOKED_REASON,
+    "kind": contract.KIND,
+    "prompt_id": contract.PROMPT_ID,
+    "prompt_key": contract.PROMPT_KEY,
+    "prompts_seen": contract.PROMPTS_SEEN,
 }
+
+
+def _kind(item: dict[str, Any]) -> str:
+    """The kind of a vector record, group or shown entry: absent is validation."""
+    kind: str = item.get("kind", contract.KIND_VALIDATION)
+    return kind
+
+
+def _shown(selections: list[StepSelection]) -> list[dict[str, Any]]:
+    """Shown attempts as ``expected.shown`` lists them: the kind only when not validation."""
+    return [
+        {"run_id": s.run_id, "step": s.step, "attempt": s.attempt}
+        | ({"kind": s.kind} if s.kind != contract.KIND_VALIDATION else {})
+        for s in selections
+    ]
+
+
+def _vector_kinds(vector: dict[str, Any]) -> list[str]:
+    """The kinds of a vector's groups, validation first."""
+    return sorted({_kind(g) for g in vector["expected"]["groups"]}, key=lambda k: k != contract.KIND_VALIDATION)
 
 
 def _vector_request(record: dict[str, Any], **extra: Any) -> dict[str, Any]:
@@ -102,18 +126,20 @@ def _group_arrivals(vector: dict[str, Any], group: dict[str, Any], *, invalid: b
     return [
         record
         for t_ms, record in _arrivals(vector, invalid=invalid)
-        if record.get("attempt", "") == group["attempt"] and t_ms <= group["closed_at_ms"]
+        if record.get("attempt", "") == group["attempt"]
+        and _kind(record) == _kind(group)
+        and t_ms <= group["closed_at_ms"]
     ]
 
 
 def _collector_output(vector: dict[str, Any]) -> list[dict[str, Any]]:
     """What the sampler writes for the vector: ranked kept records, summaries, forwarded late ones, late reports."""
-    by_id = {(r.get("attempt", ""), r["sample_id"]): r for _, r in _arrivals(vector) if "sample_id" in r}
+    by_id = {(r.get("attempt", ""), _kind(r), r["sample_id"]): r for _, r in _arrivals(vector) if "sample_id" in r}
     requests = []
     for group in vector["expected"]["groups"]:
         attempt = group["attempt"]
         for rank, sample_id in enumerate(group["kept_ids"], start=1):
-            requests.append(_vector_request(by_id[(attempt, sample_id)], **{contract.RANK: rank}))
+            requests.append(_vector_request(by_id[(attempt, _kind(group), sample_id)], **{contract.RANK: rank}))
         summary = {
             contract.RUN_ID: group["run_id"],
             contract.STEP: group["step"],
@@ -129,13 +155,21 @@ def _collector_output(vector: dict[str, Any]) -> list[dict[str, Any]]:
             **{contract.DROPPED_PREFIX + reason: n for reason, n in group["dropped"].items()},
             contract.ATTEMPTS_CONCURRENT: group["attempts_concurrent"],
             contract.SOURCES_UNHOOKED: group["sources_unhooked"],
+            contract.KIND: _kind(group),
+            contract.PROMPTS_SEEN: group.get("prompts_seen"),
+            contract.PROMPTS_KEPT: group.get("prompts_kept"),
         }
         requests.append(_request(contract.EVENT_STEP_SUMMARY, summary, "collector", group["closed_at_ms"]))
         for late in group.get("late_reports", []):
-            report = {contract.RUN_ID: group["run_id"], contract.STEP: group["step"], contract.ATTEMPT: attempt}
+            report = {
+                contract.RUN_ID: group["run_id"],
+                contract.STEP: group["step"],
+                contract.ATTEMPT: attempt,
+                contract.KIND: _kind(group),
+            }
             requests.append(_request(contract.EVENT_STEP_LATE, {**report, contract.LATE: late}, "collector", 0))
     for sample_id in vector["expected"].get("forwarded_ids", []):
-        (record,) = [r for (_, i), r in by_id.items() if i == sample_id]
+        (record,) = [r for (_, _, i), r in by_id.items() if i == sample_id]
         requests.append(_vector_request(record, **{contract.LATE: True}))
     return requests
 
@@ -152,7 +186,7 @@ def test_vector_groups_keep_the_bottom_k_of_what_arrived_before_the_close(path: 
     count = vector["config"]["count"]
     for group in vector["expected"]["groups"]:
         arrived = [_vector_request(record) for record in _group_arrivals(vector, group)]
-        attempts = select_attempts(_records(arrived), count=count)[(group["run_id"], group["step"])]
+        attempts = select_attempts(_records(arrived), count=count, kind=_kind(group))[(group["run_id"], group["step"])]
         (selection,) = [a for a in attempts if a.attempt == group["attempt"]]
         assert [g.sample_id for g in selection.generations] == group["kept_ids"]
         assert selection.attempt_start == (EPOCH_MS + group["attempt_start_ms"]) * 1_000_000
@@ -162,9 +196,9 @@ def test_vector_groups_keep_the_bottom_k_of_what_arrived_before_the_close(path: 
 def test_vector_shown_attempt_from_the_raw_records(path: Path) -> None:
     """Embedded-sink rule over every record of the vector: the attempt shown is the expected one."""
     vector = _load(path)
-    selections = select_steps(_records([_vector_request(r) for _, r in _arrivals(vector)]))
-    shown = [{"run_id": s.run_id, "step": s.step, "attempt": s.attempt} for s in selections]
-    assert shown == vector["expected"]["shown"]
+    records = _records([_vector_request(r) for _, r in _arrivals(vector)])
+    selections = [s for kind in _vector_kinds(vector) for s in select_steps(records, kind=kind)]
+    assert _shown(selections) == vector["expected"]["shown"]
 
 
 @pytest.mark.parametrize("path", VECTORS, ids=lambda p: p.stem)
@@ -178,9 +212,13 @@ def test_vector_complete_groups_count_each_sources_largest_end_record(path: Path
     for group in vector["expected"]["groups"]:
         if group["closed_reason"] != "complete" or group["late"]:
             continue
-        arrived = [_vector_request(r) for _, r in _arrivals(vector) if r.get("attempt", "") == group["attempt"]]
-        attempts = select_attempts(_records(arrived), count=vector["config"]["count"])[(group["run_id"], group["step"])]
-        (selection,) = [a for a in attempts if a.attempt == group["attempt"]]
+        arrived = [
+            _vector_request(r)
+            for _, r in _arrivals(vector)
+            if r.get("attempt", "") == group["attempt"] and _kind(r) == _kind(group)
+        ]
+        by_step = select_attempts(_records(arrived), count=vector["config"]["count"], kind=_kind(group))
+        (selection,) = [a for a in by_step[(group["run_id"], group["step"])] if a.attempt == group["attempt"]]
         assert (selection.complete, selection.seen) == (True, group["seen"])
 
 
@@ -188,18 +226,24 @@ def test_vector_complete_groups_count_each_sources_largest_end_record(path: Path
 def test_vector_shown_attempt_from_the_collector_output(path: Path) -> None:
     """Sampler rule over the expected summaries: the shown attempt, its kept set, never a late record."""
     vector = _load(path)
-    selections = select_steps(_records(_collector_output(vector)))
-    shown = [{"run_id": s.run_id, "step": s.step, "attempt": s.attempt} for s in selections]
-    assert shown == vector["expected"]["shown"]
-    groups = {g["attempt"]: g for g in vector["expected"]["groups"]}
+    records = _records(_collector_output(vector))
+    selections = [s for kind in _vector_kinds(vector) for s in select_steps(records, kind=kind)]
+    assert _shown(selections) == vector["expected"]["shown"]
+    groups = {(g["attempt"], _kind(g)): g for g in vector["expected"]["groups"]}
     for selection in selections:
-        group = groups[selection.attempt]
+        group = groups[(selection.attempt, selection.kind)]
         assert [g.sample_id for g in selection.generations] == group["kept_ids"]
-        assert selection.attempts == len(vector["expected"]["groups"])
+        assert selection.attempts == sum(1 for g in vector["expected"]["groups"] if _kind(g) == selection.kind)
+        assert (selection.prompts_seen, selection.prompts_kept) == (
+            group.get("prompts_seen"),
+            group.get("prompts_kept"),
+        )
         assert selection.late == group["late"]
         assert selection.seen == group["seen"]
         assert selection.dropped == group["dropped"]
-        concurrent = [g for g in vector["expected"]["groups"] if g["attempts_concurrent"] > 0]
+        concurrent = [
+            g for g in vector["expected"]["groups"] if g["attempts_concurrent"] > 0 and _kind(g) == selection.kind
+        ]
         assert selection.split_attempts == len(concurrent)
         assert selection.sources_unhooked == group["sources_unhooked"]
 
@@ -242,7 +286,7 @@ def test_vector_balance_from_embedded_files(path: Path) -> None:
         if group["dropped"]["invalid"]:
             continue
         arrived = [_vector_request(record) for record in _group_arrivals(vector, group)]
-        attempts = select_attempts(_records(arrived), count=vector["config"]["count"])
+        attempts = select_attempts(_records(arrived), count=vector["config"]["count"], kind=_kind(group))
         (selection,) = [a for a in attempts[(group["run_id"], group["step"])] if a.attempt == group["attempt"]]
         assert (selection.seen, selection.dropped) == (group["seen"], group["dropped"])
         assert selection.seen == selection.kept + sum(group["dropped"].values())
@@ -252,9 +296,16 @@ def test_vector_balance_from_embedded_files(path: Path) -> None:
 def test_vector_concurrent_attempts_from_the_raw_records(path: Path) -> None:
     """Embedded-sink rule over every record: each attempt counts the concurrent ones the collector counts."""
     vector = _load(path)
-    attempts = select_attempts(_records([_vector_request(r) for _, r in _arrivals(vector)]))
-    got = {(a.run_id, a.step, a.attempt): a.attempts_concurrent for step in attempts.values() for a in step}
-    want = {(g["run_id"], g["step"], g["attempt"]): g["attempts_concurrent"] for g in vector["expected"]["groups"]}
+    records = _records([_vector_request(r) for _, r in _arrivals(vector)])
+    got = {
+        (a.run_id, a.step, a.attempt, kind): a.attempts_concurrent
+        for kind in _vector_kinds(vector)
+        for step in select_attempts(records, kind=kind).values()
+        for a in step
+    }
+    want = {
+        (g["run_id"], g["step"], g["attempt"], _kind(g)): g["attempts_concurrent"] for g in vector["expected"]["groups"]
+    }
     assert got == want
 
 
@@ -264,7 +315,7 @@ def test_vector_unhooked_sources_from_the_raw_records(path: Path) -> None:
     vector = _load(path)
     for group in vector["expected"]["groups"]:
         arrived = [_vector_request(record) for record in _group_arrivals(vector, group)]
-        attempts = select_attempts(_records(arrived), count=vector["config"]["count"])
+        attempts = select_attempts(_records(arrived), count=vector["config"]["count"], kind=_kind(group))
         (selection,) = [a for a in attempts[(group["run_id"], group["step"])] if a.attempt == group["attempt"]]
         assert selection.sources_unhooked == group["sources_unhooked"]
 
@@ -274,7 +325,6 @@ def test_vector_unhooked_sources_from_the_raw_records(path: Path) -> None:
 
 def test_choose_attempt_prefers_complete_then_latest_then_larger_attempt() -> None:
     """Latest start among complete attempts; else latest start; ties by the larger attempt string."""
-    from otel_valgen.selection import StepSelection
 
     def sel(attempt: str, start: int, complete: bool) -> StepSelection:
         return StepSelection("r", 1, 4, attempt=attempt, attempt_start=start, complete=complete)

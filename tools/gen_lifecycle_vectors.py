@@ -649,6 +649,81 @@ VECTORS.append(
     }
 )
 
+# (n) Validation and training rollouts of one step (issue 23): one source t, one launch, the same
+# run, step and attempt L1.1, the rollout records marked kind=rollout (the validation ones carry
+# no kind: validation). They are two groups, each closed on its own. count 2.
+# Validation: keys v/0=30, v/1=10, v/2=20; its end at 200 (sources_expected 1) completes it at
+# once: kept the bottom-2 v/1, v/2; seen 3, sampled 1. Its attempt starts at its start record (0),
+# not at the rollout start (50): the rollout records are not its records.
+# Rollouts: prompts pA (prompt key 50), pB (10), pC (30), two responses each; k = 2 prompts:
+# pB and pC, each with both responses, ranked by prompt then response key: pB/1 (1), pB/0 (70),
+# pC/0 (40), pC/1 (60). pA's two responses, pA/0 (key 5, the smallest response key of all) among
+# them, are left out with their prompt. The end at 300 (sources_expected 1) completes it: seen 6,
+# kept 4, sampled 2; prompts seen 3 (its end record), kept 2. attempt start 50. Neither group is
+# concurrent with the other: attempts are compared within a kind.
+ROLLOUT = {"kind": "rollout"}
+ROLLOUT_KEYS = {
+    "pA": (50, {"pA/0": 5, "pA/1": 90}),
+    "pB": (10, {"pB/0": 70, "pB/1": 1}),
+    "pC": (30, {"pC/0": 40, "pC/1": 60}),
+}
+VECTORS.append(
+    {
+        "name": "validation_and_rollouts",
+        "description": (
+            "One source's validation and training rollouts of the same step and attempt: two groups, "
+            "(run, step, attempt, kind); the rollout group keeps its 2 smallest prompts with all their "
+            "responses."
+        ),
+        "config": {**config(), "count": 2},
+        "events": [
+            start(0, "t", sources_expected=1),
+            start(50, "t", sources_expected=1, **ROLLOUT),
+            *gens(100, {"v/0": 30, "v/1": 10, "v/2": 20}, "t"),
+            *[
+                rec(
+                    120,
+                    "valgen.generation",
+                    "t",
+                    sample_id=sid,
+                    sample_key=key,
+                    prompt_id=prompt,
+                    prompt_key=pkey,
+                    **ROLLOUT,
+                )
+                for prompt, (pkey, responses) in ROLLOUT_KEYS.items()
+                for sid, key in responses.items()
+            ],
+            end(200, "t", 3, 3, sources_expected=1),
+            end(300, "t", 6, 6, sources_expected=1, prompts_seen=3, **ROLLOUT),
+        ],
+        "expected": {
+            "groups": [
+                group("L1.1", "complete", 200, 3, ["v/1", "v/2"], 1, [], 0, 1, drops(1)),
+                group(
+                    "L1.1",
+                    "complete",
+                    300,
+                    6,
+                    ["pB/1", "pB/0", "pC/0", "pC/1"],
+                    1,
+                    [],
+                    50,
+                    1,
+                    drops(2),
+                    kind="rollout",
+                    prompts_seen=3,
+                    prompts_kept=2,
+                ),
+            ],
+            "shown": [
+                {"run_id": RUN, "step": STEP, "attempt": "L1.1"},
+                {"run_id": RUN, "step": STEP, "attempt": "L1.1", "kind": "rollout"},
+            ],
+        },
+    }
+)
+
 if __name__ == "__main__":
     for v in VECTORS:
         (HERE / f"{v['name']}.json").write_text(json.dumps(v, indent=1, ensure_ascii=False) + "\n")

@@ -680,7 +680,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "otel_valgen/selection.py",
         "        if record.kind != kind:\n            continue",
         "        if False:\n            continue",
-        ("tests/test_rollouts.py",),
+        ("tests/test_rollouts.py", "tests/test_show_attempts.py"),
     ),
     Mutation(
         "py.group_view.prompt",
@@ -688,7 +688,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "otel_valgen/sampling.py",
         "        return self._prompts.offer(prompt, {order: item})",
         "        return self._prompts.offer(order, {order: item})",
-        ("tests/test_rollouts.py",),
+        ("tests/test_rollouts.py", "tests/test_show_attempts.py"),
     ),
     Mutation(
         "py.emitter.kind_part",

@@ -40,6 +40,7 @@ type lifecycleVector struct {
 			RunID   string `json:"run_id"`
 			Step    int64  `json:"step"`
 			Attempt string `json:"attempt"`
+			Kind    string `json:"kind"` // "": validation
 		} `json:"shown"`
 	} `json:"expected"`
 }
@@ -63,6 +64,18 @@ type vectorGroup struct {
 	Dropped            map[string]int64 `json:"dropped"`
 	AttemptsConcurrent int64            `json:"attempts_concurrent"`
 	SourcesUnhooked    []string         `json:"sources_unhooked"`
+	// Kind is valgen.kind ("": validation); a rollout group's valgen.prompts_seen and _kept.
+	Kind        string `json:"kind"`
+	PromptsSeen *int64 `json:"prompts_seen,omitempty"`
+	PromptsKept *int64 `json:"prompts_kept,omitempty"`
+}
+
+// kindOrValidation is a vector's kind: absent is validation.
+func kindOrValidation(kind string) string {
+	if kind == "" {
+		return kindValidation
+	}
+	return kind
 }
 
 // vectorEpoch is t_ms = 0 and timestamp_ms = 0 of every vector.
@@ -86,7 +99,8 @@ func vectorLogs(t *testing.T, r map[string]any) plog.Logs {
 	attrs := lr.Attributes()
 	for field, attr := range map[string]string{
 		"run_id": attrRunID, "attempt": attrAttempt, "source": attrSource, "sample_id": attrSampleID,
-		"integration": attrIntegration, "unhooked_reason": attrUnhookedReason,
+		"integration": attrIntegration, "unhooked_reason": attrUnhookedReason, "kind": attrKind,
+		"prompt_id": attrPromptID,
 	} {
 		if v, ok := r[field].(string); ok {
 			attrs.PutStr(attr, v)
@@ -95,6 +109,7 @@ func vectorLogs(t *testing.T, r map[string]any) plog.Logs {
 	for field, attr := range map[string]string{
 		"step": attrStep, "sample_key": attrSampleKey, "seen": attrSeen, "emitted": attrEmitted,
 		"sources_expected": attrSourcesExpected, "sample_count": attrSampleCount, "dropped": attrDropped,
+		"prompt_key": attrPromptKey, "prompts_seen": attrPromptsSeen,
 	} {
 		if v, ok := r[field].(float64); ok {
 			attrs.PutInt(attr, int64(v))
@@ -110,12 +125,12 @@ func vectorLogs(t *testing.T, r map[string]any) plog.Logs {
 type vectorOutput struct {
 	summaries []plog.LogRecord
 	kept      [][]string         // kept ids, per summary
-	late      map[string][]int64 // late reports per group (run|step|attempt)
+	late      map[string][]int64 // late reports per group (run|step|attempt|kind)
 	forwarded []string           // late generations forwarded
 }
 
-func groupName(run string, step int64, attempt string) string {
-	return fmt.Sprintf("%s|%d|%s", run, step, attempt)
+func groupName(run string, step int64, attempt, kind string) string {
+	return fmt.Sprintf("%s|%d|%s|%s", run, step, attempt, kind)
 }
 
 func collectVector(t *testing.T, sink []plog.Logs) vectorOutput {
@@ -137,7 +152,7 @@ func collectVector(t *testing.T, sink []plog.Logs) vectorOutput {
 				out.kept = append(out.kept, pending)
 				pending = nil
 			case eventLate:
-				name := groupName(strOf(t, lr, attrRunID), intOf(t, lr, attrStep), strOf(t, lr, attrAttempt))
+				name := groupName(strOf(t, lr, attrRunID), intOf(t, lr, attrStep), strOf(t, lr, attrAttempt), strOf(t, lr, attrKind))
 				out.late[name] = append(out.late[name], intOf(t, lr, attrLate))
 			default:
 				t.Fatalf("unexpected record %q downstream", lr.EventName())
@@ -148,11 +163,11 @@ func collectVector(t *testing.T, sink []plog.Logs) vectorOutput {
 	return out
 }
 
-// shownAttempt applies the attempt choice of the spec to the summaries of one (run, step).
-func shownAttempt(t *testing.T, summaries []plog.LogRecord, run string, step int64) string {
+// shownAttempt applies the attempt choice of the spec to the summaries of one (run, step, kind).
+func shownAttempt(t *testing.T, summaries []plog.LogRecord, run string, step int64, kind string) string {
 	var cands []plog.LogRecord
 	for _, s := range summaries {
-		if strOf(t, s, attrRunID) == run && intOf(t, s, attrStep) == step {
+		if strOf(t, s, attrRunID) == run && intOf(t, s, attrStep) == step && strOf(t, s, attrKind) == kind {
 			cands = append(cands, s)
 		}
 	}
@@ -207,8 +222,15 @@ func TestLifecycleVectors(t *testing.T) {
 			require.Len(t, got.summaries, len(v.Expected.Groups), "one summary per group")
 			for i, want := range v.Expected.Groups {
 				s := got.summaries[i]
-				name := groupName(want.RunID, want.Step, want.Attempt)
+				name := groupName(want.RunID, want.Step, want.Attempt, kindOrValidation(want.Kind))
 				assert.Equal(t, want.RunID, strOf(t, s, attrRunID), "group %d", i)
+				assert.Equal(t, kindOrValidation(want.Kind), strOf(t, s, attrKind), name)
+				if want.PromptsSeen != nil || want.PromptsKept != nil {
+					require.NotNil(t, want.PromptsSeen, name)
+					require.NotNil(t, want.PromptsKept, name)
+					assert.Equal(t, *want.PromptsSeen, intOf(t, s, attrPromptsSeen), name)
+					assert.Equal(t, *want.PromptsKept, intOf(t, s, attrPromptsKept), name)
+				}
 				assert.Equal(t, want.Step, intOf(t, s, attrStep), name)
 				assert.Equal(t, want.Attempt, strOf(t, s, attrAttempt), name)
 				assert.Equal(t, want.ClosedReason, strOf(t, s, attrClosedReason), name)
@@ -254,7 +276,7 @@ func TestLifecycleVectors(t *testing.T) {
 			}
 			assert.Equal(t, v.Expected.ForwardedIDs, got.forwarded)
 			for _, want := range v.Expected.Shown {
-				assert.Equal(t, want.Attempt, shownAttempt(t, got.summaries, want.RunID, want.Step))
+				assert.Equal(t, want.Attempt, shownAttempt(t, got.summaries, want.RunID, want.Step, kindOrValidation(want.Kind)))
 			}
 		})
 	}
