@@ -3,20 +3,20 @@
 Two ways in: ``python -m verl.experimental.fully_async_policy.fully_async_main <overrides>`` (verl's
 ``run_ppo`` starts a local Ray cluster with its own ``ray.init``), and ``ray job submit`` of the same
 command to a cluster started by ``ray start --head``. The environment holds what docs/verl.md tells
-users to set (``USER_ENV``) plus test-only items (``test_only_env``): the checkout on ``PYTHONPATH`` and
+users to set (``user_env``) plus test-only items (``test_only_env``): the checkout on ``PYTHONPATH`` and
 ``VERL_USE_EXTERNAL_MODULES`` naming ``tests.verl.cpu_plugin`` (the CPU stand-ins, see
-``harness.REPLACED``), and an offline wandb run in the test's folder.
+``harness.REPLACED``), an offline wandb run in the test's folder and the path of verl's ``file`` tracker.
 
-What the run leaves is read from verl's own outputs: the console tracker's ``step:N - ...`` lines,
-``trainer.validation_data_dir`` (``{rollouter global_steps}.jsonl`` per validation) and the offline
-wandb run folder.
+What the run leaves is read from verl's own outputs: the trainer's ``file`` tracker (one JSON line per
+``logger.log(data, step)``, written unbuffered by the trainer actor; its ``console`` and ``wandb``
+trackers log the same), ``trainer.validation_data_dir`` (``{rollouter global_steps}.jsonl`` per
+validation) and the offline wandb run folder.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -36,8 +36,7 @@ from tests.verl import harness
 LAUNCHER = "verl.experimental.fully_async_policy.fully_async_main"
 PLUGIN = "tests.verl.cpu_plugin"
 RAY_CLI = Path(sys.executable).with_name("ray")
-# The one validation-carrying line verl's console tracker prints per _fit_validate: "step:N - ... val-core/..."
-VALIDATION_LINE = re.compile(r"\bstep:(\d+) - rollouter/validate_time:.*val-core/")
+METRICS_FILE = "metrics.jsonl"  # verl's file tracker (VERL_FILE_LOGGER_PATH), in the run's folder
 # Variables of the machine that would change what the launched job does; never inherited.
 _NOT_INHERITED = ("OTEL_", "WANDB_", "RAY_", "VERL_", "PYTHONPATH")
 
@@ -64,18 +63,19 @@ def user_env(otlp_http_endpoint: str) -> dict[str, str]:
     }
 
 
-def test_only_env(wandb_dir: Path) -> dict[str, str]:
-    """The CPU stand-ins (verl imports the plugin in every process) and an offline wandb run under ``wandb_dir``."""
+def test_only_env(root: Path) -> dict[str, str]:
+    """The CPU stand-ins (verl imports the plugin in every process), an offline wandb run and the file tracker."""
     return {
         "PYTHONPATH": str(harness.REPO),
         "VERL_USE_EXTERNAL_MODULES": PLUGIN,
         "WANDB_MODE": "offline",
-        "WANDB_DIR": str(wandb_dir),
+        "WANDB_DIR": str(root / "wandb"),
+        "VERL_FILE_LOGGER_PATH": str(root / METRICS_FILE),
     }
 
 
 def launcher_overrides(root: Path, files: Any, k: int, *, local_cluster: bool) -> list[str]:
-    """Verl's hydra overrides: the tiny CPU run, k, the console and wandb trackers, one training step.
+    """Verl's hydra overrides: the tiny CPU run, k, the console, wandb and file trackers, one training step.
 
     ``rollout.total_rollout_steps=2`` with 2 samples per step gives one training step, so the trainer
     validates before training and after that step. A local cluster (verl's own ``ray.init``) gets
@@ -90,7 +90,7 @@ def launcher_overrides(root: Path, files: Any, k: int, *, local_cluster: bool) -
         val_path=files.val_path,
         model_path=str(files.tokenizer_dir),
         log_val_generations=k,
-        logger="[console,wandb]",
+        logger="[console,wandb,file]",
         extra_overrides=extra,
     )
 
@@ -123,8 +123,9 @@ class Launch:
         return "\n".join(self.text().splitlines()[-lines:])
 
     def validation_steps(self) -> list[int]:
-        """The steps verl's console tracker logged each validation's metrics at, in order."""
-        return [int(match.group(1)) for match in VALIDATION_LINE.finditer(self.text())]
+        """The steps verl's trainer logged each validation's ``val-core/...`` metrics at, in order."""
+        logged = harness.read_jsonl(self.root / METRICS_FILE)
+        return [line["step"] for line in logged if any(key.startswith("val-core/") for key in line["data"])]
 
     def validations(self) -> list[Validation]:
         """Each validation's trainer step paired with verl's dump of it (both in the order they happened)."""

@@ -70,7 +70,7 @@ def job(
         try:
             run_root = root / "run"
             run_root.mkdir()
-            job_env = {**launcher.user_env(collector.http_endpoint), **launcher.test_only_env(run_root / "wandb")}
+            job_env = {**launcher.user_env(collector.http_endpoint), **launcher.test_only_env(run_root)}
             overrides = launcher.launcher_overrides(run_root, verl_files, K, local_cluster=variant == "ray_init")
             if variant == "ray_init":
                 launch = launcher.launch_local(run_root, overrides, {**launcher.base_env(), **job_env})
