@@ -1,27 +1,24 @@
 """Drive the REAL, installed verl's validation code paths on CPU (no GPUs, no model, no hub).
 
-Everything verl runs here is verl's own code, unmodified and unpatched: configs come from verl's
-yaml through hydra, the fully-async ``FullyAsyncTrainer``/``FullyAsyncRollouter`` Ray actors are
-created exactly as ``verl/experimental/fully_async_policy/fully_async_main.py`` creates them, and
-validation runs through ``FullyAsyncTrainer._fit_validate`` -> ``FullyAsyncRollouter.do_validate``
--> ``RayPPOTrainer._validate`` -> ``_maybe_log_val_generations`` / ``_dump_generations``.
+Everything verl runs here is verl's own code: configs come from verl's yaml through hydra, and
+validation runs through verl's own ``_validate`` -> ``_maybe_log_val_generations`` /
+``_dump_generations``. Fully-async mode runs through verl's real launcher (``launcher.py``), its
+TaskRunner and both actors' ``fit``; sync mode through a real ``RayPPOTrainer`` built here.
 
-Only what needs GPUs or model servers is stood in for, from outside, by setting attributes on the
-live objects (through Ray's DeveloperAPI ``actor.__ray_call__`` for actors). Every such replacement
-is listed in ``REPLACED`` with the reason, and each replacement site looks its entry up there.
+Only what needs GPUs or model servers is stood in for: in fully-async mode the two actors'
+``init_workers``, replaced by the test-only verl plugin ``cpu_plugin.py`` with the functions below;
+in sync mode attributes set on the live trainer. Every such replacement is listed in ``REPLACED``
+with the reason, and each replacement site looks its entry up there.
 
 Observation uses verl's own outputs only: ``trainer.validation_data_dir`` (verl writes
-``{global_steps}.jsonl`` with every generation) and the trainer's real ``Tracking`` with the
-``console`` and ``file`` backends (``VERL_FILE_LOGGER_PATH``: one JSON line per ``logger.log``).
+``{global_steps}.jsonl`` with every generation) and the trainer's real ``Tracking`` backends.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import time
 from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -42,28 +39,25 @@ CHAT_TEMPLATE = (
 # (qualified method or attribute name, why it is replaced). Nothing else is replaced or patched.
 REPLACED: list[tuple[str, str]] = [
     (
-        "fully_async_main (FullyAsyncTaskRunner, run_ppo, its import order)",
-        "not used: verl 0.9.1's launcher cannot get past FullyAsyncTrainer.init_workers on CPU "
-        "(ResourcePoolManager.create_resource_pool asks for GPU bundles, verl's platform falls back to "
-        "'nvidia', no vLLM/SGLang). create_fully_async makes its calls in this driver instead, after "
-        "ray.init, so the import-order case is tested separately (test_import_order_and_drift.py).",
-    ),
-    (
         "FullyAsyncTrainer.init_workers",
-        "creates placement groups on trainer_pool GPUs and FSDP/Megatron DetachActorWorker worker groups that "
-        "load the model; not called. Only its result attribute actor_wg/actor_rollout_wg is set (next entry).",
+        "creates placement groups on trainer_pool GPUs (ResourcePoolManager.create_resource_pool fails with no "
+        "GPU) and FSDP/Megatron worker groups that load the model (NCCL needs a CUDA device). cpu_plugin.py "
+        "replaces it, in every process, by trainer_cpu_init_workers: it sets only its result actor_wg/"
+        "actor_rollout_wg (next entry). Called by verl's own launcher, which is not replaced.",
     ),
     (
         "FullyAsyncTrainer.actor_wg, FullyAsyncTrainer.actor_rollout_wg",
         "the GPU actor worker group. Set to CpuActorWorkerGroup: verl's set_rollouter builds the real "
-        "CheckpointEngineManager around it, load_checkpoint calls its load_checkpoint, and _fit_update_weights "
-        "(naive backend) calls its update_weights; all are recorded no-ops.",
+        "CheckpointEngineManager around it, _fit_update_weights (naive backend) calls its update_weights, "
+        "_balance_batch its _query_dispatch_info (one data-parallel rank) and _update_actor its update_actor "
+        "(no update; metrics only). Calls are recorded; old log-probs are not recomputed (fully-async "
+        "mode's bypass mode trains with the rollout's).",
     ),
     (
         "FullyAsyncRollouter.init_workers",
-        "starts the RewardLoopManager workers, vLLM/SGLang LLM server replicas and agent-loop workers; not "
-        "called. Its CPU-only steps are run as verl runs them (_init_async_objects, SkipManager.init) and the "
-        "two attributes below are set.",
+        "starts the RewardLoopManager workers, vLLM/SGLang LLM server replicas and agent-loop workers. "
+        "cpu_plugin.py replaces it, in every process, by rollouter_cpu_init_workers: its CPU-only steps run as "
+        "verl runs them (_init_async_objects, SkipManager.init) and the two attributes below are set.",
     ),
     (
         "FullyAsyncRollouter.llm_server_manager",
@@ -73,8 +67,9 @@ REPLACED: list[tuple[str, str]] = [
     (
         "FullyAsyncRollouter.async_rollout_manager",
         "FullyAsyncAgentLoopManager generates with an LLM server and scores with reward-loop workers. Set to "
-        "CpuRolloutManager, whose generate_sequences(DataProto) -> DataProto returns deterministic responses "
-        "and verl's own gsm8k score (default_compute_score) in the tensors _validate and extract_reward read.",
+        "CpuRolloutManager: generate_sequences (validation) and generate_sequences_single (the rollouter's fit) "
+        "return deterministic responses, verl's own gsm8k score (default_compute_score) and, for training "
+        "samples, zero rollout log-probs, in the fields verl's _validate, extract_reward and the trainer read.",
     ),
     (
         "RayPPOTrainer.init_workers",
@@ -192,13 +187,19 @@ def _compose(config_dir: Path, config_name: str, overrides: list[str]) -> DictCo
 
 
 def _common_overrides(
-    tmp: Path, train_path: str, val_path: str, model_path: str, log_val_generations: int, val_n: int
+    tmp: Path,
+    train_path: str,
+    val_path: str,
+    model_path: str,
+    log_val_generations: int,
+    val_n: int,
+    logger: str = "[console,file]",
 ) -> list[str]:
     return [
         "trainer.device=cpu",
         "trainer.nnodes=1",
         "trainer.n_gpus_per_node=1",
-        "trainer.logger=[console,file]",
+        f"trainer.logger={logger}",
         f"trainer.log_val_generations={log_val_generations}",
         "trainer.test_freq=1",
         "trainer.val_before_train=True",
@@ -265,7 +266,7 @@ def sync_config(
     return migrate_legacy_reward_impl(config)
 
 
-def fully_async_config(
+def fully_async_overrides(
     tmp: str | os.PathLike[str],
     *,
     train_path: str,
@@ -276,9 +277,10 @@ def fully_async_config(
     trigger_parameter_sync_step: int = 1,
     require_batches: int = 1,
     staleness_threshold: float = 0.5,
+    logger: str = "[console,file]",
     extra_overrides: list[str] | None = None,
-) -> DictConfig:
-    """``fully_async_ppo_trainer.yaml`` composed with CPU/tiny overrides, prepared as ``fully_async_main.main`` does.
+) -> list[str]:
+    """The hydra overrides of ``fully_async_ppo_trainer.yaml`` for a tiny CPU run (also verl's launcher's CLI).
 
     Overrides the constructors need: ``data.train_batch_size=0``, ``data.gen_batch_size=1``,
     ``actor_rollout_ref.hybrid_engine=False``. ``checkpoint_engine.backend=naive`` because verl's nccl
@@ -286,11 +288,8 @@ def fully_async_config(
     ``CheckpointEngineManager``. With ``trigger_parameter_sync_step=1`` every ``_fit_update_local_step``
     advances ``current_param_version`` by one.
     """
-    from verl.experimental.reward_loop import migrate_legacy_reward_impl
-    from verl.utils.device import auto_set_device
-
-    overrides = [
-        *_common_overrides(Path(tmp), train_path, val_path, model_path, log_val_generations, val_n),
+    return [
+        *_common_overrides(Path(tmp), train_path, val_path, model_path, log_val_generations, val_n, logger),
         "data.train_batch_size=0",
         "data.gen_batch_size=1",
         "actor_rollout_ref.hybrid_engine=False",
@@ -304,13 +303,6 @@ def fully_async_config(
         "async_training.use_trainer_do_validate=False",
         *(extra_overrides or []),
     ]
-    config_dir = _verl_dir() / "experimental" / "fully_async_policy" / "config"
-    config = _compose(config_dir, "fully_async_ppo_trainer", overrides)
-    # exactly fully_async_main.main's preparation
-    auto_set_device(config)
-    config.actor_rollout_ref.rollout.nnodes = config.rollout.nnodes
-    config.actor_rollout_ref.rollout.n_gpus_per_node = config.rollout.n_gpus_per_node
-    return migrate_legacy_reward_impl(config)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -400,6 +392,26 @@ class CpuRolloutManager:
             meta_info={"timing": {}, "reward_extra_keys": ["acc"]},
         )
 
+    async def generate_sequences_single(self, prompts: DataProto) -> DataProto:
+        """The fully-async rollouter's per-sample call (``FullyAsyncAgentLoopManager.generate_sequences_single``).
+
+        ``generate_sequences`` plus what verl's agent loop adds for training samples: ``rollout_log_probs``
+        (``rollout.calculate_log_probs`` is on in fully-async mode, whose default bypass mode trains with them;
+        0 here), per-trajectory ``min_global_steps``/``max_global_steps`` (the parameter version a server
+        generated with: 0 here, no weights are synced to a stand-in) and ``meta_info["metrics"]`` (per-sample
+        timings, all 0).
+        """
+        import numpy as np
+        import torch
+
+        output = self.generate_sequences(prompts)
+        size = len(output)
+        output.batch["rollout_log_probs"] = torch.zeros(output.batch["responses"].shape, dtype=torch.float32)
+        output.non_tensor_batch["min_global_steps"] = np.zeros(size, dtype=np.int64)
+        output.non_tensor_batch["max_global_steps"] = np.zeros(size, dtype=np.int64)
+        output.meta_info["metrics"] = [{"generate_sequences": 0.0, "tool_calls": 0.0} for _ in range(size)]
+        return output
+
 
 class CpuLLMServerManager:
     """CPU stand-in for FullyAsyncLLMServerManager: ``REPLACED['FullyAsyncRollouter.llm_server_manager']``.
@@ -441,6 +453,12 @@ class CpuActorWorkerGroup:
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, dict[str, Any]]] = []
+        self._dispatch_info: dict[str, list[int]] = {}  # RayWorkerGroup's cache, read by _get_dp_size
+
+    def _query_dispatch_info(self, role: str) -> list[int]:
+        """Called by ``_balance_batch`` (``_get_dp_size``): the data-parallel rank of each worker, one rank."""
+        self.calls.append(("_query_dispatch_info", {"role": role}))
+        return [0]
 
     def load_checkpoint(
         self, local_path: str, hdfs_path: str | None = None, del_local_after_load: bool = False
@@ -453,47 +471,21 @@ class CpuActorWorkerGroup:
         self.calls.append(("update_weights", {"global_steps": global_steps, "mode": mode}))
         return []
 
+    def update_actor(self, data: Any) -> Any:
+        """Called by ``_update_actor``: no update; the metrics dict verl renames to ``actor/...``."""
+        from verl.utils import tensordict_utils as tu
 
-# ---------------------------------------------------------------------------------------------------------------------
-# Ray
-# ---------------------------------------------------------------------------------------------------------------------
-
-
-def start_ray(metrics_log: str | os.PathLike[str], num_cpus: int = 32) -> None:
-    """A small local Ray cluster for the verl actors (each asks for 10 logical CPUs; no GPUs).
-
-    The runtime env is verl's own ``get_ppo_ray_runtime_env`` plus ``PYTHONPATH`` (so workers import
-    ``tests.verl.harness`` for the stand-ins) and ``VERL_FILE_LOGGER_PATH`` (verl's ``file`` Tracking
-    backend writes every ``logger.log(data, step)`` of the trainer there).
-    """
-    import ray
-    from verl.trainer.constants_ppo import get_ppo_ray_runtime_env
-
-    runtime_env = get_ppo_ray_runtime_env()
-    runtime_env.pop("working_dir", None)
-    pythonpath = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
-    runtime_env["env_vars"] = {
-        **runtime_env.get("env_vars", {}),
-        "PYTHONPATH": pythonpath,
-        "VERL_FILE_LOGGER_PATH": str(metrics_log),
-    }
-    ray.init(
-        num_cpus=num_cpus,
-        num_gpus=0,
-        include_dashboard=False,
-        object_store_memory=200 * 1024 * 1024,
-        runtime_env=runtime_env,
-        logging_level="WARNING",
-    )
+        self.calls.append(("update_actor", {"batch_size": len(data["input_ids"].offsets()) - 1}))
+        return tu.get_tensordict({}, non_tensor_dict={"metrics": {"mfu": 0.0, "pg_loss": 0.0}})
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# Fully async
+# Fully async: what the test-only plugin (cpu_plugin.py) runs as the two actors' init_workers
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-def _rollouter_cpu_init_workers(rollouter: Any) -> str:
-    """Run inside the rollouter: the CPU part of ``FullyAsyncRollouter.init_workers`` plus the two stand-ins."""
+def rollouter_cpu_init_workers(rollouter: Any) -> str:
+    """``FullyAsyncRollouter.init_workers`` on CPU: its CPU part plus the two stand-ins (run in the actor)."""
     from verl.utils.skip import SkipManager
 
     rollouter._init_async_objects()
@@ -505,127 +497,11 @@ def _rollouter_cpu_init_workers(rollouter: Any) -> str:
     return replaced("FullyAsyncRollouter.async_rollout_manager")
 
 
-def _trainer_cpu_init_workers(trainer: Any) -> str:
-    """Run inside the trainer: what ``FullyAsyncTrainer.init_workers`` leaves behind that CPU code reads."""
+def trainer_cpu_init_workers(trainer: Any) -> str:
+    """``FullyAsyncTrainer.init_workers`` on CPU: what it leaves behind that verl's trainer reads (in the actor)."""
     trainer.actor_wg = CpuActorWorkerGroup()
     trainer.actor_rollout_wg = trainer.actor_wg
     return replaced("FullyAsyncTrainer.actor_wg, FullyAsyncTrainer.actor_rollout_wg")
-
-
-@dataclass
-class FullyAsync:
-    """The live fully-async components, as ``FullyAsyncTaskRunner.components`` holds them."""
-
-    config: Any
-    trainer: Any
-    rollouter: Any
-    message_queue: Any
-    message_queue_client: Any
-    total_train_steps: int | None
-    max_queue_size: int | None
-    replaced: list[tuple[str, str]] = field(default_factory=lambda: list(REPLACED))
-
-
-def create_fully_async(config: DictConfig, tokenizer: Any, *, update_weights: bool = True) -> FullyAsync:
-    """Create the real FullyAsyncTrainer and FullyAsyncRollouter as ``FullyAsyncTaskRunner`` does, on CPU.
-
-    Follows ``_initialize_components``/``_create_trainer``/``_create_rollouter`` call for call, except the two
-    ``init_workers`` (see ``REPLACED``): create_role_worker_mapping, FullyAsyncTrainer.remote(...),
-    FullyAsyncRollouter.remote(...), set_max_required_samples, set_rollouter, get/set_total_train_steps,
-    MessageQueue, set_message_queue_client on both, load_checkpoint on both and, if ``update_weights``,
-    the "param sync before fit" ``_fit_update_weights``. It does not run ``_fit_validate(True)``: call
-    ``run_fit_validate(trainer, True)`` for that. Needs ``start_ray`` first.
-    """
-    import ray
-    from omegaconf import OmegaConf
-    from verl.experimental.fully_async_policy.fully_async_rollouter import FullyAsyncRollouter
-    from verl.experimental.fully_async_policy.fully_async_trainer import FullyAsyncTrainer
-    from verl.experimental.fully_async_policy.message_queue import MessageQueue, MessageQueueClient
-    from verl.experimental.separation.utils import create_resource_pool_manager, create_role_worker_mapping
-    from verl.trainer.ppo.utils import Role
-
-    OmegaConf.resolve(config)
-    role_worker_mapping, ray_worker_group_cls = create_role_worker_mapping(config)
-
-    # _create_trainer
-    trainer_role_mapping = {role: cls for role, cls in role_worker_mapping.items() if role != Role.Rollout}
-    trainer = FullyAsyncTrainer.remote(
-        config=config,
-        tokenizer=tokenizer,
-        role_worker_mapping=trainer_role_mapping,
-        resource_pool_manager=create_resource_pool_manager(config, roles=list(trainer_role_mapping.keys())),
-        ray_worker_group_cls=ray_worker_group_cls,
-        device_name=config.trainer.device,
-    )
-    replaced("FullyAsyncTrainer.init_workers")
-    ray.get(trainer.__ray_call__.remote(_trainer_cpu_init_workers))
-
-    # _setup_hybrid_worker_group: nothing to do (use_trainer_do_validate and dynamic scheduling are off)
-
-    # _create_rollouter
-    rollouter = FullyAsyncRollouter.remote(
-        config=config, tokenizer=tokenizer, processor=None, device_name=config.trainer.device
-    )
-    replaced("FullyAsyncRollouter.init_workers")
-    ray.get(rollouter.__ray_call__.remote(_rollouter_cpu_init_workers))
-    ray.get(rollouter.set_max_required_samples.remote())
-
-    ray.get(trainer.set_rollouter.remote(rollouter))
-    total_train_steps = ray.get(rollouter.get_total_train_steps.remote())
-    ray.get(trainer.set_total_train_steps.remote(total_train_steps))
-    max_queue_size = ray.get(rollouter.get_max_queue_size.remote())
-    message_queue = MessageQueue.remote(config, max_queue_size)
-    message_queue_client = MessageQueueClient(message_queue)
-    ray.get(rollouter.set_message_queue_client.remote(message_queue_client))
-    ray.get(trainer.set_message_queue_client.remote(message_queue_client))
-    ray.get(trainer.load_checkpoint.remote())
-    ray.get(rollouter.load_checkpoint.remote())
-    if update_weights:
-        ray.get(trainer._fit_update_weights.remote())
-    return FullyAsync(
-        config, trainer, rollouter, message_queue, message_queue_client, total_train_steps, max_queue_size
-    )
-
-
-def _read_state(actor: Any, names: tuple[str, ...]) -> dict[str, Any]:
-    return {name: getattr(actor, name, None) for name in names}
-
-
-def actor_state(actor: Any, *names: str) -> dict[str, Any]:
-    """Read attributes of a live actor (read only), e.g. ``current_param_version``, ``global_steps``."""
-    import ray
-
-    return ray.get(actor.__ray_call__.remote(_read_state, names))
-
-
-def _wait_for_dumps(actor: Any) -> int:
-    pending = list(getattr(actor, "_dump_futures", []))
-    for future in pending:
-        future.result()
-    return len(pending)
-
-
-def _generator_calls(actor: Any) -> list[dict[str, Any]]:
-    manager = getattr(actor, "async_rollout_manager", None)
-    return list(getattr(manager, "calls", []))
-
-
-def generator_calls(rollouter: Any) -> list[dict[str, Any]]:
-    """The ``generate_sequences`` calls the rollouter's CpuRolloutManager received (size, global_steps, validate)."""
-    import ray
-
-    return ray.get(rollouter.__ray_call__.remote(_generator_calls))
-
-
-@dataclass
-class ValidationRun:
-    """What one ``_fit_validate`` produced, read from verl's own outputs."""
-
-    seconds: float
-    trainer_param_version: int
-    rollouter_global_steps: int
-    dumps: dict[str, list[dict[str, Any]]]  # {file name: rows} written by verl's _dump_generations during the run
-    logged: list[dict[str, Any]]  # {"step", "data"} lines verl's file Tracking backend appended during the run
 
 
 def read_jsonl(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
@@ -634,91 +510,6 @@ def read_jsonl(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     if not file.exists():
         return []
     return [json.loads(line) for line in file.read_text().splitlines() if line.strip()]
-
-
-def run_fit_validate(
-    trainer: Any, val_before_train: bool, *, rollouter: Any = None, metrics_log: str | os.PathLike[str] | None = None
-) -> ValidationRun | None:
-    """``ray.get(trainer._fit_validate.remote(val_before_train))``, exactly as verl's TaskRunner and fit_step call it.
-
-    With ``rollouter`` and ``metrics_log`` (the ``start_ray`` path) it waits for verl's background dump of the
-    generations and returns what verl wrote during this call; otherwise returns None.
-    """
-    import ray
-
-    validation_dir = None
-    if rollouter is not None:
-        config = ray.get(trainer.__ray_call__.remote(lambda actor: actor.config))
-        validation_dir = Path(config.trainer.validation_data_dir)
-    log_lines = len(read_jsonl(metrics_log)) if metrics_log else 0
-    before = {p.name: p.stat().st_mtime_ns for p in validation_dir.glob("*.jsonl")} if validation_dir else {}
-    start = time.monotonic()
-    ray.get(trainer._fit_validate.remote(val_before_train))
-    if rollouter is None or metrics_log is None or validation_dir is None:
-        return None
-    ray.get(rollouter.__ray_call__.remote(_wait_for_dumps))
-    seconds = time.monotonic() - start
-    dumps = {
-        p.name: read_jsonl(p)
-        for p in sorted(validation_dir.glob("*.jsonl"))
-        if before.get(p.name) != p.stat().st_mtime_ns
-    }
-    state = actor_state(trainer, "current_param_version")
-    rollouter_state = actor_state(rollouter, "global_steps")
-    return ValidationRun(
-        seconds=seconds,
-        trainer_param_version=state["current_param_version"],
-        rollouter_global_steps=rollouter_state["global_steps"],
-        dumps=dumps,
-        logged=read_jsonl(metrics_log)[log_lines:],
-    )
-
-
-def advance_param_version(trainer: Any, *, update_weights: bool = True) -> int:
-    """One trainer step's version bookkeeping by verl's own ``_fit_update_local_step`` and ``_fit_update_weights``.
-
-    This is what ``FullyAsyncTrainer.fit_step`` runs right before ``_fit_validate()``. With
-    ``trigger_parameter_sync_step=1`` it increments ``current_param_version``; ``_fit_update_weights`` then
-    runs the real naive CheckpointEngineManager sync (on CpuActorWorkerGroup), the rollouter's real
-    ``reset_staleness`` and logs its timing at the new version. The rollouter's ``global_steps`` does not
-    change (in a real run it counts fed samples). Returns the new ``current_param_version``.
-    """
-    import ray
-
-    ray.get(trainer._fit_update_local_step.remote())
-    if update_weights:
-        ray.get(trainer._fit_update_weights.remote())
-    return actor_state(trainer, "current_param_version")["current_param_version"]
-
-
-def write_checkpoint_marker(config: DictConfig, param_version: int) -> Path:
-    """An empty ``global_step_N`` folder plus verl's tracker file under ``trainer.default_local_dir``.
-
-    With ``resume_mode=auto``, verl's ``load_checkpoint`` on the trainer then sets ``current_param_version=N``
-    and ``global_steps=N*trigger_parameter_sync_step+1`` (the actor weights go to CpuActorWorkerGroup),
-    and on the rollouter ``global_steps=N*required_samples*trigger_parameter_sync_step+1`` (no ``data.pt``:
-    verl warns and keeps the dataloader). Call before ``create_fully_async`` or call ``load_checkpoint``
-    on both actors again, as ``resume_at_param_version`` does.
-    """
-    from verl.utils.checkpoint.checkpoint_manager import get_checkpoint_tracker_filename
-
-    root = Path(config.trainer.default_local_dir)
-    (root / f"global_step_{param_version}").mkdir(parents=True, exist_ok=True)
-    Path(get_checkpoint_tracker_filename(str(root))).write_text(str(param_version))
-    return root / f"global_step_{param_version}"
-
-
-def resume_at_param_version(components: FullyAsync, param_version: int) -> dict[str, Any]:
-    """Set both actors' versions by verl's own resume code: a checkpoint marker, then ``load_checkpoint`` on both."""
-    import ray
-
-    write_checkpoint_marker(components.config, param_version)
-    ray.get(components.trainer.load_checkpoint.remote())
-    ray.get(components.rollouter.load_checkpoint.remote())
-    return {
-        **actor_state(components.trainer, "current_param_version", "global_steps"),
-        "rollouter_global_steps": actor_state(components.rollouter, "global_steps")["global_steps"],
-    }
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -1,0 +1,280 @@
+"""Run verl's real fully-async launcher (``fully_async_main``) as a user would, on CPU, and read what it left.
+
+Two ways in: ``python -m verl.experimental.fully_async_policy.fully_async_main <overrides>`` (verl's
+``run_ppo`` starts a local Ray cluster with its own ``ray.init``), and ``ray job submit`` of the same
+command to a cluster started by ``ray start --head``. The environment holds what docs/verl.md tells
+users to set (``user_env``) plus test-only items (``test_only_env``): the checkout on ``PYTHONPATH`` and
+``VERL_USE_EXTERNAL_MODULES`` naming ``tests.verl.cpu_plugin`` (the CPU stand-ins, see
+``harness.REPLACED``), an offline wandb run in the test's folder and the path of verl's ``file`` tracker.
+
+What the run leaves is read from verl's own outputs: the trainer's ``file`` tracker (one JSON line per
+``logger.log(data, step)``, written unbuffered by the trainer actor; its ``console`` and ``wandb``
+trackers log the same), ``trainer.validation_data_dir`` (``{rollouter global_steps}.jsonl`` per
+validation) and the offline wandb run folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tests.verl import harness
+
+LAUNCHER = "verl.experimental.fully_async_policy.fully_async_main"
+PLUGIN = "tests.verl.cpu_plugin"
+RAY_CLI = Path(sys.executable).with_name("ray")
+METRICS_FILE = "metrics.jsonl"  # verl's file tracker (VERL_FILE_LOGGER_PATH), in the run's folder
+# Variables of the machine that would change what the launched job does; never inherited.
+_NOT_INHERITED = ("OTEL_", "WANDB_", "RAY_", "VERL_", "PYTHONPATH")
+
+
+def base_env() -> dict[str, str]:
+    """The test's environment without otel-valgen's, OTel's, wandb's, Ray's and verl's variables."""
+    return {name: value for name, value in os.environ.items() if not name.startswith(_NOT_INHERITED)}
+
+
+def ray_cli_env() -> dict[str, str]:
+    """``base_env`` for ``ray start`` and ``ray job submit``: token authentication, Ray 2.60's default, stated.
+
+    ``ray start`` turns it on by itself (with ``~/.ray/auth_token``, made when missing), but the job CLI
+    only sends that token when ``RAY_AUTH_MODE=token`` is set.
+    """
+    return {**base_env(), "RAY_AUTH_MODE": "token"}
+
+
+def user_env(otlp_http_endpoint: str) -> dict[str, str]:
+    """Exactly what docs/verl.md tells a user to set, except ``WANDB_RUN_ID`` (the run id must come from wandb)."""
+    return {
+        "RAY_RUNTIME_ENV_HOOK": "otel_valgen.ray.runtime_env_hook",
+        "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://{otlp_http_endpoint}",
+    }
+
+
+def test_only_env(root: Path) -> dict[str, str]:
+    """The CPU stand-ins (verl imports the plugin in every process), an offline wandb run and the file tracker."""
+    return {
+        "PYTHONPATH": str(harness.REPO),
+        "VERL_USE_EXTERNAL_MODULES": PLUGIN,
+        "WANDB_MODE": "offline",
+        "WANDB_DIR": str(root / "wandb"),
+        "VERL_FILE_LOGGER_PATH": str(root / METRICS_FILE),
+    }
+
+
+def launcher_overrides(root: Path, files: Any, k: int, *, local_cluster: bool) -> list[str]:
+    """Verl's hydra overrides: the tiny CPU run, k, the console, wandb and file trackers, one training step.
+
+    ``rollout.total_rollout_steps=2`` with 2 samples per step gives one training step, so the trainer
+    validates before training and after that step. A local cluster (verl's own ``ray.init``) gets
+    enough logical CPUs for verl's actors (10 each) and no dashboard; a job's cluster has its own.
+    """
+    extra = ["rollout.total_rollout_steps=2"]
+    if local_cluster:
+        extra += ["ray_kwargs.ray_init.num_cpus=32", "+ray_kwargs.ray_init.include_dashboard=False"]
+    return harness.fully_async_overrides(
+        root,
+        train_path=files.train_path,
+        val_path=files.val_path,
+        model_path=str(files.tokenizer_dir),
+        log_val_generations=k,
+        logger="[console,wandb,file]",
+        extra_overrides=extra,
+    )
+
+
+@dataclass
+class Validation:
+    """One validation as verl reported it: the trainer's step, the rollouter's ``global_steps`` and its dump."""
+
+    trainer_step: int
+    rollouter_global_steps: int
+    dumped: list[dict[str, Any]]
+
+
+@dataclass
+class Launch:
+    """A finished launch: its exit code, wall time, output and folders."""
+
+    returncode: int
+    seconds: float
+    output: Path
+    root: Path
+    wandb_dir: Path
+
+    def text(self) -> str:
+        """Everything the launcher (or ``ray job submit``) printed."""
+        return self.output.read_text(encoding="utf-8", errors="replace")
+
+    def tail(self, lines: int = 60) -> str:
+        """The last lines of the output, for failure messages."""
+        return "\n".join(self.text().splitlines()[-lines:])
+
+    def validation_steps(self) -> list[int]:
+        """The steps verl's trainer logged each validation's ``val-core/...`` metrics at, in order."""
+        logged = harness.read_jsonl(self.root / METRICS_FILE)
+        return [line["step"] for line in logged if any(key.startswith("val-core/") for key in line["data"])]
+
+    def validations(self) -> list[Validation]:
+        """Each validation's trainer step paired with verl's dump of it (both in the order they happened)."""
+        dumps = sorted((self.root / "validation_data").glob("*.jsonl"), key=lambda path: int(path.stem))
+        steps = self.validation_steps()
+        assert len(dumps) == len(steps), f"{len(steps)} validations logged, {len(dumps)} dumped:\n{self.tail()}"
+        return [
+            Validation(step, int(path.stem), harness.read_jsonl(path)) for step, path in zip(steps, dumps, strict=True)
+        ]
+
+    def wandb_run_id(self) -> str:
+        """The id of the one offline wandb run (``wandb/offline-run-<time>-<id>``) the trainer made."""
+        (run,) = (self.wandb_dir / "wandb").glob("offline-run-*")
+        return run.name.rsplit("-", 1)[1]
+
+
+def _run(args: list[str], env: dict[str, str], cwd: Path, output: Path, timeout_s: float) -> tuple[int, float]:
+    """Run ``args`` in a session of its own, output to ``output``; kill the session if it outlives ``timeout_s``."""
+    start = time.monotonic()
+    with output.open("wb") as log:
+        process = subprocess.Popen(args, env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            returncode = process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            returncode = process.wait()
+    return returncode, time.monotonic() - start
+
+
+def launch_local(root: Path, overrides: list[str], env: dict[str, str], timeout_s: float = 600) -> Launch:
+    """``python -m fully_async_main <overrides>`` in ``root``: verl's ``run_ppo`` starts a local Ray cluster."""
+    wandb_dir = Path(env["WANDB_DIR"])
+    wandb_dir.mkdir(parents=True, exist_ok=True)
+    output = root / "launcher.log"
+    returncode, seconds = _run([sys.executable, "-m", LAUNCHER, *overrides], env, root, output, timeout_s)
+    return Launch(returncode, seconds, output, root, wandb_dir)
+
+
+@dataclass
+class RayHead:
+    """A ``ray start --head --block`` process and the dashboard address jobs are submitted to."""
+
+    process: subprocess.Popen[bytes]
+    dashboard: str
+    temp_dir: Path
+    log: Path
+
+
+def _dashboard_up(dashboard: str) -> bool:
+    """Whether the dashboard answers HTTP (401 included: Ray 2.60 turns token auth on by default)."""
+    try:
+        with urllib.request.urlopen(f"{dashboard}/api/version", timeout=2) as response:
+            return int(response.status) == 200
+    except urllib.error.HTTPError:
+        return True
+    except OSError:
+        return False
+
+
+@contextmanager
+def ray_head(root: Path, env: dict[str, str], num_cpus: int = 32) -> Iterator[RayHead]:
+    """A Ray head node on loopback with its own ports, temp dir and dashboard; stopped with its whole session.
+
+    The temp dir is short (Ray's socket paths must fit in 107 bytes). ``ray stop`` is not used: it stops
+    every Ray process of the machine's user, not only this one.
+    """
+    from tests.e2e.harness import free_port, wait_for
+
+    temp_dir = Path(tempfile.mkdtemp(prefix="rv-", dir="/tmp"))
+    dashboard_port = free_port()
+    ports = {
+        "--port": free_port(),
+        "--dashboard-port": dashboard_port,
+        "--ray-client-server-port": free_port(),
+        "--dashboard-agent-listen-port": free_port(),
+        "--dashboard-agent-grpc-port": free_port(),
+        "--node-manager-port": free_port(),
+        "--object-manager-port": free_port(),
+        "--metrics-export-port": free_port(),
+        "--runtime-env-agent-port": free_port(),
+    }
+    args = [
+        str(RAY_CLI),
+        "start",
+        "--head",
+        "--block",
+        "--node-ip-address=127.0.0.1",
+        "--dashboard-host=127.0.0.1",
+        "--include-dashboard=true",
+        f"--num-cpus={num_cpus}",
+        "--num-gpus=0",
+        f"--object-store-memory={200 * 1024 * 1024}",
+        f"--temp-dir={temp_dir}",
+        *(f"{flag}={port}" for flag, port in ports.items()),
+    ]
+    log = root / "ray-head.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            args, env=env, cwd=root, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    head = RayHead(process, f"http://127.0.0.1:{dashboard_port}", temp_dir, log)
+    try:
+        wait_for(lambda: process.poll() is None and _dashboard_up(head.dashboard), 120, "the Ray head's dashboard")
+        yield head
+    finally:
+        _stop_session(process)
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def _stop_session(process: subprocess.Popen[bytes], timeout_s: float = 30) -> None:
+    """SIGTERM the ``ray start --block`` process (it stops what it started), then SIGKILL its session."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        with suppress(subprocess.TimeoutExpired):
+            process.wait(timeout_s)
+    with suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    if process.poll() is None:
+        process.wait(5)
+
+
+def launch_job(
+    root: Path,
+    head: RayHead,
+    overrides: list[str],
+    job_env: dict[str, str],
+    cli_env: dict[str, str],
+    timeout_s: float = 600,
+) -> Launch:
+    """``ray job submit --runtime-env-json '{"env_vars": job_env}' -- python -m fully_async_main <overrides>``.
+
+    ``ray job submit`` waits for the job and prints its driver's output (the actors' lines among it).
+    """
+    wandb_dir = Path(job_env["WANDB_DIR"])
+    wandb_dir.mkdir(parents=True, exist_ok=True)
+    args = [
+        str(RAY_CLI),
+        "job",
+        "submit",
+        "--address",
+        head.dashboard,
+        "--runtime-env-json",
+        json.dumps({"env_vars": job_env}),
+        "--",
+        sys.executable,
+        "-m",
+        LAUNCHER,
+        *overrides,
+    ]
+    output = root / "job-submit.log"
+    returncode, seconds = _run(args, cli_env, root, output, timeout_s)
+    return Launch(returncode, seconds, output, root, wandb_dir)

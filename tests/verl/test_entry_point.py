@@ -1,0 +1,159 @@
+"""User story: verl's fully-async launcher, with the two documented variables, logs validations at the trainer's step.
+
+``python -m verl.experimental.fully_async_policy.fully_async_main`` logs every validation at the trainer's
+version, with exactly k generations, under the trainer's wandb run.
+
+verl 0.9.1's real launcher runs unmodified as a subprocess, with its import order (the actor classes are
+decorated before ``run_ppo``'s ``ray.init`` runs otel-valgen's env hook), its TaskRunner, MessageQueue,
+trainer ``fit`` and rollouter ``fit`` (one training step). What needs GPUs or model servers is stood in
+for by a test-only verl plugin (``tests/verl/cpu_plugin.py``; ``harness.REPLACED`` lists every
+replacement). Two ways to start the job: verl's own local ``ray.init``, and ``ray job submit`` to a
+``ray start --head`` cluster with the variables in ``--runtime-env-json``. Records go through the built
+collector with its shipped config.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import suppress
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import xxhash
+from click.testing import CliRunner
+
+from otel_valgen import contract
+from otel_valgen.sampling import SortKey, bottom_k, sample_key
+from otel_valgen.tools.cli import main as cli_main
+from tests.e2e import harness as e2e
+from tests.verl import harness, launcher
+from tests.verl.conftest import VerlFiles
+
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(900)]  # each launch runs verl for about 2 minutes
+
+K = 4  # trainer.log_val_generations
+SEED = 42  # otel-valgen's default seed
+VARIANTS = ("ray_init", "job_submit")
+
+
+@dataclass
+class Job:
+    """A finished launch and the collector that received its records."""
+
+    variant: str
+    launch: launcher.Launch
+    collector: e2e.Collector
+
+
+@pytest.fixture(scope="module", params=VARIANTS)
+def job(
+    request: pytest.FixtureRequest, verl_files: VerlFiles, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Job]:
+    """The collector, then verl's launcher run to its end one of the two ways."""
+    variant: str = request.param
+    assert e2e.COLLECTOR_BIN.is_file(), "build/otelcol-valgen is missing: `make collector` builds it"
+    root = tmp_path_factory.mktemp(variant)
+    with e2e.wandb_stand_in() as wandb_stand_in, e2e.loki_stand_in() as loki_stand_in:
+        collector = e2e.start_collector(
+            root,
+            "collector",
+            ["collector.yaml"],
+            {
+                "VALGEN_WANDB_EXPORTER_ENDPOINT": wandb_stand_in.endpoint,
+                "VALGEN_LOKI_OTLP_ENDPOINT": loki_stand_in.endpoint,
+                "VALGEN_DECISION_WAIT": "2s",
+            },
+        )
+        try:
+            run_root = root / "run"
+            run_root.mkdir()
+            job_env = {**launcher.user_env(collector.http_endpoint), **launcher.test_only_env(run_root)}
+            overrides = launcher.launcher_overrides(run_root, verl_files, K, local_cluster=variant == "ray_init")
+            if variant == "ray_init":
+                launch = launcher.launch_local(run_root, overrides, {**launcher.base_env(), **job_env})
+            else:
+                with launcher.ray_head(root, launcher.ray_cli_env()) as head:
+                    launch = launcher.launch_job(run_root, head, overrides, job_env, launcher.ray_cli_env())
+            print(f"{variant}: verl's launcher ran {launch.seconds:.1f}s, exit code {launch.returncode}")
+            assert launch.returncode == 0, launch.tail()
+            yield Job(variant, launch, collector)
+        finally:
+            collector.stop()
+
+
+def _expected_bottom_k(dumped: list[dict[str, Any]]) -> list[str]:
+    """Bottom-k over every generation verl dumped, with sample ids derived as docs/verl.md says."""
+    ids: list[str] = []
+    responses: dict[str, int] = {}
+    for row in dumped:
+        prompt = xxhash.xxh64_hexdigest(row["input"].encode())
+        responses[prompt] = responses.get(prompt, -1) + 1
+        ids.append(f"{prompt}/{responses[prompt]}")
+    return [sample_id for _, sample_id in bottom_k(((SortKey.of(sample_key(SEED, i), i), i) for i in ids), K)]
+
+
+def _generations(job: Job, step: int) -> list[e2e.Record]:
+    records = e2e.records_of_file(job.collector.file_path)
+    return [r for r in records if r.event == contract.EVENT_GENERATION and r.attributes[contract.STEP] == step]
+
+
+def _closed_steps(job: Job) -> set[int]:
+    records = e2e.records_of_file(job.collector.file_path)
+    return {r.attributes[contract.STEP] for r in records if r.event == contract.EVENT_STEP_SUMMARY}
+
+
+def _wait_for_steps(job: Job, steps: list[int], timeout_s: float = 60) -> None:
+    """Wait until the collector has closed exactly ``steps``; fail naming what it received instead."""
+    with suppress(AssertionError):
+        e2e.wait_for(lambda: _closed_steps(job) == set(steps), timeout_s, f"the collector's summaries of {steps}")
+    received = Counter((r.event, r.attributes.get(contract.STEP)) for r in e2e.records_of_file(job.collector.file_path))
+    assert _closed_steps(job) == set(steps), f"validations at {steps}; the collector has {dict(received)}"
+
+
+def test_each_validation_lands_at_the_trainers_version_with_exactly_k(job: Job) -> None:
+    """Validations before and after a training step give k records each at exactly the trainer's versions."""
+    print("replaced in verl for CPU:", *(f"  {name}: {why}" for name, why in harness.REPLACED), sep="\n")
+    validations = job.launch.validations()
+    versions = [v.trainer_step for v in validations]
+    assert versions[0] == 0, versions  # val_before_train
+    assert len(set(versions)) >= 2, versions  # and after at least one training step
+    for validation in validations:  # the rollouter's own counter is not the step
+        assert validation.rollouter_global_steps != validation.trainer_step
+
+    _wait_for_steps(job, versions)
+    records = e2e.records_of_file(job.collector.file_path)
+    assert {r.attributes[contract.STEP] for r in records if r.event == contract.EVENT_GENERATION} == set(versions)
+    for validation in validations:
+        kept = _generations(job, validation.trainer_step)
+        assert [r.attributes[contract.SAMPLE_ID] for r in kept] == _expected_bottom_k(validation.dumped)
+        assert {r.attributes[contract.SOURCE] for r in kept} == {"rollouter"}
+        assert len({r.trace_id for r in kept}) == 1
+        (summary,) = [
+            r
+            for r in records
+            if r.event == contract.EVENT_STEP_SUMMARY and r.attributes[contract.STEP] == validation.trainer_step
+        ]
+        assert summary.attributes[contract.SEEN] == len(validation.dumped)
+        assert summary.attributes[contract.KEPT] == min(K, len(validation.dumped))
+
+    table = CliRunner().invoke(cli_main, ["show", str(job.collector.file_path)])
+    print(table.stdout)  # what a user reads (pytest -s)
+    result = CliRunner().invoke(cli_main, ["show", str(job.collector.file_path), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    shown = {entry["step"]: entry for entry in map(json.loads, result.stdout.splitlines())}
+    assert sorted(shown) == sorted(versions)
+    for validation in validations:
+        shown_ids = [g["sample_id"] for g in shown[validation.trainer_step]["generations"]]
+        assert shown_ids == _expected_bottom_k(validation.dumped)
+
+
+def test_rollouters_records_carry_the_trainers_wandb_run_id(job: Job) -> None:
+    """The run id of the rollouter's records is the id of the wandb run verl's trainer made (no id set by hand)."""
+    run_id = job.launch.wandb_run_id()
+    versions = job.launch.validation_steps()
+    _wait_for_steps(job, versions)
+    for step in versions:
+        assert {r.attributes[contract.RUN_ID] for r in _generations(job, step)} == {run_id}, f"step {step}"
