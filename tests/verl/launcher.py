@@ -17,42 +17,20 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
-import urllib.error
-import urllib.request
-from collections.abc import Iterator
-from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tests.support.ray_cluster import RAY, RayCluster
 from tests.verl import harness
 
 LAUNCHER = "verl.experimental.fully_async_policy.fully_async_main"
 PLUGIN = "tests.verl.cpu_plugin"
-RAY_CLI = Path(sys.executable).with_name("ray")
 METRICS_FILE = "metrics.jsonl"  # verl's file tracker (VERL_FILE_LOGGER_PATH), in the run's folder
-# Variables of the machine that would change what the launched job does; never inherited.
-_NOT_INHERITED = ("OTEL_", "WANDB_", "RAY_", "VERL_", "PYTHONPATH")
-
-
-def base_env() -> dict[str, str]:
-    """The test's environment without otel-valgen's, OTel's, wandb's, Ray's and verl's variables."""
-    return {name: value for name, value in os.environ.items() if not name.startswith(_NOT_INHERITED)}
-
-
-def ray_cli_env() -> dict[str, str]:
-    """``base_env`` for ``ray start`` and ``ray job submit``: token authentication, Ray 2.60's default, stated.
-
-    ``ray start`` turns it on by itself (with ``~/.ray/auth_token``, made when missing), but the job CLI
-    only sends that token when ``RAY_AUTH_MODE=token`` is set.
-    """
-    return {**base_env(), "RAY_AUTH_MODE": "token"}
 
 
 def user_env(otlp_http_endpoint: str) -> dict[str, str]:
@@ -164,92 +142,9 @@ def launch_local(root: Path, overrides: list[str], env: dict[str, str], timeout_
     return Launch(returncode, seconds, output, root, wandb_dir)
 
 
-@dataclass
-class RayHead:
-    """A ``ray start --head --block`` process and the dashboard address jobs are submitted to."""
-
-    process: subprocess.Popen[bytes]
-    dashboard: str
-    temp_dir: Path
-    log: Path
-
-
-def _dashboard_up(dashboard: str) -> bool:
-    """Whether the dashboard answers HTTP (401 included: Ray 2.60 turns token auth on by default)."""
-    try:
-        with urllib.request.urlopen(f"{dashboard}/api/version", timeout=2) as response:
-            return int(response.status) == 200
-    except urllib.error.HTTPError:
-        return True
-    except OSError:
-        return False
-
-
-@contextmanager
-def ray_head(root: Path, env: dict[str, str], num_cpus: int = 32) -> Iterator[RayHead]:
-    """A Ray head node on loopback with its own ports, temp dir and dashboard; stopped with its whole session.
-
-    The temp dir is short (Ray's socket paths must fit in 107 bytes). ``ray stop`` is not used: it stops
-    every Ray process of the machine's user, not only this one.
-    """
-    from tests.e2e.harness import free_port, wait_for
-
-    temp_dir = Path(tempfile.mkdtemp(prefix="rv-", dir="/tmp"))
-    dashboard_port = free_port()
-    ports = {
-        "--port": free_port(),
-        "--dashboard-port": dashboard_port,
-        "--ray-client-server-port": free_port(),
-        "--dashboard-agent-listen-port": free_port(),
-        "--dashboard-agent-grpc-port": free_port(),
-        "--node-manager-port": free_port(),
-        "--object-manager-port": free_port(),
-        "--metrics-export-port": free_port(),
-        "--runtime-env-agent-port": free_port(),
-    }
-    args = [
-        str(RAY_CLI),
-        "start",
-        "--head",
-        "--block",
-        "--node-ip-address=127.0.0.1",
-        "--dashboard-host=127.0.0.1",
-        "--include-dashboard=true",
-        f"--num-cpus={num_cpus}",
-        "--num-gpus=0",
-        f"--object-store-memory={200 * 1024 * 1024}",
-        f"--temp-dir={temp_dir}",
-        *(f"{flag}={port}" for flag, port in ports.items()),
-    ]
-    log = root / "ray-head.log"
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            args, env=env, cwd=root, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-        )
-    head = RayHead(process, f"http://127.0.0.1:{dashboard_port}", temp_dir, log)
-    try:
-        wait_for(lambda: process.poll() is None and _dashboard_up(head.dashboard), 120, "the Ray head's dashboard")
-        yield head
-    finally:
-        _stop_session(process)
-        shutil.rmtree(temp_dir, ignore_errors=True)
-
-
-def _stop_session(process: subprocess.Popen[bytes], timeout_s: float = 30) -> None:
-    """SIGTERM the ``ray start --block`` process (it stops what it started), then SIGKILL its session."""
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        with suppress(subprocess.TimeoutExpired):
-            process.wait(timeout_s)
-    with suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGKILL)
-    if process.poll() is None:
-        process.wait(5)
-
-
 def launch_job(
     root: Path,
-    head: RayHead,
+    head: RayCluster,
     overrides: list[str],
     job_env: dict[str, str],
     cli_env: dict[str, str],
@@ -262,11 +157,11 @@ def launch_job(
     wandb_dir = Path(job_env["WANDB_DIR"])
     wandb_dir.mkdir(parents=True, exist_ok=True)
     args = [
-        str(RAY_CLI),
+        str(RAY),
         "job",
         "submit",
         "--address",
-        head.dashboard,
+        head.dashboard_address,
         "--runtime-env-json",
         json.dumps({"env_vars": job_env}),
         "--",

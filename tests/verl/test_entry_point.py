@@ -29,6 +29,7 @@ from otel_valgen import contract
 from otel_valgen.sampling import SortKey, bottom_k, sample_key
 from otel_valgen.tools.cli import main as cli_main
 from tests.e2e import harness as e2e
+from tests.support.ray_cluster import ray_env, ray_head
 from tests.verl import harness, launcher
 from tests.verl.conftest import VerlFiles
 
@@ -73,10 +74,10 @@ def job(
             job_env = {**launcher.user_env(collector.http_endpoint), **launcher.test_only_env(run_root)}
             overrides = launcher.launcher_overrides(run_root, verl_files, K, local_cluster=variant == "ray_init")
             if variant == "ray_init":
-                launch = launcher.launch_local(run_root, overrides, {**launcher.base_env(), **job_env})
+                launch = launcher.launch_local(run_root, overrides, ray_env(job_env))
             else:
-                with launcher.ray_head(root, launcher.ray_cli_env()) as head:
-                    launch = launcher.launch_job(run_root, head, overrides, job_env, launcher.ray_cli_env())
+                with ray_head(ray_env(), root, num_cpus=32) as head:
+                    launch = launcher.launch_job(run_root, head, overrides, job_env, ray_env())
             print(f"{variant}: verl's launcher ran {launch.seconds:.1f}s, exit code {launch.returncode}")
             assert launch.returncode == 0, launch.tail()
             yield Job(variant, launch, collector)
