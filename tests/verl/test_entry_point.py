@@ -7,8 +7,9 @@ verl 0.9.1's real launcher runs unmodified as a subprocess, with its import orde
 decorated before ``run_ppo``'s ``ray.init`` runs otel-valgen's env hook), its TaskRunner, MessageQueue,
 trainer ``fit`` and rollouter ``fit`` (one training step). What needs GPUs or model servers is stood in
 for by a test-only verl plugin (``tests/verl/cpu_plugin.py``; ``harness.REPLACED`` lists every
-replacement). Two ways to start the job: verl's own local ``ray.init``, and ``ray job submit`` to a
-``ray start --head`` cluster with the variables in ``--runtime-env-json``. Records go through the built
+replacement). Three ways to start the job: verl's own local ``ray.init``, ``ray job submit`` to a
+``ray start --head`` cluster with the variables in ``--runtime-env-json``, and verl's own local
+``ray.init`` with no env hook but the worker setup hook in verl's config (``+ray_kwargs...``). Records go through the built
 collector with its shipped config.
 """
 
@@ -37,7 +38,8 @@ pytestmark = [pytest.mark.ray, pytest.mark.timeout(900)]  # each launch runs ver
 
 K = 4  # trainer.log_val_generations
 SEED = 42  # otel-valgen's default seed
-VARIANTS = ("ray_init", "job_submit")
+# verl's own ray.init with the env hook; ray job submit; verl's own ray.init with the setup hook in verl's config
+VARIANTS = ("ray_init", "job_submit", "config_route")
 
 
 @dataclass
@@ -72,9 +74,16 @@ def job(
             run_root = root / "run"
             run_root.mkdir()
             job_env = {**launcher.user_env(collector.http_endpoint), **launcher.test_only_env(run_root)}
-            overrides = launcher.launcher_overrides(run_root, verl_files, K, local_cluster=variant == "ray_init")
+            overrides = launcher.launcher_overrides(run_root, verl_files, K, local_cluster=variant != "job_submit")
             if variant == "ray_init":
                 launch = launcher.launch_local(run_root, overrides, ray_env(job_env))
+            elif variant == "config_route":  # docs/verl.md, "Without the hook variable"
+                config_route = [
+                    "+ray_kwargs.ray_init.runtime_env.worker_process_setup_hook=otel_valgen.ray.setup_worker",
+                    f"+ray_kwargs.ray_init.runtime_env.env_vars.OTEL_EXPORTER_OTLP_ENDPOINT={job_env['OTEL_EXPORTER_OTLP_ENDPOINT']}",
+                ]
+                env = ray_env(launcher.test_only_env(run_root))
+                launch = launcher.launch_local(run_root, [*overrides, *config_route], env)
             else:
                 with ray_head(ray_env(), root, num_cpus=32) as head:
                     launch = launcher.launch_job(run_root, head, overrides, job_env, ray_env())
