@@ -9,8 +9,8 @@ trainer ``fit`` and rollouter ``fit`` (one training step). What needs GPUs or mo
 for by a test-only verl plugin (``tests/verl/cpu_plugin.py``; ``harness.REPLACED`` lists every
 replacement). Three ways to start the job: verl's own local ``ray.init``, ``ray job submit`` to a
 ``ray start --head`` cluster with the variables in ``--runtime-env-json``, and verl's own local
-``ray.init`` with no env hook but the worker setup hook in verl's config (``+ray_kwargs...``). Records go through the built
-collector with its shipped config.
+``ray.init`` with no env hook but the worker setup hook in verl's config (``+ray_kwargs...``).
+Records go through the built collector with its shipped config.
 """
 
 from __future__ import annotations
