@@ -4,8 +4,10 @@ Loaded by verl itself: ``VERL_USE_EXTERNAL_MODULES=tests.verl.cpu_plugin`` (with
 ``PYTHONPATH``) makes ``import verl`` import this module in every process that imports verl: the
 launcher's driver, the TaskRunner and every actor. It only registers post-import hooks; when verl's
 fully-async trainer and rollouter modules have been imported, their ``init_workers`` (GPU resource
-pools, model workers, LLM servers) are replaced by the CPU versions in ``harness``. Nothing else of
-verl changes: the launcher, its import order and ``@ray.remote`` decoration stay as verl has them.
+pools, model workers, LLM servers) are replaced by the CPU versions in ``harness``; so is the sync
+``RayPPOTrainer.init_workers`` that ``main_ppo``'s legacy TaskRunner calls (every subclass of
+``RayPPOTrainer`` in verl 0.9.1 defines its own ``init_workers``). Nothing else of verl changes: the
+launchers, TaskRunners, their import order and ``@ray.remote`` decoration stay as verl has them.
 
 It never imports otel_valgen, so otel-valgen's hooks go in exactly when the launcher's ``ray.init``
 runs ``RAY_RUNTIME_ENV_HOOK``, after the actor classes were decorated.
@@ -19,6 +21,7 @@ import wrapt
 
 TRAINER_MODULE = "verl.experimental.fully_async_policy.fully_async_trainer"
 ROLLOUTER_MODULE = "verl.experimental.fully_async_policy.fully_async_rollouter"
+SYNC_TRAINER_MODULE = "verl.trainer.ppo.ray_trainer"
 
 
 async def trainer_init_workers(self: Any) -> None:
@@ -35,6 +38,14 @@ async def rollouter_init_workers(self: Any) -> None:
 
     harness.replaced("FullyAsyncRollouter.init_workers")
     harness.rollouter_cpu_init_workers(self)
+
+
+def sync_init_workers(self: Any) -> None:
+    """``RayPPOTrainer.init_workers`` on CPU: the worker group, rollout and server stand-ins (see ``REPLACED``)."""
+    from tests.verl import harness
+
+    harness.replaced("RayPPOTrainer.init_workers")
+    harness.sync_cpu_init_workers(self)
 
 
 def _replace_init_workers(actor_class: Any, function: Any) -> None:
@@ -56,5 +67,10 @@ def _on_rollouter(module: Any) -> None:
     _replace_init_workers(module.FullyAsyncRollouter, rollouter_init_workers)
 
 
+def _on_sync_trainer(module: Any) -> None:
+    module.RayPPOTrainer.init_workers = sync_init_workers  # a plain class: main_ppo_v0's TaskRunner builds it
+
+
 wrapt.register_post_import_hook(_on_trainer, TRAINER_MODULE)
 wrapt.register_post_import_hook(_on_rollouter, ROLLOUTER_MODULE)
+wrapt.register_post_import_hook(_on_sync_trainer, SYNC_TRAINER_MODULE)

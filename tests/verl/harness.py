@@ -73,12 +73,36 @@ REPLACED: list[tuple[str, str]] = [
     ),
     (
         "RayPPOTrainer.init_workers",
-        "creates the GPU ActorRolloutRefWorker worker group, LLM servers, reward loop and checkpoint engine; "
-        "not called. Only async_rollout_manager is set (next entry): the sync _validate reads nothing else.",
+        "creates placement groups on GPUs (ResourcePoolManager.create_resource_pool), the FSDP "
+        "ActorRolloutRefWorker group that loads the model (init_model), the RewardLoopManager workers, the "
+        "vLLM/SGLang LLM servers and AgentLoopManager. In test_sync.py it is not called (only "
+        "async_rollout_manager is set: the sync _validate reads nothing else). Under main_ppo's real entry "
+        "point (legacy TaskRunner, trainer.use_v1=False) cpu_plugin.py replaces it, in every process, by "
+        "sync_cpu_init_workers: it sets what it leaves behind that fit reads (the entries below) and builds "
+        "verl's real CheckpointEngineManager (naive backend) around the stand-in worker group. Called by "
+        "verl's own TaskRunner.run, which is not replaced.",
     ),
     (
         "RayPPOTrainer.async_rollout_manager",
         "AgentLoopManager on GPU LLM servers; set to CpuRolloutManager (same as the fully-async one).",
+    ),
+    (
+        "RayPPOTrainer.actor_rollout_wg",
+        "the GPU ActorRolloutRefWorker group. Set to CpuActorWorkerGroup: fit's _balance_batch calls its "
+        "_query_dispatch_info, _compute_old_log_prob its compute_log_prob (zero log-probs and entropy), "
+        "_update_actor its update_actor (no update; metrics only), the CheckpointEngineManager its "
+        "update_weights. Calls are recorded.",
+    ),
+    (
+        "RayPPOTrainer.llm_server_manager",
+        "LLMServerManager owns the GPU server replicas. Set to CpuLLMServerManager: no replica for the "
+        "CheckpointEngineManager to sleep or sync (fit reads it otherwise only on profiled steps).",
+    ),
+    (
+        "RayPPOTrainer.reward_loop_manager, RayPPOTrainer.teacher_model_manager",
+        "RewardLoopManager starts reward workers (GPU reward models when enabled); None here, as for no "
+        "reward model (use_rm is False: fit and _validate take rm_scores from the rollout). No teacher "
+        "(distillation off), as init_workers sets it.",
     ),
     (
         "PPOTrainer (v1)._validate",
@@ -253,17 +277,72 @@ def sync_config(
     from verl.utils.config import validate_config
     from verl.utils.device import auto_set_device
 
-    overrides = [
-        *_common_overrides(Path(tmp), train_path, val_path, model_path, log_val_generations, val_n),
+    overrides = sync_overrides(
+        tmp,
+        train_path=train_path,
+        val_path=val_path,
+        model_path=model_path,
+        log_val_generations=log_val_generations,
+        val_n=val_n,
+        use_v1=use_v1,
+        extra_overrides=extra_overrides,
+    )
+    config = _compose(_verl_dir() / "trainer" / "config", "ppo_trainer", overrides)
+    auto_set_device(config)  # as main_ppo.main; keeps "cpu" on a machine without accelerators
+    validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
+    return migrate_legacy_reward_impl(config)
+
+
+def sync_overrides(
+    tmp: str | os.PathLike[str],
+    *,
+    train_path: str,
+    val_path: str,
+    model_path: str,
+    log_val_generations: int = 4,
+    val_n: int = 2,
+    use_v1: bool = False,
+    logger: str = "[console,file]",
+    extra_overrides: list[str] | None = None,
+) -> list[str]:
+    """The hydra overrides of ``ppo_trainer.yaml`` for a tiny CPU run (also ``main_ppo``'s CLI).
+
+    ``trainer.use_v1`` picks main_ppo's trainer (False: legacy TaskRunner and ``RayPPOTrainer``; verl
+    0.9.1's default is True, the v1 ``TaskRunnerV1``). ``extra_overrides`` are applied last.
+    """
+    return [
+        *_common_overrides(Path(tmp), train_path, val_path, model_path, log_val_generations, val_n, logger),
         f"trainer.use_v1={use_v1}",
         "data.train_batch_size=4",
         "actor_rollout_ref.rollout.agent.num_workers=2",
         *(extra_overrides or []),
     ]
-    config = _compose(_verl_dir() / "trainer" / "config", "ppo_trainer", overrides)
-    auto_set_device(config)  # as main_ppo.main; keeps "cpu" on a machine without accelerators
-    validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
-    return migrate_legacy_reward_impl(config)
+
+
+def make_model_dir(directory: str | os.PathLike[str], tokenizer: Any) -> Path:
+    """``directory`` with the tokenizer and a tiny model ``config.json`` (no weights): an HF model path.
+
+    ``main_ppo``'s legacy TaskRunner reads the model through verl's ``HFModelConfig``, which loads the
+    tokenizer and ``AutoConfig`` (one architecture) from ``actor_rollout_ref.model.path``; no weights are
+    read on CPU because the worker group that would load them is stood in for (``REPLACED``).
+    """
+    from transformers import LlamaConfig
+
+    path = Path(directory)
+    tokenizer.save_pretrained(str(path))
+    LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        architectures=["LlamaForCausalLM"],
+    ).save_pretrained(str(path))
+    return path
 
 
 def fully_async_overrides(
@@ -322,8 +401,10 @@ class CpuRolloutManager:
     ``generate_sequences`` returns what ``AgentLoopManager.generate_sequences`` returns after
     ``AgentLoopWorker._postprocess`` with streaming rewards: ``prompts`` (left-padded), ``responses``,
     ``response_mask``, ``input_ids``, ``attention_mask``, ``position_ids``, ``rm_scores`` (the score on the
-    last response token), non-tensor ``__num_turns__`` and the reward extra info ``acc`` (as verl's naive
-    reward manager adds), and ``meta_info`` ``{"timing": {}, "reward_extra_keys": ["acc"]}``.
+    last response token), non-tensor ``__num_turns__``, ``multi_modal_inputs`` (``{}`` per sample, as
+    ``AgentLoopWorker._compute_multi_modal_inputs`` gives with no processor; the sync ``fit`` reads it)
+    and the reward extra info ``acc`` (as verl's naive reward manager adds), and ``meta_info``
+    ``{"timing": {}, "reward_extra_keys": ["acc"]}``.
     Scores are verl's own ``default_compute_score(data_source, response, ground_truth)``.
     """
 
@@ -387,6 +468,7 @@ class CpuRolloutManager:
             },
             non_tensors={
                 "__num_turns__": np.full(size, 2, dtype=np.int32),
+                "multi_modal_inputs": np.array([{} for _ in range(size)], dtype=object),
                 "acc": np.array(scores, dtype=np.float64),
             },
             meta_info={"timing": {}, "reward_extra_keys": ["acc"]},
@@ -471,6 +553,20 @@ class CpuActorWorkerGroup:
         self.calls.append(("update_weights", {"global_steps": global_steps, "mode": mode}))
         return []
 
+    def compute_log_prob(self, data: Any) -> Any:
+        """Called by the sync ``_compute_old_log_prob``: zero log-probs and entropy per token (no-padding layout).
+
+        ``data`` is verl's no-padding TensorDict (nested ``input_ids``); the outputs have one value per token,
+        which verl's ``no_padding_2_padding`` slices back to the responses.
+        """
+        import torch
+        from verl.utils import tensordict_utils as tu
+
+        tokens = data["input_ids"].values().shape[0]
+        self.calls.append(("compute_log_prob", {"batch_size": len(data["input_ids"].offsets()) - 1}))
+        outputs = {"log_probs": torch.zeros(tokens), "entropy": torch.zeros(tokens)}
+        return tu.get_tensordict(outputs, non_tensor_dict={"metrics": {"mfu": 0.0}})
+
     def update_actor(self, data: Any) -> Any:
         """Called by ``_update_actor``: no update; the metrics dict verl renames to ``actor/...``."""
         from verl.utils import tensordict_utils as tu
@@ -502,6 +598,38 @@ def trainer_cpu_init_workers(trainer: Any) -> str:
     trainer.actor_wg = CpuActorWorkerGroup()
     trainer.actor_rollout_wg = trainer.actor_wg
     return replaced("FullyAsyncTrainer.actor_wg, FullyAsyncTrainer.actor_rollout_wg")
+
+
+def sync_cpu_init_workers(trainer: Any) -> None:
+    """``RayPPOTrainer.init_workers`` on CPU (main_ppo's legacy TaskRunner, in its actor): what fit reads.
+
+    As verl's ``init_workers`` leaves them: ``actor_rollout_wg`` (and ``ref_policy_wg`` when the reference
+    is in the actor), ``reward_loop_manager``, ``async_rollout_mode``, ``teacher_model_manager``,
+    ``llm_server_manager``, ``async_rollout_manager`` and verl's real ``CheckpointEngineManager`` built
+    from the rollout's ``checkpoint_engine`` config as verl builds it, then ``sleep_replicas`` as verl does.
+    """
+    from verl.checkpoint_engine import CheckpointEngineManager
+    from verl.utils.config import omega_conf_to_dataclass
+
+    replaced("RayPPOTrainer.actor_rollout_wg")
+    trainer.actor_rollout_wg = CpuActorWorkerGroup()
+    if trainer.ref_in_actor:
+        trainer.ref_policy_wg = trainer.actor_rollout_wg
+    replaced("RayPPOTrainer.reward_loop_manager, RayPPOTrainer.teacher_model_manager")
+    trainer.reward_loop_manager = None
+    trainer.async_rollout_mode = True
+    trainer.teacher_model_manager = None
+    trainer.distillation_config = None
+    replaced("RayPPOTrainer.llm_server_manager")
+    trainer.llm_server_manager = CpuLLMServerManager()
+    replaced("RayPPOTrainer.async_rollout_manager")
+    trainer.async_rollout_manager = CpuRolloutManager(trainer.tokenizer)
+    trainer.checkpoint_manager = CheckpointEngineManager(
+        config=omega_conf_to_dataclass(trainer.config.actor_rollout_ref.rollout.checkpoint_engine),
+        actor_wg=trainer.actor_rollout_wg,
+        replicas=trainer.llm_server_manager.get_replicas(),
+    )
+    trainer.checkpoint_manager.sleep_replicas()
 
 
 def read_jsonl(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
