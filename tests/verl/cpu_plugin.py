@@ -6,7 +6,9 @@ launcher's driver, the TaskRunner and every actor. It only registers post-import
 fully-async trainer and rollouter modules have been imported, their ``init_workers`` (GPU resource
 pools, model workers, LLM servers) are replaced by the CPU versions in ``harness``; so is the sync
 ``RayPPOTrainer.init_workers`` that ``main_ppo``'s legacy TaskRunner calls (every subclass of
-``RayPPOTrainer`` in verl 0.9.1 defines its own ``init_workers``). Nothing else of verl changes: the
+``RayPPOTrainer`` in verl 0.9.1 defines its own ``init_workers``) and the v1 ``PPOTrainer._setup`` that
+``TaskRunnerV1`` reaches through ``init()`` (``PPOTrainerSync``, of the default
+``trainer.v1.trainer_mode=sync``, inherits it). Nothing else of verl changes: the
 launchers, TaskRunners, their import order and ``@ray.remote`` decoration stay as verl has them.
 
 It never imports otel_valgen, so otel-valgen's hooks go in exactly when the launcher's ``ray.init``
@@ -22,6 +24,7 @@ import wrapt
 TRAINER_MODULE = "verl.experimental.fully_async_policy.fully_async_trainer"
 ROLLOUTER_MODULE = "verl.experimental.fully_async_policy.fully_async_rollouter"
 SYNC_TRAINER_MODULE = "verl.trainer.ppo.ray_trainer"
+V1_TRAINER_MODULE = "verl.trainer.ppo.v1.trainer_base"
 
 
 async def trainer_init_workers(self: Any) -> None:
@@ -48,6 +51,14 @@ def sync_init_workers(self: Any) -> None:
     harness.sync_cpu_init_workers(self)
 
 
+def v1_setup(self: Any) -> None:
+    """v1 ``PPOTrainer._setup`` on CPU: verl's CPU steps, the worker group and LLM server stand-ins."""
+    from tests.verl import harness
+
+    harness.replaced("PPOTrainer (v1)._setup")
+    harness.v1_cpu_setup(self)
+
+
 def _replace_init_workers(actor_class: Any, function: Any) -> None:
     """Set ``init_workers`` on the decorated class's user class and on the class Ray made from it.
 
@@ -71,6 +82,11 @@ def _on_sync_trainer(module: Any) -> None:
     module.RayPPOTrainer.init_workers = sync_init_workers  # a plain class: main_ppo_v0's TaskRunner builds it
 
 
+def _on_v1_trainer(module: Any) -> None:
+    module.PPOTrainer._setup = v1_setup  # a plain class: main_ppo's TaskRunnerV1 builds its subclass
+
+
 wrapt.register_post_import_hook(_on_trainer, TRAINER_MODULE)
 wrapt.register_post_import_hook(_on_rollouter, ROLLOUTER_MODULE)
 wrapt.register_post_import_hook(_on_sync_trainer, SYNC_TRAINER_MODULE)
+wrapt.register_post_import_hook(_on_v1_trainer, V1_TRAINER_MODULE)

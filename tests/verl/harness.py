@@ -6,9 +6,10 @@ validation runs through verl's own ``_validate`` -> ``_maybe_log_val_generations
 TaskRunner and both actors' ``fit``; sync mode through a real ``RayPPOTrainer`` built here.
 
 Only what needs GPUs or model servers is stood in for: in fully-async mode the two actors'
-``init_workers``, replaced by the test-only verl plugin ``cpu_plugin.py`` with the functions below;
-in sync mode attributes set on the live trainer. Every such replacement is listed in ``REPLACED``
-with the reason, and each replacement site looks its entry up there.
+``init_workers`` and, under ``main_ppo``'s real entry point, the legacy ``RayPPOTrainer.init_workers``
+and the v1 ``PPOTrainer._setup``, replaced by the test-only verl plugin ``cpu_plugin.py`` with the
+functions below; in the in-process sync tests attributes set on the live trainer. Every such
+replacement is listed in ``REPLACED`` with the reason, and each replacement site looks its entry up there.
 
 Observation uses verl's own outputs only: ``trainer.validation_data_dir`` (verl writes
 ``{global_steps}.jsonl`` with every generation) and the trainer's real ``Tracking`` backends.
@@ -106,10 +107,35 @@ REPLACED: list[tuple[str, str]] = [
     ),
     (
         "PPOTrainer (v1)._validate",
-        "cannot run on CPU without re-implementing verl's agent loop: it needs init()'s GPU worker groups and "
-        "LLM servers, and an agent_loop_manager that writes prompts/responses/rm_scores/num_turns/extra_fields "
-        "with status tags into TransferQueue for ReplayBuffer.sample. run_v1_log_val_generations calls its real "
-        "_maybe_log_val_generations exactly as its _validate does, on an instance built by the real constructor.",
+        "in test_sync.py (in-process, no Ray, no TransferQueue) not run: it needs init()'s worker groups and "
+        "LLM servers and an agent_loop_manager writing into TransferQueue; run_v1_log_val_generations calls its "
+        "real _maybe_log_val_generations exactly as its _validate does. Under main_ppo's real entry point "
+        "(test_main_ppo_entry_point.py) it runs unmodified, with the three v1 stand-ins below.",
+    ),
+    (
+        "PPOTrainer (v1)._setup",
+        "creates placement groups on GPUs (ResourcePoolManager.create_resource_pool), the FSDP worker groups "
+        "that load the model (init_model) and the vLLM/SGLang server replicas (LLMServerManager.create). "
+        "cpu_plugin.py replaces it, in every process, by v1_cpu_setup: verl's own CPU steps run as _setup runs "
+        "them (_init_tokenizer, _init_dataloader, _init_dump_executor, _init_resource_pool_mgr, the real "
+        "RewardLoopManager with its rule-based reward workers, the real CheckpointEngineManager (naive), "
+        "sleep_replicas, _load_checkpoint); the worker group and the servers are the next two entries. "
+        "Called by verl's own TaskRunnerV1.run through init(), which is not replaced.",
+    ),
+    (
+        "PPOTrainer (v1).actor_rollout_wg",
+        "the GPU worker group, whose calls take a TransferQueue KVBatchMeta. Set to CpuV1ActorWorkerGroup: "
+        "compute_log_prob writes zero log_probs/entropy per token into TransferQueue for the batch's keys (as "
+        "verl's TQ-aware worker does), update_actor updates nothing (metrics only), update_weights (naive "
+        "CheckpointEngineManager) and _query_dispatch_info as CpuActorWorkerGroup. Calls are recorded.",
+    ),
+    (
+        "PPOTrainer (v1).llm_server_manager",
+        "LLMServerManager owns the GPU server replicas and the load balancer. Set to CpuV1LLMServerManager: no "
+        "replicas; get_client gives CpuLLMClient, which verl's own TaskRunnerV1.init_agent_loop_manager hands "
+        "to verl's real AgentLoopManagerTQ. Its AgentLoopWorkerTQ actors run verl's single-turn agent loop, "
+        "score with the real reward-loop workers and write into TransferQueue; only the server's generate "
+        "(a vLLM/SGLang engine on GPU) is stood in.",
     ),
 ]
 _WHY = dict(REPLACED)
@@ -630,6 +656,136 @@ def sync_cpu_init_workers(trainer: Any) -> None:
         replicas=trainer.llm_server_manager.get_replicas(),
     )
     trainer.checkpoint_manager.sleep_replicas()
+
+
+class CpuLLMClient:
+    """CPU stand-in for the servers behind ``LLMServerClient``: ``REPLACED['PPOTrainer (v1).llm_server_manager']``.
+
+    What verl's agent loop calls (``await client.generate(request_id, prompt_ids=..., sampling_params=...)``)
+    answers as a vLLM server would through ``LLMServerClient.generate``: a ``TokenOutput`` with the
+    response token ids (ending with eos), rollout log-probs (0) when ``sampling_params["logprobs"]``, and
+    the weight version it generated with as ``global_steps``/``min_global_steps``/``max_global_steps``
+    (0: no weights reach a stand-in, as in ``CpuRolloutManager``). The response is ``response_text``
+    for the question index read back from the prompt; the draft number counts calls per prompt.
+    Picklable (the tokenizer is loaded lazily), as verl sends the client to its agent-loop workers.
+    """
+
+    def __init__(self, tokenizer_path: str):
+        self.tokenizer_path = tokenizer_path
+        self._tokenizer: Any = None
+        self._drafts: Counter[int] = Counter()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"tokenizer_path": self.tokenizer_path, "_tokenizer": None, "_drafts": Counter()}
+
+    async def generate(self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any], **_: Any):
+        """One completion of ``prompt_ids``."""
+        import re
+
+        from transformers import AutoTokenizer
+        from verl.workers.rollout.replica import TokenOutput
+
+        if self._tokenizer is None:
+            self._tokenizer = AutoTokenizer.from_pretrained(self.tokenizer_path)
+        tokenizer = self._tokenizer
+        match = re.search(r"question (\d+):", tokenizer.decode(prompt_ids, skip_special_tokens=True))
+        assert match, f"not a prompt of make_dataset: {tokenizer.decode(prompt_ids)!r}"
+        index = int(match.group(1))
+        draft = self._drafts[index]
+        self._drafts[index] += 1
+        response = response_text(index, str(2 * index), draft, "v1")
+        ids = [*tokenizer.encode(response, add_special_tokens=False), tokenizer.eos_token_id]
+        return TokenOutput(
+            token_ids=ids,
+            log_probs=[0.0] * len(ids) if sampling_params.get("logprobs") else None,
+            stop_reason="completed",
+            extra_fields={"global_steps": 0, "min_global_steps": 0, "max_global_steps": 0},
+        )
+
+
+class CpuV1LLMServerManager(CpuLLMServerManager):
+    """CPU stand-in for v1's ``LLMServerManager``: no replicas; ``get_client`` gives ``CpuLLMClient``."""
+
+    def __init__(self, tokenizer_path: str) -> None:
+        super().__init__()
+        self.tokenizer_path = tokenizer_path
+
+    def get_client(self, client_cls: Any = None, **kwargs: Any) -> CpuLLMClient:
+        """The client verl's ``TaskRunnerV1.init_agent_loop_manager`` hands to ``AgentLoopManagerTQ.create``."""
+        return CpuLLMClient(self.tokenizer_path)
+
+
+class CpuV1ActorWorkerGroup(CpuActorWorkerGroup):
+    """CPU stand-in for v1's actor worker group: its calls take a TransferQueue ``KVBatchMeta``.
+
+    ``compute_log_prob`` writes zero ``log_probs``/``entropy`` per token (nested like ``input_ids``) into
+    TransferQueue for the batch's keys, as verl's TQ-aware worker does; ``update_actor`` updates nothing.
+    """
+
+    def compute_log_prob(self, batch: Any) -> Any:
+        """Zero log-probs and entropy for every token of every sample of ``batch`` (a ``KVBatchMeta``)."""
+        import torch
+        import transfer_queue as tq
+        from tensordict import TensorDict
+
+        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["input_ids"])
+        ids = data["input_ids"]
+        self.calls.append(("compute_log_prob", {"batch_size": len(batch.keys)}))
+
+        def zeros() -> torch.Tensor:
+            return torch.nested.nested_tensor_from_jagged(torch.zeros(ids.values().shape[0]), ids.offsets())
+
+        fields = TensorDict({"log_probs": zeros(), "entropy": zeros()}, batch_size=[len(batch.keys)])
+        tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=fields)
+        return batch
+
+    def update_actor(self, data: Any) -> Any:
+        """No update; the metrics verl renames to ``actor/...``."""
+        from verl.utils import tensordict_utils as tu
+
+        self.calls.append(("update_actor", {"batch_size": len(data.keys)}))
+        return tu.get_tensordict({}, non_tensor_dict={"metrics": {"mfu": 0.0, "pg_loss": 0.0}})
+
+
+def v1_cpu_setup(trainer: Any) -> None:
+    """v1 ``PPOTrainer._setup`` on CPU (in ``TaskRunnerV1``'s actor): its CPU steps, stand-ins for the rest.
+
+    verl's own steps run as ``_setup`` runs them: ``_init_tokenizer``, ``_init_dataloader``,
+    ``_init_dump_executor``, ``_init_resource_pool_mgr``, verl's real ``RewardLoopManager`` (rule-based
+    reward workers, no reward model), the real ``CheckpointEngineManager`` (naive backend, as ``_setup``
+    forces), ``sleep_replicas`` and ``_load_checkpoint``. Stood in for: the resource pools and worker
+    groups (``CpuV1ActorWorkerGroup``) and the LLM servers (``CpuV1LLMServerManager``).
+    """
+    from verl.checkpoint_engine import CheckpointEngineManager
+    from verl.experimental.reward_loop import RewardLoopManager
+    from verl.utils.config import omega_conf_to_dataclass
+
+    trainer._init_tokenizer()
+    trainer._init_dataloader()
+    trainer._init_dump_executor()
+    trainer._init_resource_pool_mgr()
+    lora_rank = trainer.config.actor_rollout_ref.model.get("lora", {}).get("rank", 0)
+    if lora_rank <= 0:
+        lora_rank = trainer.config.actor_rollout_ref.model.get("lora_rank", 0)
+    trainer.ref_in_actor = lora_rank > 0 or trainer.config.actor_rollout_ref.model.get("lora_adapter_path") is not None
+    replaced("PPOTrainer (v1).actor_rollout_wg")
+    trainer.actor_rollout_wg = CpuV1ActorWorkerGroup()
+    if trainer.ref_in_actor:
+        trainer.ref_policy_wg = trainer.actor_rollout_wg
+    trainer.reward_loop_manager = RewardLoopManager(config=trainer.config, rm_resource_pool=None)
+    trainer.teacher_model_manager = None
+    trainer.distillation_config = None
+    replaced("PPOTrainer (v1).llm_server_manager")
+    trainer.llm_server_manager = CpuV1LLMServerManager(trainer.config.actor_rollout_ref.model.path)
+    checkpoint_engine_config = omega_conf_to_dataclass(trainer.config.actor_rollout_ref.rollout.checkpoint_engine)
+    checkpoint_engine_config.backend = "naive"
+    trainer.checkpoint_manager = CheckpointEngineManager(
+        config=checkpoint_engine_config,
+        actor_wg=trainer.actor_rollout_wg,
+        replicas=trainer.llm_server_manager.get_replicas(),
+    )
+    trainer.checkpoint_manager.sleep_replicas()
+    trainer._load_checkpoint()
 
 
 def read_jsonl(path: str | os.PathLike[str]) -> list[dict[str, Any]]:

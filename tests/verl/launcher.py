@@ -74,12 +74,24 @@ def launcher_overrides(root: Path, files: Any, k: int, *, local_cluster: bool) -
     )
 
 
+# v1 runs verl's real agent-loop, reward-loop and TransferQueue actors on CPU: fewer of them than the
+# defaults (8 storage units, 8 reward workers), and the rollout name its agent-loop workers read (the
+# server behind it is a stand-in, harness.CpuLLMClient).
+V1_OVERRIDES = [
+    "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
+    "reward.num_workers=1",
+    "actor_rollout_ref.rollout.name=vllm",
+]
+
+
 def main_ppo_overrides(root: Path, files: Any, model_dir: Path, k: int, *, use_v1: bool) -> list[str]:
     """``main_ppo``'s hydra overrides: the tiny CPU run, k, the three trackers, one training step.
 
     ``trainer.total_training_steps=1`` (the 6 train prompts also make one batch of 4): ``fit`` validates
     before training at ``global_steps`` 0 and after the last step at 1 (``trainer.test_freq=1``). verl's
-    own local ``ray.init`` gets enough logical CPUs and no dashboard.
+    own local ``ray.init`` gets enough logical CPUs (one per actor: v1 adds TransferQueue's controller and
+    storage units, its agent-loop and reward-loop workers) and no dashboard; v1's TransferQueue gets one
+    storage unit instead of 8 (one process per unit on a 2-core machine).
     """
     return harness.sync_overrides(
         root,
@@ -91,8 +103,9 @@ def main_ppo_overrides(root: Path, files: Any, model_dir: Path, k: int, *, use_v
         logger="[console,wandb,file]",
         extra_overrides=[
             "trainer.total_training_steps=1",
-            "ray_kwargs.ray_init.num_cpus=8",
+            "ray_kwargs.ray_init.num_cpus=32",
             "+ray_kwargs.ray_init.include_dashboard=False",
+            *(V1_OVERRIDES if use_v1 else []),
         ],
     )
 
