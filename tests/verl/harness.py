@@ -6,9 +6,10 @@ validation runs through verl's own ``_validate`` -> ``_maybe_log_val_generations
 TaskRunner and both actors' ``fit``; sync mode through a real ``RayPPOTrainer`` built here.
 
 Only what needs GPUs or model servers is stood in for: in fully-async mode the two actors'
-``init_workers``, replaced by the test-only verl plugin ``cpu_plugin.py`` with the functions below;
-in sync mode attributes set on the live trainer. Every such replacement is listed in ``REPLACED``
-with the reason, and each replacement site looks its entry up there.
+``init_workers`` and, under ``main_ppo``'s real entry point, the legacy ``RayPPOTrainer.init_workers``
+and the v1 ``PPOTrainer._setup``, replaced by the test-only verl plugin ``cpu_plugin.py`` with the
+functions below; in the in-process sync tests attributes set on the live trainer. Every such
+replacement is listed in ``REPLACED`` with the reason, and each replacement site looks its entry up there.
 
 Observation uses verl's own outputs only: ``trainer.validation_data_dir`` (verl writes
 ``{global_steps}.jsonl`` with every generation) and the trainer's real ``Tracking`` backends.
@@ -73,19 +74,68 @@ REPLACED: list[tuple[str, str]] = [
     ),
     (
         "RayPPOTrainer.init_workers",
-        "creates the GPU ActorRolloutRefWorker worker group, LLM servers, reward loop and checkpoint engine; "
-        "not called. Only async_rollout_manager is set (next entry): the sync _validate reads nothing else.",
+        "creates placement groups on GPUs (ResourcePoolManager.create_resource_pool), the FSDP "
+        "ActorRolloutRefWorker group that loads the model (init_model), the RewardLoopManager workers, the "
+        "vLLM/SGLang LLM servers and AgentLoopManager. In test_sync.py it is not called (only "
+        "async_rollout_manager is set: the sync _validate reads nothing else). Under main_ppo's real entry "
+        "point (legacy TaskRunner, trainer.use_v1=False) cpu_plugin.py replaces it, in every process, by "
+        "sync_cpu_init_workers: it sets what it leaves behind that fit reads (the entries below) and builds "
+        "verl's real CheckpointEngineManager (naive backend) around the stand-in worker group. Called by "
+        "verl's own TaskRunner.run, which is not replaced.",
     ),
     (
         "RayPPOTrainer.async_rollout_manager",
         "AgentLoopManager on GPU LLM servers; set to CpuRolloutManager (same as the fully-async one).",
     ),
     (
+        "RayPPOTrainer.actor_rollout_wg",
+        "the GPU ActorRolloutRefWorker group. Set to CpuActorWorkerGroup: fit's _balance_batch calls its "
+        "_query_dispatch_info, _compute_old_log_prob its compute_log_prob (zero log-probs and entropy), "
+        "_update_actor its update_actor (no update; metrics only), the CheckpointEngineManager its "
+        "update_weights. Calls are recorded.",
+    ),
+    (
+        "RayPPOTrainer.llm_server_manager",
+        "LLMServerManager owns the GPU server replicas. Set to CpuLLMServerManager: no replica for the "
+        "CheckpointEngineManager to sleep or sync (fit reads it otherwise only on profiled steps).",
+    ),
+    (
+        "RayPPOTrainer.reward_loop_manager, RayPPOTrainer.teacher_model_manager",
+        "RewardLoopManager starts reward workers (GPU reward models when enabled); None here, as for no "
+        "reward model (use_rm is False: fit and _validate take rm_scores from the rollout). No teacher "
+        "(distillation off), as init_workers sets it.",
+    ),
+    (
         "PPOTrainer (v1)._validate",
-        "cannot run on CPU without re-implementing verl's agent loop: it needs init()'s GPU worker groups and "
-        "LLM servers, and an agent_loop_manager that writes prompts/responses/rm_scores/num_turns/extra_fields "
-        "with status tags into TransferQueue for ReplayBuffer.sample. run_v1_log_val_generations calls its real "
-        "_maybe_log_val_generations exactly as its _validate does, on an instance built by the real constructor.",
+        "in test_sync.py (in-process, no Ray, no TransferQueue) not run: it needs init()'s worker groups and "
+        "LLM servers and an agent_loop_manager writing into TransferQueue; run_v1_log_val_generations calls its "
+        "real _maybe_log_val_generations exactly as its _validate does. Under main_ppo's real entry point "
+        "(test_main_ppo_entry_point.py) it runs unmodified, with the three v1 stand-ins below.",
+    ),
+    (
+        "PPOTrainer (v1)._setup",
+        "creates placement groups on GPUs (ResourcePoolManager.create_resource_pool), the FSDP worker groups "
+        "that load the model (init_model) and the vLLM/SGLang server replicas (LLMServerManager.create). "
+        "cpu_plugin.py replaces it, in every process, by v1_cpu_setup: verl's own CPU steps run as _setup runs "
+        "them (_init_tokenizer, _init_dataloader, _init_dump_executor, _init_resource_pool_mgr, the real "
+        "RewardLoopManager with its rule-based reward workers, the real CheckpointEngineManager (naive), "
+        "sleep_replicas, _load_checkpoint); the worker group and the servers are the next two entries. "
+        "Called by verl's own TaskRunnerV1.run through init(), which is not replaced.",
+    ),
+    (
+        "PPOTrainer (v1).actor_rollout_wg",
+        "the GPU worker group, whose calls take a TransferQueue KVBatchMeta. Set to CpuV1ActorWorkerGroup: "
+        "compute_log_prob writes zero log_probs/entropy per token into TransferQueue for the batch's keys (as "
+        "verl's TQ-aware worker does), update_actor updates nothing (metrics only), update_weights (naive "
+        "CheckpointEngineManager) and _query_dispatch_info as CpuActorWorkerGroup. Calls are recorded.",
+    ),
+    (
+        "PPOTrainer (v1).llm_server_manager",
+        "LLMServerManager owns the GPU server replicas and the load balancer. Set to CpuV1LLMServerManager: no "
+        "replicas; get_client gives CpuLLMClient, which verl's own TaskRunnerV1.init_agent_loop_manager hands "
+        "to verl's real AgentLoopManagerTQ. Its AgentLoopWorkerTQ actors run verl's single-turn agent loop, "
+        "score with the real reward-loop workers and write into TransferQueue; only the server's generate "
+        "(a vLLM/SGLang engine on GPU) is stood in.",
     ),
 ]
 _WHY = dict(REPLACED)
@@ -253,17 +303,72 @@ def sync_config(
     from verl.utils.config import validate_config
     from verl.utils.device import auto_set_device
 
-    overrides = [
-        *_common_overrides(Path(tmp), train_path, val_path, model_path, log_val_generations, val_n),
+    overrides = sync_overrides(
+        tmp,
+        train_path=train_path,
+        val_path=val_path,
+        model_path=model_path,
+        log_val_generations=log_val_generations,
+        val_n=val_n,
+        use_v1=use_v1,
+        extra_overrides=extra_overrides,
+    )
+    config = _compose(_verl_dir() / "trainer" / "config", "ppo_trainer", overrides)
+    auto_set_device(config)  # as main_ppo.main; keeps "cpu" on a machine without accelerators
+    validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
+    return migrate_legacy_reward_impl(config)
+
+
+def sync_overrides(
+    tmp: str | os.PathLike[str],
+    *,
+    train_path: str,
+    val_path: str,
+    model_path: str,
+    log_val_generations: int = 4,
+    val_n: int = 2,
+    use_v1: bool = False,
+    logger: str = "[console,file]",
+    extra_overrides: list[str] | None = None,
+) -> list[str]:
+    """The hydra overrides of ``ppo_trainer.yaml`` for a tiny CPU run (also ``main_ppo``'s CLI).
+
+    ``trainer.use_v1`` picks main_ppo's trainer (False: legacy TaskRunner and ``RayPPOTrainer``; verl
+    0.9.1's default is True, the v1 ``TaskRunnerV1``). ``extra_overrides`` are applied last.
+    """
+    return [
+        *_common_overrides(Path(tmp), train_path, val_path, model_path, log_val_generations, val_n, logger),
         f"trainer.use_v1={use_v1}",
         "data.train_batch_size=4",
         "actor_rollout_ref.rollout.agent.num_workers=2",
         *(extra_overrides or []),
     ]
-    config = _compose(_verl_dir() / "trainer" / "config", "ppo_trainer", overrides)
-    auto_set_device(config)  # as main_ppo.main; keeps "cpu" on a machine without accelerators
-    validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
-    return migrate_legacy_reward_impl(config)
+
+
+def make_model_dir(directory: str | os.PathLike[str], tokenizer: Any) -> Path:
+    """``directory`` with the tokenizer and a tiny model ``config.json`` (no weights): an HF model path.
+
+    ``main_ppo``'s legacy TaskRunner reads the model through verl's ``HFModelConfig``, which loads the
+    tokenizer and ``AutoConfig`` (one architecture) from ``actor_rollout_ref.model.path``; no weights are
+    read on CPU because the worker group that would load them is stood in for (``REPLACED``).
+    """
+    from transformers import LlamaConfig
+
+    path = Path(directory)
+    tokenizer.save_pretrained(str(path))
+    LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        architectures=["LlamaForCausalLM"],
+    ).save_pretrained(str(path))
+    return path
 
 
 def fully_async_overrides(
@@ -322,8 +427,10 @@ class CpuRolloutManager:
     ``generate_sequences`` returns what ``AgentLoopManager.generate_sequences`` returns after
     ``AgentLoopWorker._postprocess`` with streaming rewards: ``prompts`` (left-padded), ``responses``,
     ``response_mask``, ``input_ids``, ``attention_mask``, ``position_ids``, ``rm_scores`` (the score on the
-    last response token), non-tensor ``__num_turns__`` and the reward extra info ``acc`` (as verl's naive
-    reward manager adds), and ``meta_info`` ``{"timing": {}, "reward_extra_keys": ["acc"]}``.
+    last response token), non-tensor ``__num_turns__``, ``multi_modal_inputs`` (``{}`` per sample, as
+    ``AgentLoopWorker._compute_multi_modal_inputs`` gives with no processor; the sync ``fit`` reads it)
+    and the reward extra info ``acc`` (as verl's naive reward manager adds), and ``meta_info``
+    ``{"timing": {}, "reward_extra_keys": ["acc"]}``.
     Scores are verl's own ``default_compute_score(data_source, response, ground_truth)``.
     """
 
@@ -387,6 +494,7 @@ class CpuRolloutManager:
             },
             non_tensors={
                 "__num_turns__": np.full(size, 2, dtype=np.int32),
+                "multi_modal_inputs": np.array([{} for _ in range(size)], dtype=object),
                 "acc": np.array(scores, dtype=np.float64),
             },
             meta_info={"timing": {}, "reward_extra_keys": ["acc"]},
@@ -471,6 +579,20 @@ class CpuActorWorkerGroup:
         self.calls.append(("update_weights", {"global_steps": global_steps, "mode": mode}))
         return []
 
+    def compute_log_prob(self, data: Any) -> Any:
+        """Called by the sync ``_compute_old_log_prob``: zero log-probs and entropy per token (no-padding layout).
+
+        ``data`` is verl's no-padding TensorDict (nested ``input_ids``); the outputs have one value per token,
+        which verl's ``no_padding_2_padding`` slices back to the responses.
+        """
+        import torch
+        from verl.utils import tensordict_utils as tu
+
+        tokens = data["input_ids"].values().shape[0]
+        self.calls.append(("compute_log_prob", {"batch_size": len(data["input_ids"].offsets()) - 1}))
+        outputs = {"log_probs": torch.zeros(tokens), "entropy": torch.zeros(tokens)}
+        return tu.get_tensordict(outputs, non_tensor_dict={"metrics": {"mfu": 0.0}})
+
     def update_actor(self, data: Any) -> Any:
         """Called by ``_update_actor``: no update; the metrics dict verl renames to ``actor/...``."""
         from verl.utils import tensordict_utils as tu
@@ -502,6 +624,168 @@ def trainer_cpu_init_workers(trainer: Any) -> str:
     trainer.actor_wg = CpuActorWorkerGroup()
     trainer.actor_rollout_wg = trainer.actor_wg
     return replaced("FullyAsyncTrainer.actor_wg, FullyAsyncTrainer.actor_rollout_wg")
+
+
+def sync_cpu_init_workers(trainer: Any) -> None:
+    """``RayPPOTrainer.init_workers`` on CPU (main_ppo's legacy TaskRunner, in its actor): what fit reads.
+
+    As verl's ``init_workers`` leaves them: ``actor_rollout_wg`` (and ``ref_policy_wg`` when the reference
+    is in the actor), ``reward_loop_manager``, ``async_rollout_mode``, ``teacher_model_manager``,
+    ``llm_server_manager``, ``async_rollout_manager`` and verl's real ``CheckpointEngineManager`` built
+    from the rollout's ``checkpoint_engine`` config as verl builds it, then ``sleep_replicas`` as verl does.
+    """
+    from verl.checkpoint_engine import CheckpointEngineManager
+    from verl.utils.config import omega_conf_to_dataclass
+
+    replaced("RayPPOTrainer.actor_rollout_wg")
+    trainer.actor_rollout_wg = CpuActorWorkerGroup()
+    if trainer.ref_in_actor:
+        trainer.ref_policy_wg = trainer.actor_rollout_wg
+    replaced("RayPPOTrainer.reward_loop_manager, RayPPOTrainer.teacher_model_manager")
+    trainer.reward_loop_manager = None
+    trainer.async_rollout_mode = True
+    trainer.teacher_model_manager = None
+    trainer.distillation_config = None
+    replaced("RayPPOTrainer.llm_server_manager")
+    trainer.llm_server_manager = CpuLLMServerManager()
+    replaced("RayPPOTrainer.async_rollout_manager")
+    trainer.async_rollout_manager = CpuRolloutManager(trainer.tokenizer)
+    trainer.checkpoint_manager = CheckpointEngineManager(
+        config=omega_conf_to_dataclass(trainer.config.actor_rollout_ref.rollout.checkpoint_engine),
+        actor_wg=trainer.actor_rollout_wg,
+        replicas=trainer.llm_server_manager.get_replicas(),
+    )
+    trainer.checkpoint_manager.sleep_replicas()
+
+
+class CpuLLMClient:
+    """CPU stand-in for the servers behind ``LLMServerClient``: ``REPLACED['PPOTrainer (v1).llm_server_manager']``.
+
+    What verl's agent loop calls (``await client.generate(request_id, prompt_ids=..., sampling_params=...)``)
+    answers as a vLLM server would through ``LLMServerClient.generate``: a ``TokenOutput`` with the
+    response token ids (ending with eos), rollout log-probs (0) when ``sampling_params["logprobs"]``, and
+    the weight version it generated with as ``global_steps``/``min_global_steps``/``max_global_steps``
+    (0: no weights reach a stand-in, as in ``CpuRolloutManager``). The response is ``response_text``
+    for the question index read back from the prompt; the draft number counts calls per prompt.
+    Picklable (the tokenizer is loaded lazily), as verl sends the client to its agent-loop workers.
+    """
+
+    def __init__(self, tokenizer_path: str):
+        self.tokenizer_path = tokenizer_path
+        self._tokenizer: Any = None
+        self._drafts: Counter[int] = Counter()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"tokenizer_path": self.tokenizer_path, "_tokenizer": None, "_drafts": Counter()}
+
+    async def generate(self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any], **_: Any):
+        """One completion of ``prompt_ids``."""
+        import re
+
+        from transformers import AutoTokenizer
+        from verl.workers.rollout.replica import TokenOutput
+
+        if self._tokenizer is None:
+            self._tokenizer = AutoTokenizer.from_pretrained(self.tokenizer_path)
+        tokenizer = self._tokenizer
+        match = re.search(r"question (\d+):", tokenizer.decode(prompt_ids, skip_special_tokens=True))
+        assert match, f"not a prompt of make_dataset: {tokenizer.decode(prompt_ids)!r}"
+        index = int(match.group(1))
+        draft = self._drafts[index]
+        self._drafts[index] += 1
+        response = response_text(index, str(2 * index), draft, "v1")
+        ids = [*tokenizer.encode(response, add_special_tokens=False), tokenizer.eos_token_id]
+        return TokenOutput(
+            token_ids=ids,
+            log_probs=[0.0] * len(ids) if sampling_params.get("logprobs") else None,
+            stop_reason="completed",
+            extra_fields={"global_steps": 0, "min_global_steps": 0, "max_global_steps": 0},
+        )
+
+
+class CpuV1LLMServerManager(CpuLLMServerManager):
+    """CPU stand-in for v1's ``LLMServerManager``: no replicas; ``get_client`` gives ``CpuLLMClient``."""
+
+    def __init__(self, tokenizer_path: str) -> None:
+        super().__init__()
+        self.tokenizer_path = tokenizer_path
+
+    def get_client(self, client_cls: Any = None, **kwargs: Any) -> CpuLLMClient:
+        """The client verl's ``TaskRunnerV1.init_agent_loop_manager`` hands to ``AgentLoopManagerTQ.create``."""
+        return CpuLLMClient(self.tokenizer_path)
+
+
+class CpuV1ActorWorkerGroup(CpuActorWorkerGroup):
+    """CPU stand-in for v1's actor worker group: its calls take a TransferQueue ``KVBatchMeta``.
+
+    ``compute_log_prob`` writes zero ``log_probs``/``entropy`` per token (nested like ``input_ids``) into
+    TransferQueue for the batch's keys, as verl's TQ-aware worker does; ``update_actor`` updates nothing.
+    """
+
+    def compute_log_prob(self, batch: Any) -> Any:
+        """Zero log-probs and entropy for every token of every sample of ``batch`` (a ``KVBatchMeta``)."""
+        import torch
+        import transfer_queue as tq
+        from tensordict import TensorDict
+
+        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["input_ids"])
+        ids = data["input_ids"]
+        self.calls.append(("compute_log_prob", {"batch_size": len(batch.keys)}))
+
+        def zeros() -> torch.Tensor:
+            return torch.nested.nested_tensor_from_jagged(torch.zeros(ids.values().shape[0]), ids.offsets())
+
+        fields = TensorDict({"log_probs": zeros(), "entropy": zeros()}, batch_size=[len(batch.keys)])
+        tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=fields)
+        return batch
+
+    def update_actor(self, data: Any) -> Any:
+        """No update; the metrics verl renames to ``actor/...``."""
+        from verl.utils import tensordict_utils as tu
+
+        self.calls.append(("update_actor", {"batch_size": len(data.keys)}))
+        return tu.get_tensordict({}, non_tensor_dict={"metrics": {"mfu": 0.0, "pg_loss": 0.0}})
+
+
+def v1_cpu_setup(trainer: Any) -> None:
+    """v1 ``PPOTrainer._setup`` on CPU (in ``TaskRunnerV1``'s actor): its CPU steps, stand-ins for the rest.
+
+    verl's own steps run as ``_setup`` runs them: ``_init_tokenizer``, ``_init_dataloader``,
+    ``_init_dump_executor``, ``_init_resource_pool_mgr``, verl's real ``RewardLoopManager`` (rule-based
+    reward workers, no reward model), the real ``CheckpointEngineManager`` (naive backend, as ``_setup``
+    forces), ``sleep_replicas`` and ``_load_checkpoint``. Stood in for: the resource pools and worker
+    groups (``CpuV1ActorWorkerGroup``) and the LLM servers (``CpuV1LLMServerManager``).
+    """
+    from verl.checkpoint_engine import CheckpointEngineManager
+    from verl.experimental.reward_loop import RewardLoopManager
+    from verl.utils.config import omega_conf_to_dataclass
+
+    trainer._init_tokenizer()
+    trainer._init_dataloader()
+    trainer._init_dump_executor()
+    trainer._init_resource_pool_mgr()
+    lora_rank = trainer.config.actor_rollout_ref.model.get("lora", {}).get("rank", 0)
+    if lora_rank <= 0:
+        lora_rank = trainer.config.actor_rollout_ref.model.get("lora_rank", 0)
+    trainer.ref_in_actor = lora_rank > 0 or trainer.config.actor_rollout_ref.model.get("lora_adapter_path") is not None
+    replaced("PPOTrainer (v1).actor_rollout_wg")
+    trainer.actor_rollout_wg = CpuV1ActorWorkerGroup()
+    if trainer.ref_in_actor:
+        trainer.ref_policy_wg = trainer.actor_rollout_wg
+    trainer.reward_loop_manager = RewardLoopManager(config=trainer.config, rm_resource_pool=None)
+    trainer.teacher_model_manager = None
+    trainer.distillation_config = None
+    replaced("PPOTrainer (v1).llm_server_manager")
+    trainer.llm_server_manager = CpuV1LLMServerManager(trainer.config.actor_rollout_ref.model.path)
+    checkpoint_engine_config = omega_conf_to_dataclass(trainer.config.actor_rollout_ref.rollout.checkpoint_engine)
+    checkpoint_engine_config.backend = "naive"
+    trainer.checkpoint_manager = CheckpointEngineManager(
+        config=checkpoint_engine_config,
+        actor_wg=trainer.actor_rollout_wg,
+        replicas=trainer.llm_server_manager.get_replicas(),
+    )
+    trainer.checkpoint_manager.sleep_replicas()
+    trainer._load_checkpoint()
 
 
 def read_jsonl(path: str | os.PathLike[str]) -> list[dict[str, Any]]:

@@ -29,6 +29,7 @@ from tests.support.ray_cluster import RAY, RayCluster
 from tests.verl import harness
 
 LAUNCHER = "verl.experimental.fully_async_policy.fully_async_main"
+MAIN_PPO = "verl.trainer.main_ppo"  # the sync PPO entry point: legacy TaskRunner or v1 (trainer.use_v1)
 PLUGIN = "tests.verl.cpu_plugin"
 METRICS_FILE = "metrics.jsonl"  # verl's file tracker (VERL_FILE_LOGGER_PATH), in the run's folder
 
@@ -70,6 +71,42 @@ def launcher_overrides(root: Path, files: Any, k: int, *, local_cluster: bool) -
         log_val_generations=k,
         logger="[console,wandb,file]",
         extra_overrides=extra,
+    )
+
+
+# v1 runs verl's real agent-loop, reward-loop and TransferQueue actors on CPU: fewer of them than the
+# defaults (8 storage units, 8 reward workers), and the rollout name its agent-loop workers read (the
+# server behind it is a stand-in, harness.CpuLLMClient).
+V1_OVERRIDES = [
+    "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
+    "reward.num_workers=1",
+    "actor_rollout_ref.rollout.name=vllm",
+]
+
+
+def main_ppo_overrides(root: Path, files: Any, model_dir: Path, k: int, *, use_v1: bool) -> list[str]:
+    """``main_ppo``'s hydra overrides: the tiny CPU run, k, the three trackers, one training step.
+
+    ``trainer.total_training_steps=1`` (the 6 train prompts also make one batch of 4): ``fit`` validates
+    before training at ``global_steps`` 0 and after the last step at 1 (``trainer.test_freq=1``). verl's
+    own local ``ray.init`` gets enough logical CPUs (one per actor: v1 adds TransferQueue's controller and
+    storage units, its agent-loop and reward-loop workers) and no dashboard; v1's TransferQueue gets one
+    storage unit instead of 8 (one process per unit on a 2-core machine).
+    """
+    return harness.sync_overrides(
+        root,
+        train_path=files.train_path,
+        val_path=files.val_path,
+        model_path=str(model_dir),
+        log_val_generations=k,
+        use_v1=use_v1,
+        logger="[console,wandb,file]",
+        extra_overrides=[
+            "trainer.total_training_steps=1",
+            "ray_kwargs.ray_init.num_cpus=32",
+            "+ray_kwargs.ray_init.include_dashboard=False",
+            *(V1_OVERRIDES if use_v1 else []),
+        ],
     )
 
 
@@ -133,12 +170,17 @@ def _run(args: list[str], env: dict[str, str], cwd: Path, output: Path, timeout_
     return returncode, time.monotonic() - start
 
 
-def launch_local(root: Path, overrides: list[str], env: dict[str, str], timeout_s: float = 600) -> Launch:
-    """``python -m fully_async_main <overrides>`` in ``root``: verl's ``run_ppo`` starts a local Ray cluster."""
+def launch_local(
+    root: Path, overrides: list[str], env: dict[str, str], timeout_s: float = 600, module: str = LAUNCHER
+) -> Launch:
+    """``python -m <module> <overrides>`` in ``root``: verl's ``run_ppo`` starts a local Ray cluster.
+
+    ``module`` is the fully-async launcher unless told (``MAIN_PPO``).
+    """
     wandb_dir = Path(env["WANDB_DIR"])
     wandb_dir.mkdir(parents=True, exist_ok=True)
     output = root / "launcher.log"
-    returncode, seconds = _run([sys.executable, "-m", LAUNCHER, *overrides], env, root, output, timeout_s)
+    returncode, seconds = _run([sys.executable, "-m", module, *overrides], env, root, output, timeout_s)
     return Launch(returncode, seconds, output, root, wandb_dir)
 
 
