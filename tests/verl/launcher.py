@@ -21,10 +21,17 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import xxhash
+
+from otel_valgen import contract
+from otel_valgen.sampling import SortKey, bottom_k, sample_key
+from tests.e2e.harness import Record, records_of_file, wait_for
 from tests.support.ray_cluster import RAY, RayCluster
 from tests.verl import harness
 
@@ -215,3 +222,41 @@ def launch_job(
     output = root / "job-submit.log"
     returncode, seconds = _run(args, cli_env, root, output, timeout_s)
     return Launch(returncode, seconds, output, root, wandb_dir)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# What the collector received
+# ---------------------------------------------------------------------------------------------------------------------
+
+DEFAULT_SEED = 42  # otel-valgen's default seed
+
+
+def expected_bottom_k(dumped: list[dict[str, Any]], k: int, seed: int = DEFAULT_SEED) -> list[str]:
+    """Bottom-k over every generation verl dumped, with sample ids derived as docs/verl.md says."""
+    ids: list[str] = []
+    responses: dict[str, int] = {}
+    for row in dumped:
+        prompt = xxhash.xxh64_hexdigest(row["input"].encode())
+        responses[prompt] = responses.get(prompt, -1) + 1
+        ids.append(f"{prompt}/{responses[prompt]}")
+    return [sample_id for _, sample_id in bottom_k(((SortKey.of(sample_key(seed, i), i), i) for i in ids), k)]
+
+
+def generations(collector_file: Path, step: int) -> list[Record]:
+    """The generation records the collector wrote for ``step``."""
+    records = records_of_file(collector_file)
+    return [r for r in records if r.event == contract.EVENT_GENERATION and r.attributes[contract.STEP] == step]
+
+
+def closed_steps(collector_file: Path) -> set[int]:
+    """The steps the collector wrote a summary of."""
+    records = records_of_file(collector_file)
+    return {r.attributes[contract.STEP] for r in records if r.event == contract.EVENT_STEP_SUMMARY}
+
+
+def wait_for_steps(collector_file: Path, steps: list[int], timeout_s: float = 60) -> None:
+    """Wait until the collector has closed exactly ``steps``; fail naming what it received instead."""
+    with suppress(AssertionError):
+        wait_for(lambda: closed_steps(collector_file) == set(steps), timeout_s, f"the collector's summaries of {steps}")
+    received = Counter((r.event, r.attributes.get(contract.STEP)) for r in records_of_file(collector_file))
+    assert closed_steps(collector_file) == set(steps), f"validations at {steps}; the collector has {dict(received)}"

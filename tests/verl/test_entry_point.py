@@ -16,18 +16,13 @@ Records go through the built collector with its shipped config.
 from __future__ import annotations
 
 import json
-from collections import Counter
 from collections.abc import Iterator
-from contextlib import suppress
 from dataclasses import dataclass
-from typing import Any
 
 import pytest
-import xxhash
 from click.testing import CliRunner
 
 from otel_valgen import contract
-from otel_valgen.sampling import SortKey, bottom_k, sample_key
 from otel_valgen.tools.cli import main as cli_main
 from tests.e2e import harness as e2e
 from tests.support.ray_cluster import ray_env, ray_head
@@ -37,7 +32,6 @@ from tests.verl.conftest import VerlFiles
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(900)]  # each launch runs verl for about 2 minutes
 
 K = 4  # trainer.log_val_generations
-SEED = 42  # otel-valgen's default seed
 # verl's own ray.init with the env hook; ray job submit; verl's own ray.init with the setup hook in verl's config
 VARIANTS = ("ray_init", "job_submit", "config_route")
 
@@ -94,35 +88,6 @@ def job(
             collector.stop()
 
 
-def _expected_bottom_k(dumped: list[dict[str, Any]]) -> list[str]:
-    """Bottom-k over every generation verl dumped, with sample ids derived as docs/verl.md says."""
-    ids: list[str] = []
-    responses: dict[str, int] = {}
-    for row in dumped:
-        prompt = xxhash.xxh64_hexdigest(row["input"].encode())
-        responses[prompt] = responses.get(prompt, -1) + 1
-        ids.append(f"{prompt}/{responses[prompt]}")
-    return [sample_id for _, sample_id in bottom_k(((SortKey.of(sample_key(SEED, i), i), i) for i in ids), K)]
-
-
-def _generations(job: Job, step: int) -> list[e2e.Record]:
-    records = e2e.records_of_file(job.collector.file_path)
-    return [r for r in records if r.event == contract.EVENT_GENERATION and r.attributes[contract.STEP] == step]
-
-
-def _closed_steps(job: Job) -> set[int]:
-    records = e2e.records_of_file(job.collector.file_path)
-    return {r.attributes[contract.STEP] for r in records if r.event == contract.EVENT_STEP_SUMMARY}
-
-
-def _wait_for_steps(job: Job, steps: list[int], timeout_s: float = 60) -> None:
-    """Wait until the collector has closed exactly ``steps``; fail naming what it received instead."""
-    with suppress(AssertionError):
-        e2e.wait_for(lambda: _closed_steps(job) == set(steps), timeout_s, f"the collector's summaries of {steps}")
-    received = Counter((r.event, r.attributes.get(contract.STEP)) for r in e2e.records_of_file(job.collector.file_path))
-    assert _closed_steps(job) == set(steps), f"validations at {steps}; the collector has {dict(received)}"
-
-
 def test_each_validation_lands_at_the_trainers_version_with_exactly_k(job: Job) -> None:
     """Validations before and after a training step give k records each at exactly the trainer's versions."""
     print("replaced in verl for CPU:", *(f"  {name}: {why}" for name, why in harness.REPLACED), sep="\n")
@@ -133,12 +98,12 @@ def test_each_validation_lands_at_the_trainers_version_with_exactly_k(job: Job) 
     for validation in validations:  # the rollouter's own counter is not the step
         assert validation.rollouter_global_steps != validation.trainer_step
 
-    _wait_for_steps(job, versions)
+    launcher.wait_for_steps(job.collector.file_path, versions)
     records = e2e.records_of_file(job.collector.file_path)
     assert {r.attributes[contract.STEP] for r in records if r.event == contract.EVENT_GENERATION} == set(versions)
     for validation in validations:
-        kept = _generations(job, validation.trainer_step)
-        assert [r.attributes[contract.SAMPLE_ID] for r in kept] == _expected_bottom_k(validation.dumped)
+        kept = launcher.generations(job.collector.file_path, validation.trainer_step)
+        assert [r.attributes[contract.SAMPLE_ID] for r in kept] == launcher.expected_bottom_k(validation.dumped, K)
         assert {r.attributes[contract.SOURCE] for r in kept} == {"rollouter"}
         assert len({r.trace_id for r in kept}) == 1
         (summary,) = [
@@ -157,13 +122,15 @@ def test_each_validation_lands_at_the_trainers_version_with_exactly_k(job: Job) 
     assert sorted(shown) == sorted(versions)
     for validation in validations:
         shown_ids = [g["sample_id"] for g in shown[validation.trainer_step]["generations"]]
-        assert shown_ids == _expected_bottom_k(validation.dumped)
+        assert shown_ids == launcher.expected_bottom_k(validation.dumped, K)
 
 
 def test_rollouters_records_carry_the_trainers_wandb_run_id(job: Job) -> None:
     """The run id of the rollouter's records is the id of the wandb run verl's trainer made (no id set by hand)."""
     run_id = job.launch.wandb_run_id()
     versions = job.launch.validation_steps()
-    _wait_for_steps(job, versions)
+    launcher.wait_for_steps(job.collector.file_path, versions)
     for step in versions:
-        assert {r.attributes[contract.RUN_ID] for r in _generations(job, step)} == {run_id}, f"step {step}"
+        assert {r.attributes[contract.RUN_ID] for r in launcher.generations(job.collector.file_path, step)} == {
+            run_id
+        }, f"step {step}"

@@ -15,9 +15,7 @@ replacement). Records go through the built collector with its shipped config.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterator
-from contextlib import suppress
 from dataclasses import dataclass
 
 import pytest
@@ -27,7 +25,6 @@ from tests.e2e import harness as e2e
 from tests.support.ray_cluster import ray_env
 from tests.verl import harness, launcher
 from tests.verl.conftest import VerlFiles
-from tests.verl.test_entry_point import K, _expected_bottom_k
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(900)]  # one launch runs verl for a few minutes
 
@@ -41,6 +38,7 @@ class Job:
     collector: e2e.Collector
 
 
+K = 4  # trainer.log_val_generations
 TRAINERS = ("legacy", "v1")  # trainer.use_v1=False / True (main_ppo's default)
 
 
@@ -91,24 +89,6 @@ def job(
     yield from _launch(verl_files, tmp_path_factory, request.param)
 
 
-def _generations(job: Job, step: int) -> list[e2e.Record]:
-    records = e2e.records_of_file(job.collector.file_path)
-    return [r for r in records if r.event == contract.EVENT_GENERATION and r.attributes[contract.STEP] == step]
-
-
-def _closed_steps(job: Job) -> set[int]:
-    records = e2e.records_of_file(job.collector.file_path)
-    return {r.attributes[contract.STEP] for r in records if r.event == contract.EVENT_STEP_SUMMARY}
-
-
-def _wait_for_steps(job: Job, steps: list[int], timeout_s: float = 60) -> None:
-    """Wait until the collector has closed exactly ``steps``; fail naming what it received instead."""
-    with suppress(AssertionError):
-        e2e.wait_for(lambda: _closed_steps(job) == set(steps), timeout_s, f"the collector's summaries of {steps}")
-    received = Counter((r.event, r.attributes.get(contract.STEP)) for r in e2e.records_of_file(job.collector.file_path))
-    assert _closed_steps(job) == set(steps), f"validations at {steps}; the collector has {dict(received)}"
-
-
 def test_each_validation_lands_at_global_steps_with_exactly_k(job: Job) -> None:
     """Validations before and after the training step give k records each at verl's global_steps."""
     print("replaced in verl for CPU:", *(f"  {name}: {why}" for name, why in harness.REPLACED), sep="\n")
@@ -122,13 +102,13 @@ def test_each_validation_lands_at_global_steps_with_exactly_k(job: Job) -> None:
     for validation in validations:  # verl names each dump by the global_steps it logged the metrics at
         assert validation.rollouter_global_steps == validation.trainer_step
 
-    _wait_for_steps(job, steps)
+    launcher.wait_for_steps(job.collector.file_path, steps)
     records = e2e.records_of_file(job.collector.file_path)
     assert {r.attributes[contract.STEP] for r in records if r.event == contract.EVENT_GENERATION} == set(steps)
     for validation in validations:
-        kept = _generations(job, validation.trainer_step)
+        kept = launcher.generations(job.collector.file_path, validation.trainer_step)
         assert len(validation.dumped) > K
-        assert [r.attributes[contract.SAMPLE_ID] for r in kept] == _expected_bottom_k(validation.dumped)
+        assert [r.attributes[contract.SAMPLE_ID] for r in kept] == launcher.expected_bottom_k(validation.dumped, K)
         assert {r.attributes[contract.SOURCE] for r in kept} == {"trainer"}
         assert len({r.trace_id for r in kept}) == 1
         (summary,) = [
@@ -144,6 +124,8 @@ def test_records_carry_the_trainers_wandb_run_id(job: Job) -> None:
     """The run id on the records is the id of the offline wandb run verl's trainer made (no id set by hand)."""
     run_id = job.launch.wandb_run_id()
     steps = job.launch.validation_steps()
-    _wait_for_steps(job, steps)
+    launcher.wait_for_steps(job.collector.file_path, steps)
     for step in steps:
-        assert {r.attributes[contract.RUN_ID] for r in _generations(job, step)} == {run_id}, f"step {step}"
+        assert {r.attributes[contract.RUN_ID] for r in launcher.generations(job.collector.file_path, step)} == {
+            run_id
+        }, f"step {step}"
