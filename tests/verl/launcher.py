@@ -260,3 +260,18 @@ def wait_for_steps(collector_file: Path, steps: list[int], timeout_s: float = 60
         wait_for(lambda: closed_steps(collector_file) == set(steps), timeout_s, f"the collector's summaries of {steps}")
     received = Counter((r.event, r.attributes.get(contract.STEP)) for r in records_of_file(collector_file))
     assert closed_steps(collector_file) == set(steps), f"validations at {steps}; the collector has {dict(received)}"
+
+
+def assert_validation_sampled(collector_file: Path, validation: Validation, k: int, source: str) -> None:
+    """One validation's records: the bottom-k of what verl dumped, from ``source``, one trace, its summary's counts."""
+    kept = generations(collector_file, validation.trainer_step)
+    assert [r.attributes[contract.SAMPLE_ID] for r in kept] == expected_bottom_k(validation.dumped, k)
+    assert {r.attributes[contract.SOURCE] for r in kept} == {source}
+    assert len({r.trace_id for r in kept}) == 1
+    (summary,) = [
+        r
+        for r in records_of_file(collector_file)
+        if r.event == contract.EVENT_STEP_SUMMARY and r.attributes[contract.STEP] == validation.trainer_step
+    ]
+    assert summary.attributes[contract.SEEN] == len(validation.dumped)
+    assert summary.attributes[contract.KEPT] == min(k, len(validation.dumped))

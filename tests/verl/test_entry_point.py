@@ -102,17 +102,7 @@ def test_each_validation_lands_at_the_trainers_version_with_exactly_k(job: Job) 
     records = e2e.records_of_file(job.collector.file_path)
     assert {r.attributes[contract.STEP] for r in records if r.event == contract.EVENT_GENERATION} == set(versions)
     for validation in validations:
-        kept = launcher.generations(job.collector.file_path, validation.trainer_step)
-        assert [r.attributes[contract.SAMPLE_ID] for r in kept] == launcher.expected_bottom_k(validation.dumped, K)
-        assert {r.attributes[contract.SOURCE] for r in kept} == {"rollouter"}
-        assert len({r.trace_id for r in kept}) == 1
-        (summary,) = [
-            r
-            for r in records
-            if r.event == contract.EVENT_STEP_SUMMARY and r.attributes[contract.STEP] == validation.trainer_step
-        ]
-        assert summary.attributes[contract.SEEN] == len(validation.dumped)
-        assert summary.attributes[contract.KEPT] == min(K, len(validation.dumped))
+        launcher.assert_validation_sampled(job.collector.file_path, validation, K, "rollouter")
 
     table = CliRunner().invoke(cli_main, ["show", str(job.collector.file_path)])
     print(table.stdout)  # what a user reads (pytest -s)
