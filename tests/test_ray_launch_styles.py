@@ -18,20 +18,21 @@ from typing import Any
 
 import pytest
 
-from tests.support.ray_cluster import RAY, REPO, RayCluster, clean_env, ray_head
+from tests.support.ray_cluster import RAY, REPO, RayCluster, ray_env, ray_head
 
 pytestmark = pytest.mark.ray
 
 PROBE = REPO / "tests" / "support" / "launch_probe.py"
 JOB_HOOK = "tests.support.setup_hook_probe.mark"
 ENDPOINT = "http://127.0.0.1:4318"  # forwarded only: nothing is sent (no generation is logged)
+TESTS_ON_PATH = {"PYTHONPATH": str(REPO)}  # setup_hook_probe, a job's own hook, imports in workers
 USER_ENV = {"RAY_RUNTIME_ENV_HOOK": "otel_valgen.ray.runtime_env_hook", "OTEL_EXPORTER_OTLP_ENDPOINT": ENDPOINT}
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[RayCluster]:
-    """One head node for the module's drivers."""
-    with ray_head() as head:
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayCluster]:
+    """One head node for the module's drivers; its workers import the tests' helper modules."""
+    with ray_head(ray_env(TESTS_ON_PATH), tmp_path_factory.mktemp("ray")) as head:
         yield head
 
 
@@ -58,7 +59,7 @@ def _submit(cluster: RayCluster, runtime_env: dict[str, Any]) -> dict[str, Any]:
         sys.executable,
         str(PROBE),
     ]
-    return _probe(command, clean_env())
+    return _probe(command, ray_env(TESTS_ON_PATH))
 
 
 def test_ray_job_submit_with_the_variables_in_runtime_env_json(cluster: RayCluster) -> None:
@@ -68,9 +69,9 @@ def test_ray_job_submit_with_the_variables_in_runtime_env_json(cluster: RayClust
     assert seen["endpoint"].startswith(ENDPOINT)
 
 
-def test_ray_job_submit_with_the_variables_in_the_ray_start_environment() -> None:
+def test_ray_job_submit_with_the_variables_in_the_ray_start_environment(tmp_path: Path) -> None:
     """The variables set where the cluster was started (`ray start`): every submitted job gets otel-valgen."""
-    with ray_head(USER_ENV) as cluster_with_variables:
+    with ray_head(ray_env({**TESTS_ON_PATH, **USER_ENV}), tmp_path) as cluster_with_variables:
         seen = _submit(cluster_with_variables, {})
     assert seen["verl_integration_installed"] is True
     assert seen["endpoint"].startswith(ENDPOINT)
@@ -96,7 +97,7 @@ def test_a_local_driver_chains_its_own_setup_function(cluster: RayCluster, tmp_p
         "print('PROBE ' + json.dumps(ray.get(launch_probe.report.remote())), flush=True)\n",
         encoding="utf-8",
     )
-    seen = _probe([sys.executable, str(driver)], clean_env(USER_ENV))
+    seen = _probe([sys.executable, str(driver)], ray_env({**TESTS_ON_PATH, **USER_ENV}))
     assert seen["job_hook_ran"] is True
     assert seen["verl_integration_installed"] is True
 
@@ -108,7 +109,7 @@ def test_uv_run_with_rays_uv_hook_flag_off(cluster: RayCluster, tmp_path: Path) 
     project = tmp_path / "job"  # Ray's uv hook uploads the working directory: keep it small
     project.mkdir()
     (project / "launch_probe.py").write_text(PROBE.read_text(encoding="utf-8"), encoding="utf-8")
-    env = clean_env({**USER_ENV, "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0"})
+    env = ray_env({**TESTS_ON_PATH, **USER_ENV, "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0"})
     command = [str(uv), "run", "--no-project", "--python", sys.executable, "python", "launch_probe.py"]
     command.append(cluster.gcs_address)
     seen = _probe(command, env, cwd=project)

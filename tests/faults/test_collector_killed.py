@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -84,6 +85,10 @@ def test_sigkill_mid_step_delivers_what_the_sdk_spool_and_queues_held_once(
     _emit("B", 1)
     wait_for(lambda: 1 in by_step(file_records(collector.file_path))[1], 20, "step 1 in the file")
     wait_for(lambda: 1 in by_step(loki_stand_in.records())[1], 20, "step 1 at Loki")
+    # The persistent queue deletes a batch only after its export returned: a SIGKILL in between
+    # sends it again after the restart (the queue delivers at least once). This test is about the
+    # kill during step 2, so step 1's queue entries get a moment to be deleted first.
+    time.sleep(1.0)
 
     # Step 2: A is validating (its presampled records are still in the process) when the collector dies.
     with vg.validation(step=2, source="A", sources_expected=2):

@@ -1,8 +1,12 @@
-"""A Ray cluster started as a user starts one (``ray start --head``), for job submission and Ray client tests."""
+"""A Ray cluster started as a user starts one (``ray start --head``), for job submission tests.
+
+The head runs on loopback with every port of its own, a short temp dir (Ray's socket paths must fit
+in 107 bytes) and the dashboard on (jobs are submitted to it), and is stopped with its whole
+session. ``ray stop`` is never used: it stops every Ray process of the machine's user.
+"""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import secrets
 import shutil
@@ -10,49 +14,44 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.e2e.harness import free_port
+from tests.e2e.harness import free_port, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 RAY = Path(sys.executable).with_name("ray")
-# Ray 2.60 starts clusters with token authentication; the head, its jobs and its clients share this token.
+# Variables of the machine that would change what a launched job does; never inherited.
+NOT_INHERITED = ("OTEL_", "WANDB_", "RAY_", "VERL_", "PYTHONPATH")
+# Ray 2.60 starts clusters with token authentication; the head, its jobs and the job CLI share this token.
 AUTH = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
+
+
+def ray_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The test's environment without otel-valgen's, OTel's, wandb's, Ray's and verl's variables, plus ``extra``.
+
+    A test launches as a user would: only what the docs say to set. The cluster's token is in it.
+    """
+    env = {name: value for name, value in os.environ.items() if not name.startswith(NOT_INHERITED)}
+    return {**env, **AUTH, **(extra or {})}
 
 
 @dataclass(frozen=True)
 class RayCluster:
-    """The addresses of a running head node."""
+    """A running head node: what ``ray job submit --address`` and a driver's ``ray.init`` take."""
 
+    process: subprocess.Popen[bytes]
     gcs_address: str
-    dashboard_address: str  # http://...: what `ray job submit --address` takes
-    client_address: str  # ray://...: what a Ray client's ray.init takes
-    env: dict[str, str]  # the environment it was started with
-
-
-def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment of this process without otel-valgen's, Ray's and wandb's variables, plus ``extra``.
-
-    A test launches as a user would: only what the docs say to set.
-    """
-    env = {
-        name: value
-        for name, value in os.environ.items()
-        if not name.startswith(("OTEL_", "RAY_", "WANDB_", "VERL_")) and name != "PYTHONPATH"
-    }
-    env["PYTHONPATH"] = str(REPO)  # the tests' own helper modules (setup_hook_probe) import in workers
-    env.update(AUTH)
-    return {**env, **(extra or {})}
+    dashboard_address: str
+    log: Path
 
 
 def _dashboard_up(address: str) -> bool:
-    """Whether the dashboard answers HTTP (401 included: Ray 2.60 turns token authentication on)."""
+    """Whether the dashboard answers HTTP (401 included: token authentication is on)."""
     try:
         with urllib.request.urlopen(f"{address}/api/version", timeout=2):
             return True
@@ -63,57 +62,58 @@ def _dashboard_up(address: str) -> bool:
 
 
 @contextmanager
-def ray_head(env: Mapping[str, str] | None = None, num_cpus: int = 2) -> Iterator[RayCluster]:
-    """``ray start --head --block`` on loopback with its own ports and folder; its process group is stopped on exit.
-
-    Never ``ray stop``: that stops every Ray cluster of the machine, other tests' too.
-    """
-    port, dashboard, client = free_port(), free_port(), free_port()
-    folder = tempfile.mkdtemp(prefix="rvg-", dir="/tmp")  # Ray's socket paths must stay short
-    started_env = clean_env(env)
-    command = [
+def ray_head(env: Mapping[str, str], log_dir: Path, num_cpus: int = 2) -> Iterator[RayCluster]:
+    """``ray start --head --block`` with ``env`` (``ray_env(...)``); its session is stopped on exit."""
+    temp_dir = Path(tempfile.mkdtemp(prefix="rv-", dir="/tmp"))
+    gcs_port, dashboard_port = free_port(), free_port()
+    ports = {
+        "--port": gcs_port,
+        "--dashboard-port": dashboard_port,
+        "--ray-client-server-port": free_port(),
+        "--dashboard-agent-listen-port": free_port(),
+        "--dashboard-agent-grpc-port": free_port(),
+        "--node-manager-port": free_port(),
+        "--object-manager-port": free_port(),
+        "--metrics-export-port": free_port(),
+        "--runtime-env-agent-port": free_port(),
+    }
+    args = [
         str(RAY),
         "start",
         "--head",
         "--block",
         "--node-ip-address=127.0.0.1",
-        f"--port={port}",
         "--dashboard-host=127.0.0.1",
-        f"--dashboard-port={dashboard}",
-        f"--ray-client-server-port={client}",
+        "--include-dashboard=true",
+        "--disable-usage-stats",
         f"--num-cpus={num_cpus}",
         "--num-gpus=0",
-        f"--temp-dir={folder}",
-        "--disable-usage-stats",
+        f"--object-store-memory={200 * 1024 * 1024}",
+        f"--temp-dir={temp_dir}",
+        *(f"{flag}={port}" for flag, port in ports.items()),
     ]
-    log = Path(folder) / "ray-start.log"
-    with log.open("wb") as output:
+    log = log_dir / "ray-head.log"
+    with log.open("wb") as out:
         process = subprocess.Popen(
-            command, env=started_env, stdout=output, stderr=subprocess.STDOUT, start_new_session=True
+            args, env=dict(env), cwd=log_dir, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
         )
-    cluster = RayCluster(f"127.0.0.1:{port}", f"http://127.0.0.1:{dashboard}", f"ray://127.0.0.1:{client}", started_env)
+    head = RayCluster(process, f"127.0.0.1:{gcs_port}", f"http://127.0.0.1:{dashboard_port}", log)
     try:
-        deadline = time.monotonic() + 240  # a loaded 2-core machine: tens of seconds
-        while not _dashboard_up(cluster.dashboard_address):
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"ray start did not come up:\n{log.read_text(errors='replace')[-3000:]}")
-            time.sleep(1)
-        yield cluster
+        # a loaded 2-core machine takes tens of seconds
+        wait_for(lambda: process.poll() is None and _dashboard_up(head.dashboard_address), 240, "the Ray head")
+        yield head
     finally:
-        _stop_group(process)
-        shutil.rmtree(folder, ignore_errors=True)
+        _stop_session(process)
+        shutil.rmtree(temp_dir, ignore_errors=True)
 
 
-def _stop_group(process: subprocess.Popen[bytes]) -> None:
-    """SIGTERM the head's process group (``ray start --block`` stops its nodes), SIGKILL what is left."""
-    for sig, wait_s in ((signal.SIGTERM, 30.0), (signal.SIGKILL, 10.0)):
-        try:
-            os.killpg(process.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            process.wait(wait_s)
-        except subprocess.TimeoutExpired:
-            continue
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGKILL)  # workers left in the group after the head exited
+def _stop_session(process: subprocess.Popen[bytes], timeout_s: float = 30) -> None:
+    """SIGTERM the ``ray start --block`` process (it stops what it started), then SIGKILL its session."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        with suppress(subprocess.TimeoutExpired):
+            process.wait(timeout_s)
+    with suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    if process.poll() is None:
+        process.wait(5)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,16 +29,3 @@ def verl_files(tmp_path_factory: pytest.TempPathFactory) -> VerlFiles:
     tokenizer = harness.make_tokenizer(root / "tokenizer")
     train_path, val_path = harness.make_dataset(root / "data", 6)
     return VerlFiles(root, root / "tokenizer", tokenizer, train_path, val_path)
-
-
-@pytest.fixture(scope="module")
-def verl_ray(verl_files: VerlFiles) -> Iterator[Path]:
-    """A small local Ray cluster for verl's actors; yields the file verl's file Tracking backend writes."""
-    import ray
-
-    metrics_log = verl_files.root / "metrics.jsonl"
-    harness.start_ray(metrics_log)
-    try:
-        yield metrics_log
-    finally:
-        ray.shutdown()

@@ -1,27 +1,25 @@
 """Drive the REAL, installed verl's validation code paths on CPU (no GPUs, no model, no hub).
 
-Everything verl runs here is verl's own code, unmodified and unpatched: configs come from verl's
-yaml through hydra, the fully-async ``FullyAsyncTrainer``/``FullyAsyncRollouter`` Ray actors are
-created exactly as ``verl/experimental/fully_async_policy/fully_async_main.py`` creates them, and
-validation runs through ``FullyAsyncTrainer._fit_validate`` -> ``FullyAsyncRollouter.do_validate``
--> ``RayPPOTrainer._validate`` -> ``_maybe_log_val_generations`` / ``_dump_generations``.
+Everything verl runs here is verl's own code: configs come from verl's yaml through hydra, and
+validation runs through verl's own ``_validate`` -> ``_maybe_log_val_generations`` /
+``_dump_generations``. Fully-async mode runs through verl's real launcher (``launcher.py``), its
+TaskRunner and both actors' ``fit``; sync mode through a real ``RayPPOTrainer`` built here.
 
-Only what needs GPUs or model servers is stood in for, from outside, by setting attributes on the
-live objects (through Ray's DeveloperAPI ``actor.__ray_call__`` for actors). Every such replacement
-is listed in ``REPLACED`` with the reason, and each replacement site looks its entry up there.
+Only what needs GPUs or model servers is stood in for: in fully-async mode the two actors'
+``init_workers`` and, under ``main_ppo``'s real entry point, the legacy ``RayPPOTrainer.init_workers``
+and the v1 ``PPOTrainer._setup``, replaced by the test-only verl plugin ``cpu_plugin.py`` with the
+functions below; in the in-process sync tests attributes set on the live trainer. Every such
+replacement is listed in ``REPLACED`` with the reason, and each replacement site looks its entry up there.
 
 Observation uses verl's own outputs only: ``trainer.validation_data_dir`` (verl writes
-``{global_steps}.jsonl`` with every generation) and the trainer's real ``Tracking`` with the
-``console`` and ``file`` backends (``VERL_FILE_LOGGER_PATH``: one JSON line per ``logger.log``).
+``{global_steps}.jsonl`` with every generation) and the trainer's real ``Tracking`` backends.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import time
 from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -42,28 +40,25 @@ CHAT_TEMPLATE = (
 # (qualified method or attribute name, why it is replaced). Nothing else is replaced or patched.
 REPLACED: list[tuple[str, str]] = [
     (
-        "fully_async_main (FullyAsyncTaskRunner, run_ppo, its import order)",
-        "not used: verl 0.9.1's launcher cannot get past FullyAsyncTrainer.init_workers on CPU "
-        "(ResourcePoolManager.create_resource_pool asks for GPU bundles, verl's platform falls back to "
-        "'nvidia', no vLLM/SGLang). create_fully_async makes its calls in this driver instead, after "
-        "ray.init, so the import-order case is tested separately (test_import_order_and_drift.py).",
-    ),
-    (
         "FullyAsyncTrainer.init_workers",
-        "creates placement groups on trainer_pool GPUs and FSDP/Megatron DetachActorWorker worker groups that "
-        "load the model; not called. Only its result attribute actor_wg/actor_rollout_wg is set (next entry).",
+        "creates placement groups on trainer_pool GPUs (ResourcePoolManager.create_resource_pool fails with no "
+        "GPU) and FSDP/Megatron worker groups that load the model (NCCL needs a CUDA device). cpu_plugin.py "
+        "replaces it, in every process, by trainer_cpu_init_workers: it sets only its result actor_wg/"
+        "actor_rollout_wg (next entry). Called by verl's own launcher, which is not replaced.",
     ),
     (
         "FullyAsyncTrainer.actor_wg, FullyAsyncTrainer.actor_rollout_wg",
         "the GPU actor worker group. Set to CpuActorWorkerGroup: verl's set_rollouter builds the real "
-        "CheckpointEngineManager around it, load_checkpoint calls its load_checkpoint, and _fit_update_weights "
-        "(naive backend) calls its update_weights; all are recorded no-ops.",
+        "CheckpointEngineManager around it, _fit_update_weights (naive backend) calls its update_weights, "
+        "_balance_batch its _query_dispatch_info (one data-parallel rank) and _update_actor its update_actor "
+        "(no update; metrics only). Calls are recorded; old log-probs are not recomputed (fully-async "
+        "mode's bypass mode trains with the rollout's).",
     ),
     (
         "FullyAsyncRollouter.init_workers",
-        "starts the RewardLoopManager workers, vLLM/SGLang LLM server replicas and agent-loop workers; not "
-        "called. Its CPU-only steps are run as verl runs them (_init_async_objects, SkipManager.init) and the "
-        "two attributes below are set.",
+        "starts the RewardLoopManager workers, vLLM/SGLang LLM server replicas and agent-loop workers. "
+        "cpu_plugin.py replaces it, in every process, by rollouter_cpu_init_workers: its CPU-only steps run as "
+        "verl runs them (_init_async_objects, SkipManager.init) and the two attributes below are set.",
     ),
     (
         "FullyAsyncRollouter.llm_server_manager",
@@ -73,24 +68,74 @@ REPLACED: list[tuple[str, str]] = [
     (
         "FullyAsyncRollouter.async_rollout_manager",
         "FullyAsyncAgentLoopManager generates with an LLM server and scores with reward-loop workers. Set to "
-        "CpuRolloutManager, whose generate_sequences(DataProto) -> DataProto returns deterministic responses "
-        "and verl's own gsm8k score (default_compute_score) in the tensors _validate and extract_reward read.",
+        "CpuRolloutManager: generate_sequences (validation) and generate_sequences_single (the rollouter's fit) "
+        "return deterministic responses, verl's own gsm8k score (default_compute_score) and, for training "
+        "samples, zero rollout log-probs, in the fields verl's _validate, extract_reward and the trainer read.",
     ),
     (
         "RayPPOTrainer.init_workers",
-        "creates the GPU ActorRolloutRefWorker worker group, LLM servers, reward loop and checkpoint engine; "
-        "not called. Only async_rollout_manager is set (next entry): the sync _validate reads nothing else.",
+        "creates placement groups on GPUs (ResourcePoolManager.create_resource_pool), the FSDP "
+        "ActorRolloutRefWorker group that loads the model (init_model), the RewardLoopManager workers, the "
+        "vLLM/SGLang LLM servers and AgentLoopManager. In test_sync.py it is not called (only "
+        "async_rollout_manager is set: the sync _validate reads nothing else). Under main_ppo's real entry "
+        "point (legacy TaskRunner, trainer.use_v1=False) cpu_plugin.py replaces it, in every process, by "
+        "sync_cpu_init_workers: it sets what it leaves behind that fit reads (the entries below) and builds "
+        "verl's real CheckpointEngineManager (naive backend) around the stand-in worker group. Called by "
+        "verl's own TaskRunner.run, which is not replaced.",
     ),
     (
         "RayPPOTrainer.async_rollout_manager",
         "AgentLoopManager on GPU LLM servers; set to CpuRolloutManager (same as the fully-async one).",
     ),
     (
+        "RayPPOTrainer.actor_rollout_wg",
+        "the GPU ActorRolloutRefWorker group. Set to CpuActorWorkerGroup: fit's _balance_batch calls its "
+        "_query_dispatch_info, _compute_old_log_prob its compute_log_prob (zero log-probs and entropy), "
+        "_update_actor its update_actor (no update; metrics only), the CheckpointEngineManager its "
+        "update_weights. Calls are recorded.",
+    ),
+    (
+        "RayPPOTrainer.llm_server_manager",
+        "LLMServerManager owns the GPU server replicas. Set to CpuLLMServerManager: no replica for the "
+        "CheckpointEngineManager to sleep or sync (fit reads it otherwise only on profiled steps).",
+    ),
+    (
+        "RayPPOTrainer.reward_loop_manager, RayPPOTrainer.teacher_model_manager",
+        "RewardLoopManager starts reward workers (GPU reward models when enabled); None here, as for no "
+        "reward model (use_rm is False: fit and _validate take rm_scores from the rollout). No teacher "
+        "(distillation off), as init_workers sets it.",
+    ),
+    (
         "PPOTrainer (v1)._validate",
-        "cannot run on CPU without re-implementing verl's agent loop: it needs init()'s GPU worker groups and "
-        "LLM servers, and an agent_loop_manager that writes prompts/responses/rm_scores/num_turns/extra_fields "
-        "with status tags into TransferQueue for ReplayBuffer.sample. run_v1_log_val_generations calls its real "
-        "_maybe_log_val_generations exactly as its _validate does, on an instance built by the real constructor.",
+        "in test_sync.py (in-process, no Ray, no TransferQueue) not run: it needs init()'s worker groups and "
+        "LLM servers and an agent_loop_manager writing into TransferQueue; run_v1_log_val_generations calls its "
+        "real _maybe_log_val_generations exactly as its _validate does. Under main_ppo's real entry point "
+        "(test_main_ppo_entry_point.py) it runs unmodified, with the three v1 stand-ins below.",
+    ),
+    (
+        "PPOTrainer (v1)._setup",
+        "creates placement groups on GPUs (ResourcePoolManager.create_resource_pool), the FSDP worker groups "
+        "that load the model (init_model) and the vLLM/SGLang server replicas (LLMServerManager.create). "
+        "cpu_plugin.py replaces it, in every process, by v1_cpu_setup: verl's own CPU steps run as _setup runs "
+        "them (_init_tokenizer, _init_dataloader, _init_dump_executor, _init_resource_pool_mgr, the real "
+        "RewardLoopManager with its rule-based reward workers, the real CheckpointEngineManager (naive), "
+        "sleep_replicas, _load_checkpoint); the worker group and the servers are the next two entries. "
+        "Called by verl's own TaskRunnerV1.run through init(), which is not replaced.",
+    ),
+    (
+        "PPOTrainer (v1).actor_rollout_wg",
+        "the GPU worker group, whose calls take a TransferQueue KVBatchMeta. Set to CpuV1ActorWorkerGroup: "
+        "compute_log_prob writes zero log_probs/entropy per token into TransferQueue for the batch's keys (as "
+        "verl's TQ-aware worker does), update_actor updates nothing (metrics only), update_weights (naive "
+        "CheckpointEngineManager) and _query_dispatch_info as CpuActorWorkerGroup. Calls are recorded.",
+    ),
+    (
+        "PPOTrainer (v1).llm_server_manager",
+        "LLMServerManager owns the GPU server replicas and the load balancer. Set to CpuV1LLMServerManager: no "
+        "replicas; get_client gives CpuLLMClient, which verl's own TaskRunnerV1.init_agent_loop_manager hands "
+        "to verl's real AgentLoopManagerTQ. Its AgentLoopWorkerTQ actors run verl's single-turn agent loop, "
+        "score with the real reward-loop workers and write into TransferQueue; only the server's generate "
+        "(a vLLM/SGLang engine on GPU) is stood in.",
     ),
 ]
 _WHY = dict(REPLACED)
@@ -192,13 +237,19 @@ def _compose(config_dir: Path, config_name: str, overrides: list[str]) -> DictCo
 
 
 def _common_overrides(
-    tmp: Path, train_path: str, val_path: str, model_path: str, log_val_generations: int, val_n: int
+    tmp: Path,
+    train_path: str,
+    val_path: str,
+    model_path: str,
+    log_val_generations: int,
+    val_n: int,
+    logger: str = "[console,file]",
 ) -> list[str]:
     return [
         "trainer.device=cpu",
         "trainer.nnodes=1",
         "trainer.n_gpus_per_node=1",
-        "trainer.logger=[console,file]",
+        f"trainer.logger={logger}",
         f"trainer.log_val_generations={log_val_generations}",
         "trainer.test_freq=1",
         "trainer.val_before_train=True",
@@ -252,20 +303,75 @@ def sync_config(
     from verl.utils.config import validate_config
     from verl.utils.device import auto_set_device
 
-    overrides = [
-        *_common_overrides(Path(tmp), train_path, val_path, model_path, log_val_generations, val_n),
-        f"trainer.use_v1={use_v1}",
-        "data.train_batch_size=4",
-        "actor_rollout_ref.rollout.agent.num_workers=2",
-        *(extra_overrides or []),
-    ]
+    overrides = sync_overrides(
+        tmp,
+        train_path=train_path,
+        val_path=val_path,
+        model_path=model_path,
+        log_val_generations=log_val_generations,
+        val_n=val_n,
+        use_v1=use_v1,
+        extra_overrides=extra_overrides,
+    )
     config = _compose(_verl_dir() / "trainer" / "config", "ppo_trainer", overrides)
     auto_set_device(config)  # as main_ppo.main; keeps "cpu" on a machine without accelerators
     validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
     return migrate_legacy_reward_impl(config)
 
 
-def fully_async_config(
+def sync_overrides(
+    tmp: str | os.PathLike[str],
+    *,
+    train_path: str,
+    val_path: str,
+    model_path: str,
+    log_val_generations: int = 4,
+    val_n: int = 2,
+    use_v1: bool = False,
+    logger: str = "[console,file]",
+    extra_overrides: list[str] | None = None,
+) -> list[str]:
+    """The hydra overrides of ``ppo_trainer.yaml`` for a tiny CPU run (also ``main_ppo``'s CLI).
+
+    ``trainer.use_v1`` picks main_ppo's trainer (False: legacy TaskRunner and ``RayPPOTrainer``; verl
+    0.9.1's default is True, the v1 ``TaskRunnerV1``). ``extra_overrides`` are applied last.
+    """
+    return [
+        *_common_overrides(Path(tmp), train_path, val_path, model_path, log_val_generations, val_n, logger),
+        f"trainer.use_v1={use_v1}",
+        "data.train_batch_size=4",
+        "actor_rollout_ref.rollout.agent.num_workers=2",
+        *(extra_overrides or []),
+    ]
+
+
+def make_model_dir(directory: str | os.PathLike[str], tokenizer: Any) -> Path:
+    """``directory`` with the tokenizer and a tiny model ``config.json`` (no weights): an HF model path.
+
+    ``main_ppo``'s legacy TaskRunner reads the model through verl's ``HFModelConfig``, which loads the
+    tokenizer and ``AutoConfig`` (one architecture) from ``actor_rollout_ref.model.path``; no weights are
+    read on CPU because the worker group that would load them is stood in for (``REPLACED``).
+    """
+    from transformers import LlamaConfig
+
+    path = Path(directory)
+    tokenizer.save_pretrained(str(path))
+    LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        architectures=["LlamaForCausalLM"],
+    ).save_pretrained(str(path))
+    return path
+
+
+def fully_async_overrides(
     tmp: str | os.PathLike[str],
     *,
     train_path: str,
@@ -276,9 +382,10 @@ def fully_async_config(
     trigger_parameter_sync_step: int = 1,
     require_batches: int = 1,
     staleness_threshold: float = 0.5,
+    logger: str = "[console,file]",
     extra_overrides: list[str] | None = None,
-) -> DictConfig:
-    """``fully_async_ppo_trainer.yaml`` composed with CPU/tiny overrides, prepared as ``fully_async_main.main`` does.
+) -> list[str]:
+    """The hydra overrides of ``fully_async_ppo_trainer.yaml`` for a tiny CPU run (also verl's launcher's CLI).
 
     Overrides the constructors need: ``data.train_batch_size=0``, ``data.gen_batch_size=1``,
     ``actor_rollout_ref.hybrid_engine=False``. ``checkpoint_engine.backend=naive`` because verl's nccl
@@ -286,11 +393,8 @@ def fully_async_config(
     ``CheckpointEngineManager``. With ``trigger_parameter_sync_step=1`` every ``_fit_update_local_step``
     advances ``current_param_version`` by one.
     """
-    from verl.experimental.reward_loop import migrate_legacy_reward_impl
-    from verl.utils.device import auto_set_device
-
-    overrides = [
-        *_common_overrides(Path(tmp), train_path, val_path, model_path, log_val_generations, val_n),
+    return [
+        *_common_overrides(Path(tmp), train_path, val_path, model_path, log_val_generations, val_n, logger),
         "data.train_batch_size=0",
         "data.gen_batch_size=1",
         "actor_rollout_ref.hybrid_engine=False",
@@ -304,13 +408,6 @@ def fully_async_config(
         "async_training.use_trainer_do_validate=False",
         *(extra_overrides or []),
     ]
-    config_dir = _verl_dir() / "experimental" / "fully_async_policy" / "config"
-    config = _compose(config_dir, "fully_async_ppo_trainer", overrides)
-    # exactly fully_async_main.main's preparation
-    auto_set_device(config)
-    config.actor_rollout_ref.rollout.nnodes = config.rollout.nnodes
-    config.actor_rollout_ref.rollout.n_gpus_per_node = config.rollout.n_gpus_per_node
-    return migrate_legacy_reward_impl(config)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -330,8 +427,10 @@ class CpuRolloutManager:
     ``generate_sequences`` returns what ``AgentLoopManager.generate_sequences`` returns after
     ``AgentLoopWorker._postprocess`` with streaming rewards: ``prompts`` (left-padded), ``responses``,
     ``response_mask``, ``input_ids``, ``attention_mask``, ``position_ids``, ``rm_scores`` (the score on the
-    last response token), non-tensor ``__num_turns__`` and the reward extra info ``acc`` (as verl's naive
-    reward manager adds), and ``meta_info`` ``{"timing": {}, "reward_extra_keys": ["acc"]}``.
+    last response token), non-tensor ``__num_turns__``, ``multi_modal_inputs`` (``{}`` per sample, as
+    ``AgentLoopWorker._compute_multi_modal_inputs`` gives with no processor; the sync ``fit`` reads it)
+    and the reward extra info ``acc`` (as verl's naive reward manager adds), and ``meta_info``
+    ``{"timing": {}, "reward_extra_keys": ["acc"]}``.
     Scores are verl's own ``default_compute_score(data_source, response, ground_truth)``.
     """
 
@@ -395,10 +494,31 @@ class CpuRolloutManager:
             },
             non_tensors={
                 "__num_turns__": np.full(size, 2, dtype=np.int32),
+                "multi_modal_inputs": np.array([{} for _ in range(size)], dtype=object),
                 "acc": np.array(scores, dtype=np.float64),
             },
             meta_info={"timing": {}, "reward_extra_keys": ["acc"]},
         )
+
+    async def generate_sequences_single(self, prompts: DataProto) -> DataProto:
+        """The fully-async rollouter's per-sample call (``FullyAsyncAgentLoopManager.generate_sequences_single``).
+
+        ``generate_sequences`` plus what verl's agent loop adds for training samples: ``rollout_log_probs``
+        (``rollout.calculate_log_probs`` is on in fully-async mode, whose default bypass mode trains with them;
+        0 here), per-trajectory ``min_global_steps``/``max_global_steps`` (the parameter version a server
+        generated with: 0 here, no weights are synced to a stand-in) and ``meta_info["metrics"]`` (per-sample
+        timings, all 0).
+        """
+        import numpy as np
+        import torch
+
+        output = self.generate_sequences(prompts)
+        size = len(output)
+        output.batch["rollout_log_probs"] = torch.zeros(output.batch["responses"].shape, dtype=torch.float32)
+        output.non_tensor_batch["min_global_steps"] = np.zeros(size, dtype=np.int64)
+        output.non_tensor_batch["max_global_steps"] = np.zeros(size, dtype=np.int64)
+        output.meta_info["metrics"] = [{"generate_sequences": 0.0, "tool_calls": 0.0} for _ in range(size)]
+        return output
 
 
 class CpuLLMServerManager:
@@ -441,6 +561,12 @@ class CpuActorWorkerGroup:
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, dict[str, Any]]] = []
+        self._dispatch_info: dict[str, list[int]] = {}  # RayWorkerGroup's cache, read by _get_dp_size
+
+    def _query_dispatch_info(self, role: str) -> list[int]:
+        """Called by ``_balance_batch`` (``_get_dp_size``): the data-parallel rank of each worker, one rank."""
+        self.calls.append(("_query_dispatch_info", {"role": role}))
+        return [0]
 
     def load_checkpoint(
         self, local_path: str, hdfs_path: str | None = None, del_local_after_load: bool = False
@@ -453,47 +579,35 @@ class CpuActorWorkerGroup:
         self.calls.append(("update_weights", {"global_steps": global_steps, "mode": mode}))
         return []
 
+    def compute_log_prob(self, data: Any) -> Any:
+        """Called by the sync ``_compute_old_log_prob``: zero log-probs and entropy per token (no-padding layout).
 
-# ---------------------------------------------------------------------------------------------------------------------
-# Ray
-# ---------------------------------------------------------------------------------------------------------------------
+        ``data`` is verl's no-padding TensorDict (nested ``input_ids``); the outputs have one value per token,
+        which verl's ``no_padding_2_padding`` slices back to the responses.
+        """
+        import torch
+        from verl.utils import tensordict_utils as tu
 
+        tokens = data["input_ids"].values().shape[0]
+        self.calls.append(("compute_log_prob", {"batch_size": len(data["input_ids"].offsets()) - 1}))
+        outputs = {"log_probs": torch.zeros(tokens), "entropy": torch.zeros(tokens)}
+        return tu.get_tensordict(outputs, non_tensor_dict={"metrics": {"mfu": 0.0}})
 
-def start_ray(metrics_log: str | os.PathLike[str], num_cpus: int = 32) -> None:
-    """A small local Ray cluster for the verl actors (each asks for 10 logical CPUs; no GPUs).
+    def update_actor(self, data: Any) -> Any:
+        """Called by ``_update_actor``: no update; the metrics dict verl renames to ``actor/...``."""
+        from verl.utils import tensordict_utils as tu
 
-    The runtime env is verl's own ``get_ppo_ray_runtime_env`` plus ``PYTHONPATH`` (so workers import
-    ``tests.verl.harness`` for the stand-ins) and ``VERL_FILE_LOGGER_PATH`` (verl's ``file`` Tracking
-    backend writes every ``logger.log(data, step)`` of the trainer there).
-    """
-    import ray
-    from verl.trainer.constants_ppo import get_ppo_ray_runtime_env
-
-    runtime_env = get_ppo_ray_runtime_env()
-    runtime_env.pop("working_dir", None)
-    pythonpath = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
-    runtime_env["env_vars"] = {
-        **runtime_env.get("env_vars", {}),
-        "PYTHONPATH": pythonpath,
-        "VERL_FILE_LOGGER_PATH": str(metrics_log),
-    }
-    ray.init(
-        num_cpus=num_cpus,
-        num_gpus=0,
-        include_dashboard=False,
-        object_store_memory=200 * 1024 * 1024,
-        runtime_env=runtime_env,
-        logging_level="WARNING",
-    )
+        self.calls.append(("update_actor", {"batch_size": len(data["input_ids"].offsets()) - 1}))
+        return tu.get_tensordict({}, non_tensor_dict={"metrics": {"mfu": 0.0, "pg_loss": 0.0}})
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# Fully async
+# Fully async: what the test-only plugin (cpu_plugin.py) runs as the two actors' init_workers
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-def _rollouter_cpu_init_workers(rollouter: Any) -> str:
-    """Run inside the rollouter: the CPU part of ``FullyAsyncRollouter.init_workers`` plus the two stand-ins."""
+def rollouter_cpu_init_workers(rollouter: Any) -> str:
+    """``FullyAsyncRollouter.init_workers`` on CPU: its CPU part plus the two stand-ins (run in the actor)."""
     from verl.utils.skip import SkipManager
 
     rollouter._init_async_objects()
@@ -505,127 +619,173 @@ def _rollouter_cpu_init_workers(rollouter: Any) -> str:
     return replaced("FullyAsyncRollouter.async_rollout_manager")
 
 
-def _trainer_cpu_init_workers(trainer: Any) -> str:
-    """Run inside the trainer: what ``FullyAsyncTrainer.init_workers`` leaves behind that CPU code reads."""
+def trainer_cpu_init_workers(trainer: Any) -> str:
+    """``FullyAsyncTrainer.init_workers`` on CPU: what it leaves behind that verl's trainer reads (in the actor)."""
     trainer.actor_wg = CpuActorWorkerGroup()
     trainer.actor_rollout_wg = trainer.actor_wg
     return replaced("FullyAsyncTrainer.actor_wg, FullyAsyncTrainer.actor_rollout_wg")
 
 
-@dataclass
-class FullyAsync:
-    """The live fully-async components, as ``FullyAsyncTaskRunner.components`` holds them."""
+def sync_cpu_init_workers(trainer: Any) -> None:
+    """``RayPPOTrainer.init_workers`` on CPU (main_ppo's legacy TaskRunner, in its actor): what fit reads.
 
-    config: Any
-    trainer: Any
-    rollouter: Any
-    message_queue: Any
-    message_queue_client: Any
-    total_train_steps: int | None
-    max_queue_size: int | None
-    replaced: list[tuple[str, str]] = field(default_factory=lambda: list(REPLACED))
-
-
-def create_fully_async(config: DictConfig, tokenizer: Any, *, update_weights: bool = True) -> FullyAsync:
-    """Create the real FullyAsyncTrainer and FullyAsyncRollouter as ``FullyAsyncTaskRunner`` does, on CPU.
-
-    Follows ``_initialize_components``/``_create_trainer``/``_create_rollouter`` call for call, except the two
-    ``init_workers`` (see ``REPLACED``): create_role_worker_mapping, FullyAsyncTrainer.remote(...),
-    FullyAsyncRollouter.remote(...), set_max_required_samples, set_rollouter, get/set_total_train_steps,
-    MessageQueue, set_message_queue_client on both, load_checkpoint on both and, if ``update_weights``,
-    the "param sync before fit" ``_fit_update_weights``. It does not run ``_fit_validate(True)``: call
-    ``run_fit_validate(trainer, True)`` for that. Needs ``start_ray`` first.
+    As verl's ``init_workers`` leaves them: ``actor_rollout_wg`` (and ``ref_policy_wg`` when the reference
+    is in the actor), ``reward_loop_manager``, ``async_rollout_mode``, ``teacher_model_manager``,
+    ``llm_server_manager``, ``async_rollout_manager`` and verl's real ``CheckpointEngineManager`` built
+    from the rollout's ``checkpoint_engine`` config as verl builds it, then ``sleep_replicas`` as verl does.
     """
-    import ray
-    from omegaconf import OmegaConf
-    from verl.experimental.fully_async_policy.fully_async_rollouter import FullyAsyncRollouter
-    from verl.experimental.fully_async_policy.fully_async_trainer import FullyAsyncTrainer
-    from verl.experimental.fully_async_policy.message_queue import MessageQueue, MessageQueueClient
-    from verl.experimental.separation.utils import create_resource_pool_manager, create_role_worker_mapping
-    from verl.trainer.ppo.utils import Role
+    from verl.checkpoint_engine import CheckpointEngineManager
+    from verl.utils.config import omega_conf_to_dataclass
 
-    OmegaConf.resolve(config)
-    role_worker_mapping, ray_worker_group_cls = create_role_worker_mapping(config)
-
-    # _create_trainer
-    trainer_role_mapping = {role: cls for role, cls in role_worker_mapping.items() if role != Role.Rollout}
-    trainer = FullyAsyncTrainer.remote(
-        config=config,
-        tokenizer=tokenizer,
-        role_worker_mapping=trainer_role_mapping,
-        resource_pool_manager=create_resource_pool_manager(config, roles=list(trainer_role_mapping.keys())),
-        ray_worker_group_cls=ray_worker_group_cls,
-        device_name=config.trainer.device,
+    replaced("RayPPOTrainer.actor_rollout_wg")
+    trainer.actor_rollout_wg = CpuActorWorkerGroup()
+    if trainer.ref_in_actor:
+        trainer.ref_policy_wg = trainer.actor_rollout_wg
+    replaced("RayPPOTrainer.reward_loop_manager, RayPPOTrainer.teacher_model_manager")
+    trainer.reward_loop_manager = None
+    trainer.async_rollout_mode = True
+    trainer.teacher_model_manager = None
+    trainer.distillation_config = None
+    replaced("RayPPOTrainer.llm_server_manager")
+    trainer.llm_server_manager = CpuLLMServerManager()
+    replaced("RayPPOTrainer.async_rollout_manager")
+    trainer.async_rollout_manager = CpuRolloutManager(trainer.tokenizer)
+    trainer.checkpoint_manager = CheckpointEngineManager(
+        config=omega_conf_to_dataclass(trainer.config.actor_rollout_ref.rollout.checkpoint_engine),
+        actor_wg=trainer.actor_rollout_wg,
+        replicas=trainer.llm_server_manager.get_replicas(),
     )
-    replaced("FullyAsyncTrainer.init_workers")
-    ray.get(trainer.__ray_call__.remote(_trainer_cpu_init_workers))
+    trainer.checkpoint_manager.sleep_replicas()
 
-    # _setup_hybrid_worker_group: nothing to do (use_trainer_do_validate and dynamic scheduling are off)
 
-    # _create_rollouter
-    rollouter = FullyAsyncRollouter.remote(
-        config=config, tokenizer=tokenizer, processor=None, device_name=config.trainer.device
+class CpuLLMClient:
+    """CPU stand-in for the servers behind ``LLMServerClient``: ``REPLACED['PPOTrainer (v1).llm_server_manager']``.
+
+    What verl's agent loop calls (``await client.generate(request_id, prompt_ids=..., sampling_params=...)``)
+    answers as a vLLM server would through ``LLMServerClient.generate``: a ``TokenOutput`` with the
+    response token ids (ending with eos), rollout log-probs (0) when ``sampling_params["logprobs"]``, and
+    the weight version it generated with as ``global_steps``/``min_global_steps``/``max_global_steps``
+    (0: no weights reach a stand-in, as in ``CpuRolloutManager``). The response is ``response_text``
+    for the question index read back from the prompt; the draft number counts calls per prompt.
+    Picklable (the tokenizer is loaded lazily), as verl sends the client to its agent-loop workers.
+    """
+
+    def __init__(self, tokenizer_path: str):
+        self.tokenizer_path = tokenizer_path
+        self._tokenizer: Any = None
+        self._drafts: Counter[int] = Counter()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"tokenizer_path": self.tokenizer_path, "_tokenizer": None, "_drafts": Counter()}
+
+    async def generate(self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any], **_: Any):
+        """One completion of ``prompt_ids``."""
+        import re
+
+        from transformers import AutoTokenizer
+        from verl.workers.rollout.replica import TokenOutput
+
+        if self._tokenizer is None:
+            self._tokenizer = AutoTokenizer.from_pretrained(self.tokenizer_path)
+        tokenizer = self._tokenizer
+        match = re.search(r"question (\d+):", tokenizer.decode(prompt_ids, skip_special_tokens=True))
+        assert match, f"not a prompt of make_dataset: {tokenizer.decode(prompt_ids)!r}"
+        index = int(match.group(1))
+        draft = self._drafts[index]
+        self._drafts[index] += 1
+        response = response_text(index, str(2 * index), draft, "v1")
+        ids = [*tokenizer.encode(response, add_special_tokens=False), tokenizer.eos_token_id]
+        return TokenOutput(
+            token_ids=ids,
+            log_probs=[0.0] * len(ids) if sampling_params.get("logprobs") else None,
+            stop_reason="completed",
+            extra_fields={"global_steps": 0, "min_global_steps": 0, "max_global_steps": 0},
+        )
+
+
+class CpuV1LLMServerManager(CpuLLMServerManager):
+    """CPU stand-in for v1's ``LLMServerManager``: no replicas; ``get_client`` gives ``CpuLLMClient``."""
+
+    def __init__(self, tokenizer_path: str) -> None:
+        super().__init__()
+        self.tokenizer_path = tokenizer_path
+
+    def get_client(self, client_cls: Any = None, **kwargs: Any) -> CpuLLMClient:
+        """The client verl's ``TaskRunnerV1.init_agent_loop_manager`` hands to ``AgentLoopManagerTQ.create``."""
+        return CpuLLMClient(self.tokenizer_path)
+
+
+class CpuV1ActorWorkerGroup(CpuActorWorkerGroup):
+    """CPU stand-in for v1's actor worker group: its calls take a TransferQueue ``KVBatchMeta``.
+
+    ``compute_log_prob`` writes zero ``log_probs``/``entropy`` per token (nested like ``input_ids``) into
+    TransferQueue for the batch's keys, as verl's TQ-aware worker does; ``update_actor`` updates nothing.
+    """
+
+    def compute_log_prob(self, batch: Any) -> Any:
+        """Zero log-probs and entropy for every token of every sample of ``batch`` (a ``KVBatchMeta``)."""
+        import torch
+        import transfer_queue as tq
+        from tensordict import TensorDict
+
+        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["input_ids"])
+        ids = data["input_ids"]
+        self.calls.append(("compute_log_prob", {"batch_size": len(batch.keys)}))
+
+        def zeros() -> torch.Tensor:
+            return torch.nested.nested_tensor_from_jagged(torch.zeros(ids.values().shape[0]), ids.offsets())
+
+        fields = TensorDict({"log_probs": zeros(), "entropy": zeros()}, batch_size=[len(batch.keys)])
+        tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=fields)
+        return batch
+
+    def update_actor(self, data: Any) -> Any:
+        """No update; the metrics verl renames to ``actor/...``."""
+        from verl.utils import tensordict_utils as tu
+
+        self.calls.append(("update_actor", {"batch_size": len(data.keys)}))
+        return tu.get_tensordict({}, non_tensor_dict={"metrics": {"mfu": 0.0, "pg_loss": 0.0}})
+
+
+def v1_cpu_setup(trainer: Any) -> None:
+    """v1 ``PPOTrainer._setup`` on CPU (in ``TaskRunnerV1``'s actor): its CPU steps, stand-ins for the rest.
+
+    verl's own steps run as ``_setup`` runs them: ``_init_tokenizer``, ``_init_dataloader``,
+    ``_init_dump_executor``, ``_init_resource_pool_mgr``, verl's real ``RewardLoopManager`` (rule-based
+    reward workers, no reward model), the real ``CheckpointEngineManager`` (naive backend, as ``_setup``
+    forces), ``sleep_replicas`` and ``_load_checkpoint``. Stood in for: the resource pools and worker
+    groups (``CpuV1ActorWorkerGroup``) and the LLM servers (``CpuV1LLMServerManager``).
+    """
+    from verl.checkpoint_engine import CheckpointEngineManager
+    from verl.experimental.reward_loop import RewardLoopManager
+    from verl.utils.config import omega_conf_to_dataclass
+
+    trainer._init_tokenizer()
+    trainer._init_dataloader()
+    trainer._init_dump_executor()
+    trainer._init_resource_pool_mgr()
+    lora_rank = trainer.config.actor_rollout_ref.model.get("lora", {}).get("rank", 0)
+    if lora_rank <= 0:
+        lora_rank = trainer.config.actor_rollout_ref.model.get("lora_rank", 0)
+    trainer.ref_in_actor = lora_rank > 0 or trainer.config.actor_rollout_ref.model.get("lora_adapter_path") is not None
+    replaced("PPOTrainer (v1).actor_rollout_wg")
+    trainer.actor_rollout_wg = CpuV1ActorWorkerGroup()
+    if trainer.ref_in_actor:
+        trainer.ref_policy_wg = trainer.actor_rollout_wg
+    trainer.reward_loop_manager = RewardLoopManager(config=trainer.config, rm_resource_pool=None)
+    trainer.teacher_model_manager = None
+    trainer.distillation_config = None
+    replaced("PPOTrainer (v1).llm_server_manager")
+    trainer.llm_server_manager = CpuV1LLMServerManager(trainer.config.actor_rollout_ref.model.path)
+    checkpoint_engine_config = omega_conf_to_dataclass(trainer.config.actor_rollout_ref.rollout.checkpoint_engine)
+    checkpoint_engine_config.backend = "naive"
+    trainer.checkpoint_manager = CheckpointEngineManager(
+        config=checkpoint_engine_config,
+        actor_wg=trainer.actor_rollout_wg,
+        replicas=trainer.llm_server_manager.get_replicas(),
     )
-    replaced("FullyAsyncRollouter.init_workers")
-    ray.get(rollouter.__ray_call__.remote(_rollouter_cpu_init_workers))
-    ray.get(rollouter.set_max_required_samples.remote())
-
-    ray.get(trainer.set_rollouter.remote(rollouter))
-    total_train_steps = ray.get(rollouter.get_total_train_steps.remote())
-    ray.get(trainer.set_total_train_steps.remote(total_train_steps))
-    max_queue_size = ray.get(rollouter.get_max_queue_size.remote())
-    message_queue = MessageQueue.remote(config, max_queue_size)
-    message_queue_client = MessageQueueClient(message_queue)
-    ray.get(rollouter.set_message_queue_client.remote(message_queue_client))
-    ray.get(trainer.set_message_queue_client.remote(message_queue_client))
-    ray.get(trainer.load_checkpoint.remote())
-    ray.get(rollouter.load_checkpoint.remote())
-    if update_weights:
-        ray.get(trainer._fit_update_weights.remote())
-    return FullyAsync(
-        config, trainer, rollouter, message_queue, message_queue_client, total_train_steps, max_queue_size
-    )
-
-
-def _read_state(actor: Any, names: tuple[str, ...]) -> dict[str, Any]:
-    return {name: getattr(actor, name, None) for name in names}
-
-
-def actor_state(actor: Any, *names: str) -> dict[str, Any]:
-    """Read attributes of a live actor (read only), e.g. ``current_param_version``, ``global_steps``."""
-    import ray
-
-    return ray.get(actor.__ray_call__.remote(_read_state, names))
-
-
-def _wait_for_dumps(actor: Any) -> int:
-    pending = list(getattr(actor, "_dump_futures", []))
-    for future in pending:
-        future.result()
-    return len(pending)
-
-
-def _generator_calls(actor: Any) -> list[dict[str, Any]]:
-    manager = getattr(actor, "async_rollout_manager", None)
-    return list(getattr(manager, "calls", []))
-
-
-def generator_calls(rollouter: Any) -> list[dict[str, Any]]:
-    """The ``generate_sequences`` calls the rollouter's CpuRolloutManager received (size, global_steps, validate)."""
-    import ray
-
-    return ray.get(rollouter.__ray_call__.remote(_generator_calls))
-
-
-@dataclass
-class ValidationRun:
-    """What one ``_fit_validate`` produced, read from verl's own outputs."""
-
-    seconds: float
-    trainer_param_version: int
-    rollouter_global_steps: int
-    dumps: dict[str, list[dict[str, Any]]]  # {file name: rows} written by verl's _dump_generations during the run
-    logged: list[dict[str, Any]]  # {"step", "data"} lines verl's file Tracking backend appended during the run
+    trainer.checkpoint_manager.sleep_replicas()
+    trainer._load_checkpoint()
 
 
 def read_jsonl(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
@@ -634,91 +794,6 @@ def read_jsonl(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     if not file.exists():
         return []
     return [json.loads(line) for line in file.read_text().splitlines() if line.strip()]
-
-
-def run_fit_validate(
-    trainer: Any, val_before_train: bool, *, rollouter: Any = None, metrics_log: str | os.PathLike[str] | None = None
-) -> ValidationRun | None:
-    """``ray.get(trainer._fit_validate.remote(val_before_train))``, exactly as verl's TaskRunner and fit_step call it.
-
-    With ``rollouter`` and ``metrics_log`` (the ``start_ray`` path) it waits for verl's background dump of the
-    generations and returns what verl wrote during this call; otherwise returns None.
-    """
-    import ray
-
-    validation_dir = None
-    if rollouter is not None:
-        config = ray.get(trainer.__ray_call__.remote(lambda actor: actor.config))
-        validation_dir = Path(config.trainer.validation_data_dir)
-    log_lines = len(read_jsonl(metrics_log)) if metrics_log else 0
-    before = {p.name: p.stat().st_mtime_ns for p in validation_dir.glob("*.jsonl")} if validation_dir else {}
-    start = time.monotonic()
-    ray.get(trainer._fit_validate.remote(val_before_train))
-    if rollouter is None or metrics_log is None or validation_dir is None:
-        return None
-    ray.get(rollouter.__ray_call__.remote(_wait_for_dumps))
-    seconds = time.monotonic() - start
-    dumps = {
-        p.name: read_jsonl(p)
-        for p in sorted(validation_dir.glob("*.jsonl"))
-        if before.get(p.name) != p.stat().st_mtime_ns
-    }
-    state = actor_state(trainer, "current_param_version")
-    rollouter_state = actor_state(rollouter, "global_steps")
-    return ValidationRun(
-        seconds=seconds,
-        trainer_param_version=state["current_param_version"],
-        rollouter_global_steps=rollouter_state["global_steps"],
-        dumps=dumps,
-        logged=read_jsonl(metrics_log)[log_lines:],
-    )
-
-
-def advance_param_version(trainer: Any, *, update_weights: bool = True) -> int:
-    """One trainer step's version bookkeeping by verl's own ``_fit_update_local_step`` and ``_fit_update_weights``.
-
-    This is what ``FullyAsyncTrainer.fit_step`` runs right before ``_fit_validate()``. With
-    ``trigger_parameter_sync_step=1`` it increments ``current_param_version``; ``_fit_update_weights`` then
-    runs the real naive CheckpointEngineManager sync (on CpuActorWorkerGroup), the rollouter's real
-    ``reset_staleness`` and logs its timing at the new version. The rollouter's ``global_steps`` does not
-    change (in a real run it counts fed samples). Returns the new ``current_param_version``.
-    """
-    import ray
-
-    ray.get(trainer._fit_update_local_step.remote())
-    if update_weights:
-        ray.get(trainer._fit_update_weights.remote())
-    return actor_state(trainer, "current_param_version")["current_param_version"]
-
-
-def write_checkpoint_marker(config: DictConfig, param_version: int) -> Path:
-    """An empty ``global_step_N`` folder plus verl's tracker file under ``trainer.default_local_dir``.
-
-    With ``resume_mode=auto``, verl's ``load_checkpoint`` on the trainer then sets ``current_param_version=N``
-    and ``global_steps=N*trigger_parameter_sync_step+1`` (the actor weights go to CpuActorWorkerGroup),
-    and on the rollouter ``global_steps=N*required_samples*trigger_parameter_sync_step+1`` (no ``data.pt``:
-    verl warns and keeps the dataloader). Call before ``create_fully_async`` or call ``load_checkpoint``
-    on both actors again, as ``resume_at_param_version`` does.
-    """
-    from verl.utils.checkpoint.checkpoint_manager import get_checkpoint_tracker_filename
-
-    root = Path(config.trainer.default_local_dir)
-    (root / f"global_step_{param_version}").mkdir(parents=True, exist_ok=True)
-    Path(get_checkpoint_tracker_filename(str(root))).write_text(str(param_version))
-    return root / f"global_step_{param_version}"
-
-
-def resume_at_param_version(components: FullyAsync, param_version: int) -> dict[str, Any]:
-    """Set both actors' versions by verl's own resume code: a checkpoint marker, then ``load_checkpoint`` on both."""
-    import ray
-
-    write_checkpoint_marker(components.config, param_version)
-    ray.get(components.trainer.load_checkpoint.remote())
-    ray.get(components.rollouter.load_checkpoint.remote())
-    return {
-        **actor_state(components.trainer, "current_param_version", "global_steps"),
-        "rollouter_global_steps": actor_state(components.rollouter, "global_steps")["global_steps"],
-    }
 
 
 # ---------------------------------------------------------------------------------------------------------------------

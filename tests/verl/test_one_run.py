@@ -28,7 +28,7 @@ pytestmark = pytest.mark.ray
 K = 3
 
 
-class Trainer(RayPPOTrainer):
+class TrackedTrainer(RayPPOTrainer):
     """verl's trainer base as the fully-async trainer uses it: tracker runs first, then its version."""
 
     def __init__(self, tmp: str) -> None:  # verl's __init__ needs worker groups; only the trackers matter here
@@ -47,7 +47,7 @@ class Trainer(RayPPOTrainer):
         return {"wandb": self.run.id, "mlflow": self.mlflow_run.info.run_id}
 
 
-class Rollouter(RayPPOTrainer):
+class ValidatingPart(RayPPOTrainer):
     """verl's trainer base as the fully-async rollouter uses it: it validates, with no tracker run."""
 
     def __init__(self) -> None:
@@ -96,9 +96,9 @@ def test_the_rollouters_records_carry_the_trainers_runs(sink: Path, tmp_path: Pa
     """The rollouter's generations carry the trainer's wandb run id as run id, and its wandb and MLflow runs."""
     import ray
 
-    trainer: Any = ray.remote(Trainer).remote(str(tmp_path))
+    trainer: Any = ray.remote(TrackedTrainer).remote(str(tmp_path))
     runs: dict[str, str] = ray.get(trainer.advance.remote())
-    rollouter: Any = ray.remote(Rollouter).remote()
+    rollouter: Any = ray.remote(ValidatingPart).remote()
     ray.get(rollouter.validate.remote())
     ray.kill(rollouter)
     ray.kill(trainer)

@@ -1,0 +1,121 @@
+"""User story: verl's sync PPO entry point, with the two documented variables, logs validations at global_steps.
+
+``python -m verl.trainer.main_ppo <overrides>`` logs every validation at verl's ``global_steps``, with
+exactly k generations, as source ``trainer``, under the trainer's wandb run.
+
+verl 0.9.1's real ``main_ppo`` runs unmodified as a subprocess with verl's own local ``ray.init`` (which
+runs otel-valgen's env hook), once per trainer ``main_ppo.main`` can pick: the v1 one, its default
+(``trainer.use_v1: true`` in ``ppo_trainer.yaml``: ``TaskRunnerV1``, ``PPOTrainerSync.fit`` with
+TransferQueue, verl's real ``AgentLoopManagerTQ`` agent-loop workers and reward-loop workers), and the
+legacy one (``trainer.use_v1=False``: ``main_ppo_v0.TaskRunner``, ``RayPPOTrainer.fit``). Each validates
+before training, trains one step and validates after it. What needs GPUs or model servers is stood in
+for by the test-only verl plugin (``tests/verl/cpu_plugin.py``; ``harness.REPLACED`` lists every
+replacement). Records go through the built collector with its shipped config.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+
+from otel_valgen import contract
+from tests.e2e import harness as e2e
+from tests.support.ray_cluster import ray_env
+from tests.verl import harness, launcher
+from tests.verl.conftest import VerlFiles
+
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(900)]  # one launch runs verl for a few minutes
+
+
+@dataclass
+class Job:
+    """A finished ``main_ppo`` launch and the collector that received its records."""
+
+    trainer: str
+    launch: launcher.Launch
+    collector: e2e.Collector
+
+
+K = 4  # trainer.log_val_generations
+TRAINERS = ("legacy", "v1")  # trainer.use_v1=False / True (main_ppo's default)
+
+
+def _launch(
+    verl_files: VerlFiles, root_factory: pytest.TempPathFactory, trainer: str, *, hook: bool = True
+) -> Iterator[Job]:
+    """The collector, then ``python -m verl.trainer.main_ppo`` with ``trainer`` run to its end.
+
+    ``hook=False`` leaves ``RAY_RUNTIME_ENV_HOOK`` out of the environment (what a user who forgot it runs).
+    """
+    assert e2e.COLLECTOR_BIN.is_file(), "build/otelcol-valgen is missing: `make collector` builds it"
+    root = root_factory.mktemp(f"main_ppo_{trainer}")
+    model_dir = harness.make_model_dir(root / "model", verl_files.tokenizer)
+    with e2e.wandb_stand_in() as wandb_stand_in, e2e.loki_stand_in() as loki_stand_in:
+        collector = e2e.start_collector(
+            root,
+            "collector",
+            ["collector.yaml"],
+            {
+                "VALGEN_WANDB_EXPORTER_ENDPOINT": wandb_stand_in.endpoint,
+                "VALGEN_LOKI_OTLP_ENDPOINT": loki_stand_in.endpoint,
+                # docs/configuration.md: at least twice the jobs' progress interval (5 s). v1's validation
+                # runs verl's agent-loop actors and takes longer than 2 s: a shorter wait cuts it off.
+                "VALGEN_DECISION_WAIT": "10s",
+            },
+        )
+        try:
+            run_root = root / "run"
+            run_root.mkdir()
+            user_env = launcher.user_env(collector.http_endpoint)
+            if not hook:
+                del user_env["RAY_RUNTIME_ENV_HOOK"]
+            job_env = {**user_env, **launcher.test_only_env(run_root)}
+            overrides = launcher.main_ppo_overrides(run_root, verl_files, model_dir, K, use_v1=trainer == "v1")
+            launch = launcher.launch_local(run_root, overrides, ray_env(job_env), module=launcher.MAIN_PPO)
+            print(f"{trainer}: main_ppo ran {launch.seconds:.1f}s, exit code {launch.returncode}")
+            assert launch.returncode == 0, launch.tail()
+            yield Job(trainer, launch, collector)
+        finally:
+            collector.stop()
+
+
+@pytest.fixture(scope="module", params=TRAINERS)
+def job(
+    request: pytest.FixtureRequest, verl_files: VerlFiles, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Job]:
+    """``main_ppo`` with the documented variables, one run per trainer."""
+    yield from _launch(verl_files, tmp_path_factory, request.param)
+
+
+def test_each_validation_lands_at_global_steps_with_exactly_k(job: Job) -> None:
+    """Validations before and after the training step give k records each at verl's global_steps."""
+    print("replaced in verl for CPU:", *(f"  {name}: {why}" for name, why in harness.REPLACED), sep="\n")
+    text = job.launch.text()
+    legacy_branch = "Legacy trainer `main_ppo_v0.py` is deprecated" in text
+    assert legacy_branch == (job.trainer == "legacy"), job.trainer  # the branch of main_ppo.main that ran
+    assert ("(TaskRunnerV1 pid=" in text) == (job.trainer == "v1"), job.trainer  # Ray's prefix of its lines
+    validations = job.launch.validations()
+    steps = [v.trainer_step for v in validations]
+    assert steps == [0, 1], steps  # val_before_train, then after the one (last) training step
+    for validation in validations:  # verl names each dump by the global_steps it logged the metrics at
+        assert validation.rollouter_global_steps == validation.trainer_step
+
+    launcher.wait_for_steps(job.collector.file_path, steps)
+    records = e2e.records_of_file(job.collector.file_path)
+    assert {r.attributes[contract.STEP] for r in records if r.event == contract.EVENT_GENERATION} == set(steps)
+    for validation in validations:
+        assert len(validation.dumped) > K  # so that the summary's kept is K itself
+        launcher.assert_validation_sampled(job.collector.file_path, validation, K, "trainer")
+
+
+def test_records_carry_the_trainers_wandb_run_id(job: Job) -> None:
+    """The run id on the records is the id of the offline wandb run verl's trainer made (no id set by hand)."""
+    run_id = job.launch.wandb_run_id()
+    steps = job.launch.validation_steps()
+    launcher.wait_for_steps(job.collector.file_path, steps)
+    for step in steps:
+        assert {r.attributes[contract.RUN_ID] for r in launcher.generations(job.collector.file_path, step)} == {
+            run_id
+        }, f"step {step}"
