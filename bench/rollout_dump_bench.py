@@ -274,39 +274,29 @@ def measure(
     texts = decoded(batch, tokenizer)
     send = the_hook()
     times: dict[str, list[float]] = {"verl": [], "verl_written": [], "baseline": [], "hook": [], "decode": []}
-    with tempfile.TemporaryDirectory() as tmp, harness.wandb_stand_in() as wandb, harness.loki_stand_in() as loki:
-        env = {
-            "VALGEN_WANDB_EXPORTER_ENDPOINT": wandb.endpoint,
-            "VALGEN_LOKI_OTLP_ENDPOINT": loki.endpoint,
-            "VALGEN_DECISION_WAIT": "2s",
-            "VALGEN_LOG_LEVEL": "warn",
-        }
-        collector = harness.start_collector(Path(tmp), "bench", ["collector.yaml"], env)
-        try:
-            vg.configure(
-                run_id="bench-rollouts",
-                rollout_count=K,
-                endpoint=f"http://{collector.http_endpoint}",
-                source="trainer",
-                directory=os.path.join(tmp, "emitter"),
+    with tempfile.TemporaryDirectory() as tmp, harness.bench_collector(Path(tmp), "2s") as (collector, wandb, _):
+        vg.configure(
+            run_id="bench-rollouts",
+            rollout_count=K,
+            endpoint=f"http://{collector.http_endpoint}",
+            source="trainer",
+            directory=os.path.join(tmp, "emitter"),
+        )
+        verl = verl_dumper(tokenizer)
+        for step in range(1, repeats + 2):  # step 1 warms up (verl's thread, the OTLP connection)
+            measured = (
+                *verl_dump(verl, batch, extra, os.path.join(tmp, "rollout_data_dir"), step),
+                log_rollouts_baseline(batch, texts, extra, step),
+                hook_run(send, batch, tokenizer, extra, step + 10_000) if send else float("nan"),
+                decode_kept(batch, tokenizer),
             )
-            verl = verl_dumper(tokenizer)
-            for step in range(1, repeats + 2):  # step 1 warms up (verl's thread, the OTLP connection)
-                measured = (
-                    *verl_dump(verl, batch, extra, os.path.join(tmp, "rollout_data_dir"), step),
-                    log_rollouts_baseline(batch, texts, extra, step),
-                    hook_run(send, batch, tokenizer, extra, step + 10_000) if send else float("nan"),
-                    decode_kept(batch, tokenizer),
-                )
-                for name, value in zip(times, measured, strict=True):
-                    times[name] += [value] if step > 1 else []
-            verl._shutdown_dump_executor()
-            vg.shutdown()
-            otel_steps = (repeats + 1) * (2 if send else 1)
-            harness.wait_for(lambda: len(rollout_summaries(wandb)) >= otel_steps, 60, "every rollout summary")
-            return times, rollout_summaries(wandb)
-        finally:
-            collector.stop()
+            for name, value in zip(times, measured, strict=True):
+                times[name] += [value] if step > 1 else []
+        verl._shutdown_dump_executor()
+        vg.shutdown()
+        otel_steps = (repeats + 1) * (2 if send else 1)
+        harness.wait_for(lambda: len(rollout_summaries(wandb)) >= otel_steps, 60, "every rollout summary")
+        return times, rollout_summaries(wandb)
 
 
 def report(times: dict[str, list[float]], summaries: list[dict[str, Any]], repeats: int) -> None:
