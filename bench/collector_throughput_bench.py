@@ -120,39 +120,27 @@ def main() -> None:
         batches = [_request(records[i : i + BATCH]).SerializeToString() for i in range(0, len(records), BATCH)]
         plan.append((step, batches, _request([_end(step, args.per_step)]).SerializeToString()))
 
-    with tempfile.TemporaryDirectory() as state, harness.wandb_stand_in() as wandb, harness.loki_stand_in() as loki:
-        env = {
-            "VALGEN_WANDB_EXPORTER_ENDPOINT": wandb.endpoint,
-            "VALGEN_LOKI_OTLP_ENDPOINT": loki.endpoint,
-            "VALGEN_DECISION_WAIT": "120s",
-            "VALGEN_LOG_LEVEL": "warn",
-        }
-        collector = harness.start_collector(Path(state), "bench", ["collector.yaml"], env)
-        try:
-            channel = grpc.insecure_channel(
-                collector.grpc_endpoint, options=[("grpc.max_send_message_length", 64 << 20)]
-            )
-            export = channel.unary_unary(
-                "/opentelemetry.proto.collector.logs.v1.LogsService/Export",
-                request_serializer=lambda payload: payload,
-                response_deserializer=logs_service_pb2.ExportLogsServiceResponse.FromString,
-            )
-            ended_at: dict[int, float] = {}
-            start = time.monotonic()
-            for step, batches, end in plan:
-                for payload in batches:
-                    export(payload, timeout=30)
-                export(end, timeout=30)
-                ended_at[step] = time.monotonic()
-            sent = time.monotonic() - start
-            harness.wait_for(lambda: len(_summaries(wandb)) == args.steps, 120, "every summary")
-            closed = _summaries(wandb)
-            total = time.monotonic() - start
-            rss = _peak_rss_mib(collector.process.pid)
-            channel.close()
-        finally:
-            collector.stop()
-        kept = wandb.record_count() - args.steps
+    with tempfile.TemporaryDirectory() as state, harness.bench_collector(Path(state), "120s") as (collector, wandb, _):
+        channel = grpc.insecure_channel(collector.grpc_endpoint, options=[("grpc.max_send_message_length", 64 << 20)])
+        export = channel.unary_unary(
+            "/opentelemetry.proto.collector.logs.v1.LogsService/Export",
+            request_serializer=lambda payload: payload,
+            response_deserializer=logs_service_pb2.ExportLogsServiceResponse.FromString,
+        )
+        ended_at: dict[int, float] = {}
+        start = time.monotonic()
+        for step, batches, end in plan:
+            for payload in batches:
+                export(payload, timeout=30)
+            export(end, timeout=30)
+            ended_at[step] = time.monotonic()
+        sent = time.monotonic() - start
+        harness.wait_for(lambda: len(_summaries(wandb)) == args.steps, 120, "every summary")
+        closed = _summaries(wandb)
+        total = time.monotonic() - start
+        rss = _peak_rss_mib(collector.process.pid)
+        channel.close()
+    kept = wandb.record_count() - args.steps
 
     generations = args.steps * args.per_step
     latencies = sorted((closed[s] - ended_at[s]) * 1000 for s in ended_at)

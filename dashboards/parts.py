@@ -32,7 +32,11 @@ def convert_to_number(*fields: str) -> DataTransformerConfig:
 
 
 def sort_by(*fields: str) -> DataTransformerConfig:
-    """Sort rows by the given columns, ascending."""
+    """Sort rows by the given columns, ascending.
+
+    Grafana 12's sortBy reads only the first entry of the list (its source says so: multi-sort
+    is for future versions), so the first field alone decides the order Grafana shows.
+    """
     return DataTransformerConfig(id_val="sortBy", options={"sort": [{"desc": False, "field": f} for f in fields]})
 
 

@@ -12,6 +12,10 @@ name, so the queries tell the records apart by attributes only the sampler sets:
 generations carry ``valgen.rank``, step summaries ``valgen.closed_reason``, and late
 generations forwarded with ``late_records: forward`` carry ``valgen.late = true``.
 
+Two kinds of records share the pipeline (``valgen.kind``): validation (absent on records of
+releases before kinds) and training rollouts. The validation panels keep every record whose
+kind is not ``rollout``, so older records still show; the rollout panels keep only rollouts.
+
 Run, step and prompt are structured metadata, not labels (one stream per run or step would
 make Loki's index grow without bound), so Loki's label API cannot list them: they are
 free-text variables (regular expressions, ``.+`` = all), and the tables link to them.
@@ -79,6 +83,16 @@ SOURCES = loki_name(contract.SOURCES)
 SOURCES_EXPECTED = loki_name(contract.SOURCES_EXPECTED)
 CLOSED_REASON = loki_name(contract.CLOSED_REASON)
 ATTEMPT = loki_name(contract.ATTEMPT)
+KIND = loki_name(contract.KIND)
+PROMPT_ID = loki_name(contract.PROMPT_ID)
+ADVANTAGE = loki_name(contract.ADVANTAGE)
+RESPONSE_LENGTH = loki_name(contract.RESPONSE_LENGTH)
+TRUNCATED = loki_name(contract.TRUNCATED)
+PROMPTS_SEEN = loki_name(contract.PROMPTS_SEEN)
+PROMPTS_KEPT = loki_name(contract.PROMPTS_KEPT)
+# The trainer's parameter version of a fully-async rollout, when the job sends it as an
+# attribute; sent as an extra column (valgen.extra.param_version) it shows among the extras.
+PARAM_VERSION = "valgen_param_version"
 EXTRA = loki_name(contract.EXTRA_PREFIX)  # valgen_extra_<name>: the extra columns of a generation
 TRACE_ID = "trace_id"  # Loki's structured metadata for LogRecord.trace_id (hex)
 SERVICE = loki_name("service.name")  # the one index label the queries select streams by
@@ -88,22 +102,27 @@ STREAMS = f'{{{SERVICE}=~"$service"}}'
 OF_RUN = f'| {RUN_ID}=~"$run"'
 KEPT_ONLY = f'| {RANK}!=""'
 SUMMARIES_ONLY = f'| {CLOSED_REASON}!=""'
+# != rather than = validation: records of releases before kinds have no valgen_kind at all.
+VALIDATION = f'| {KIND}!="{contract.KIND_ROLLOUT}"'
+ROLLOUTS = f'| {KIND}="{contract.KIND_ROLLOUT}"'
 BODY = f"| json {contract.BODY_INPUT}, {contract.BODY_OUTPUT}, {contract.BODY_GROUND_TRUTH}"
 
-Q_STEP_GENERATIONS = f'{STREAMS} {OF_RUN} | {STEP}=~"$step" {KEPT_ONLY} {BODY}'
-Q_PROMPT_ACROSS_STEPS = f'{STREAMS} {OF_RUN} | {SAMPLE_ID}=~"$sample" {KEPT_ONLY} {BODY}'
-Q_SUMMARIES = f"{STREAMS} {OF_RUN} {SUMMARIES_ONLY}"
+Q_STEP_GENERATIONS = f'{STREAMS} {OF_RUN} {VALIDATION} | {STEP}=~"$step" {KEPT_ONLY} {BODY}'
+Q_PROMPT_ACROSS_STEPS = f'{STREAMS} {OF_RUN} {VALIDATION} | {SAMPLE_ID}=~"$sample" {KEPT_ONLY} {BODY}'
+Q_SUMMARIES = f"{STREAMS} {OF_RUN} {VALIDATION} {SUMMARIES_ONLY}"
 Q_LATE = f'{STREAMS} {OF_RUN} | {LATE}="true" {BODY}'
 Q_MEAN_SCORE = (
-    f'avg by ({STEP}) (avg_over_time({STREAMS} {OF_RUN} {KEPT_ONLY} | {SCORE}!="" '
+    f'avg by ({STEP}) (avg_over_time({STREAMS} {OF_RUN} {VALIDATION} {KEPT_ONLY} | {SCORE}!="" '
     f'| unwrap {SCORE} | __error__="" [$__range]))'
 )
+Q_ROLLOUT_SUMMARIES = f"{STREAMS} {OF_RUN} {ROLLOUTS} {SUMMARIES_ONLY}"
+Q_ROLLOUT_GENERATIONS = f'{STREAMS} {OF_RUN} {ROLLOUTS} | {STEP}=~"$step" {KEPT_ONLY} {BODY}'
 
 
 def summary_count(field: str) -> str:
-    """One figure of the step summaries per step (max, so a summary delivered twice counts once)."""
+    """One figure of the validation step summaries per step (max, so a summary delivered twice counts once)."""
     return (
-        f"max by ({STEP}) (max_over_time({STREAMS} {OF_RUN} {SUMMARIES_ONLY} "
+        f"max by ({STEP}) (max_over_time({STREAMS} {OF_RUN} {VALIDATION} {SUMMARIES_ONLY} "
         f'| unwrap {field} | __error__="" [$__range]))'
     )
 
@@ -232,6 +251,13 @@ Generations the otel-valgen sampler kept, read from Loki. **run**, **step** and 
 are regular expressions over the records' structured metadata (`.+` = all): type a run id, or
 click a step or a sample id in a table. Each row shows its trace id: every record of one
 (run, step) shares it. Counts come from the sampler's `valgen.step.summary` records.
+The panels up to *Late generations* show validation; training rollouts are below them.
+"""
+ROLLOUT_INTRO = """\
+**Training rollouts** (`vg.log_rollouts`, `valgen.kind = rollout`): per step the sampler keeps
+k prompts, each with **all** its responses (a GRPO group, whole), so that a response's advantage
+reads next to its siblings'. Set **run** and **step** to one value each, or click a step in the
+rollout steps table.
 """
 
 
@@ -316,11 +342,53 @@ PROMPT_COLUMNS = {
     RUN_ID: "run",
     TRACE_ID: "trace id",
 }
-LATE_COLUMNS = {RUN_ID: "run", STEP: "step", SAMPLE_ID: "sample id", SOURCE: "source", TRACE_ID: "trace id"}
+LATE_COLUMNS = {
+    RUN_ID: "run",
+    STEP: "step",
+    KIND: "kind",
+    SAMPLE_ID: "sample id",
+    SOURCE: "source",
+    TRACE_ID: "trace id",
+}
+ROLLOUT_SUMMARY_COLUMNS = {
+    RUN_ID: "run",
+    STEP: "step",
+    ATTEMPT: "attempt",
+    PROMPTS_SEEN: "prompts seen",
+    PROMPTS_KEPT: "prompts kept",
+    SEEN: "responses seen",
+    KEPT: "responses kept",
+    LATE: "late",
+    MISSING: "missing",
+    SOURCES: "sources",
+    SCORE_COUNT: "rewarded",
+    SCORE_MEAN: "mean reward",
+    CLOSED_REASON: "closed",
+    TRACE_ID: "trace id",
+}
+ROLLOUT_COLUMNS = {
+    RUN_ID: "run",
+    STEP: "step",
+    ATTEMPT: "attempt",
+    RANK: "rank",
+    PROMPT_ID: "prompt id",
+    contract.BODY_INPUT: "prompt",
+    contract.BODY_OUTPUT: "response",
+    SCORE: "reward",
+    ADVANTAGE: "advantage",
+    RESPONSE_LENGTH: "response length",
+    TRUNCATED: "truncated",
+    PARAM_VERSION: "param version",
+    contract.BODY_GROUND_TRUTH: "ground truth",
+    DATA_SOURCE: "data source",
+    SAMPLE_ID: "sample id",
+    SOURCE: "source",
+    TRACE_ID: "trace id",
+}
 
 
 def panels() -> list[Builder[dashboard_models.Panel]]:
-    """Every panel, top to bottom."""
+    """Every panel, top to bottom: validation, then training rollouts."""
     about = text.Panel().id(1).title("About").grid_pos(grid(0, 0, 24, 3)).mode(TextMode.MARKDOWN).content(INTRO)
     steps = table_panel(
         2,
@@ -395,8 +463,9 @@ def panels() -> list[Builder[dashboard_models.Panel]]:
     late = table_panel(
         7,
         "Late generations",
-        "Generations that arrived after their step closed; shown only when the collector runs with "
-        "VALGEN_LATE_RECORDS=forward (by default they are dropped and counted in the collector's metrics).",
+        "Generations that arrived after their step closed, validation and rollouts (kind; empty on records of "
+        "releases before kinds); shown only when the collector runs with VALGEN_LATE_RECORDS=forward (by default "
+        "they are dropped and counted in the collector's metrics).",
         grid(0, 34, 24, 7),
         logs_query("A", Q_LATE, max_lines=1000),
         [
@@ -418,6 +487,63 @@ def panels() -> list[Builder[dashboard_models.Panel]]:
         with_columns(prompt, *text_columns(contract.BODY_OUTPUT)),
         mean_score,
         late,
+        *rollout_panels(top=41),
+    ]
+
+
+def rollout_panels(top: int) -> list[Builder[dashboard_models.Panel]]:
+    """The training rollouts, below the validation panels from grid row `top`."""
+    about = (
+        text.Panel()
+        .id(8)
+        .title("Training rollouts")
+        .grid_pos(grid(0, top, 24, 3))
+        .mode(TextMode.MARKDOWN)
+        .content(ROLLOUT_INTRO)
+    )
+    steps = table_panel(
+        9,
+        "Rollout steps: prompts seen and kept",
+        "One row per rollout step summary (per attempt). prompts seen: the distinct prompts the sources saw; "
+        "prompts kept: k, each kept with every response; responses seen and kept count responses. rewarded and "
+        "mean reward: the responses with a valid reward among all the sources saw, and their mean.",
+        grid(0, top + 3, 24, 8),
+        logs_query("A", Q_ROLLOUT_SUMMARIES, max_lines=5000),
+        [
+            parts.extract_label_fields(),
+            parts.convert_to_number(
+                STEP, PROMPTS_SEEN, PROMPTS_KEPT, SEEN, KEPT, LATE, MISSING, SOURCES, SCORE_COUNT, SCORE_MEAN
+            ),
+            parts.sort_by(STEP),
+            parts.organize(ROLLOUT_SUMMARY_COLUMNS),
+        ],
+    )
+    generations = table_panel(
+        10,
+        "Rollout prompts of step $step, each with all its responses",
+        "The prompts the sampler kept for the step, each followed by every one of its responses, in rank order "
+        "(the sampler ranks by prompt, then by response), so a prompt's responses sit together with their "
+        "rewards and advantages. Choose one run and one step: rows of several steps interleave by rank. Extra "
+        "columns (reward_extra_info, valgen.extra.<name>) come last.",
+        grid(0, top + 11, 24, 14),
+        logs_query("A", Q_ROLLOUT_GENERATIONS, max_lines=5000),
+        [
+            parts.extract_label_fields(),
+            parts.convert_to_number(STEP, RANK, SCORE, ADVANTAGE, RESPONSE_LENGTH),
+            parts.sort_by(RANK),
+            parts.keep_columns(list(ROLLOUT_COLUMNS), f"{EXTRA}.+"),
+            parts.organize(ROLLOUT_COLUMNS, keep_others=True),
+            parts.rename_by_regex(f"{EXTRA}(.+)", "$1"),
+        ],
+    )
+    return [
+        about,
+        with_columns(steps, linked_column(STEP, "step", "Show the rollouts of this step", "step")),
+        with_columns(
+            generations,
+            ([contract.BODY_INPUT, "prompt"], WIDE_TEXT),
+            ([contract.BODY_OUTPUT, "response"], WIDE_TEXT),
+        ),
     ]
 
 
@@ -426,7 +552,10 @@ def dashboard() -> dashboard_models.Dashboard:
     builder = (
         dashboard_builders.Dashboard(TITLE)
         .uid(UID)
-        .description("Validation generations (prompt, output, score) sampled per step by otel-valgen, from Loki.")
+        .description(
+            "Validation generations (prompt, output, score) and training rollouts (prompts with all their "
+            "responses) sampled per step by otel-valgen, from Loki."
+        )
         .tags(["otel-valgen", "loki"])
         .readonly()
         .tooltip(DashboardCursorSync.CROSSHAIR)

@@ -5,7 +5,9 @@ tables use, as Grafana's ``@grafana/data`` implements them (read for Grafana 12)
 
 - ``extractFields`` (source ``labels``): each row's labels (stream labels, structured metadata,
   parsed fields) become columns; the rows given here already are those label sets.
-- ``convertFieldType``, ``sortBy``: change values and row order, not which columns there are.
+- ``convertFieldType``, ``sortBy``: change values and row order, not which columns there are
+  (`sorted_rows`: sortBy by its first field only, as Grafana does, numerically when
+  convertFieldType made that field a number).
 - ``filterFieldsByName`` with ``include.names`` and/or ``include.pattern``: keep the columns
   named, or whose name the pattern matches (``byRegexpOrNames``).
 - ``organize``: ``includeByName`` (when not empty) keeps only those columns, ``excludeByName``
@@ -76,3 +78,24 @@ def columns(panel: dict[str, Any], rows: list[Row]) -> list[str]:
         else:
             raise ValueError(f"transformation {kind!r} is not modelled here")
     return fields
+
+
+def sorted_rows(panel: dict[str, Any], rows: list[Row]) -> list[Row]:
+    """`rows` in the order the table shows them; rows without the sort field come last."""
+    transformations = panel["transformations"]
+    numbers = {
+        conversion["targetField"]
+        for t in transformations
+        if t["id"] == "convertFieldType"
+        for conversion in t["options"]["conversions"]
+        if conversion["destinationType"] == "number"
+    }
+    for transformation in transformations:
+        sort = transformation["options"].get("sort") if transformation["id"] == "sortBy" else None
+        if not sort:
+            continue
+        name, desc = sort[0]["field"], bool(sort[0].get("desc"))
+        present = [row for row in rows if name in row]
+        convert: Any = float if name in numbers else str
+        rows = sorted(present, key=lambda row: convert(row[name]), reverse=desc) + [r for r in rows if name not in r]
+    return rows

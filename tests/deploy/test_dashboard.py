@@ -1,5 +1,8 @@
 """The "Validation generations" dashboard: generated JSON committed, well-formed, provisioned, valid LogQL.
 
+Its queries run over Loki-model entries of both kinds (validation, also without valgen_kind as
+older releases sent it, and training rollouts): each panel shows only its own kind.
+
 The dashboard is built with grafana-foundation-sdk; Grafana itself does not run here, so its
 rendering is not checked. The queries are parsed by our LogQL-subset parser and checked to
 refer only to names that Loki's documented OTLP mapping produces (tests/deploy/loki_model.py).
@@ -8,6 +11,7 @@ refer only to names that Loki's documented OTLP mapping produces (tests/deploy/l
 from __future__ import annotations
 
 import json
+import random
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -136,8 +140,9 @@ def test_the_generations_table_shows_every_extra_column(dashboard: dict[str, Any
     assert headers == [*vgd.GENERATION_COLUMNS.values(), "acc", "format_reward"]
     without_extras = {name: value for name, value in row.items() if "extra" not in name}
     assert grafana_table.columns(generations, [without_extras]) == list(vgd.GENERATION_COLUMNS.values())
+    rollouts = _panel(dashboard, "Rollout prompts of step")
     for panel in dashboard["panels"]:
-        if panel["type"] == "table" and panel is not generations:
+        if panel["type"] == "table" and panel not in (generations, rollouts):
             assert not {"acc", "format_reward", "valgen_extra_acc"} & set(grafana_table.columns(panel, [row]))
 
 
@@ -273,3 +278,175 @@ def test_grafana_provisioning_matches_the_stack(dashboard: dict[str, Any]) -> No
     home = grafana["environment"]["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"]
     assert Path(home).parent.as_posix() == providers[0]["options"]["path"]
     assert (GRAFANA / "dashboards" / Path(home).name).is_file()
+
+
+# Records of both kinds as Loki stores them (loki_model's names), for the kind tests below.
+KIND = loki_model.normalize(contract.KIND)
+RUN = VALUES["run"]
+ROLLOUT_PROMPTS = {100: ["p7", "p3"], 200: ["p3", "p9"]}  # per step, in the sampler's rank order
+RESPONSES = 3
+
+
+def _entry(step: int, kind: str | None, metadata: dict[str, object], line: str = "") -> loki_model.Entry:
+    """One stored line of run RUN at `step`; kind None: a record of a release before kinds."""
+    stored = {"valgen_run_id": RUN, "valgen_step": str(step), "valgen_attempt": "launch.1", "trace_id": f"{step:032x}"}
+    if kind is not None:
+        stored[KIND] = kind
+    stored |= {name: str(value).lower() if isinstance(value, bool) else str(value) for name, value in metadata.items()}
+    return loki_model.Entry({"service_name": "svc"}, stored, line)
+
+
+def _body(prompt: str, response: str) -> str:
+    return json.dumps({"input": prompt, "output": response, "ground_truth": "42"})
+
+
+def _validation(step: int, kind: str | None) -> list[loki_model.Entry]:
+    """Three kept validation generations and the step's summary."""
+    kept = [
+        _entry(
+            step,
+            kind,
+            {"valgen_rank": rank, "valgen_sample_id": f"q{rank}/0", "valgen_score": 0.25 * rank},
+            _body(f"question {rank}", f"answer {rank} at {step}"),
+        )
+        for rank in (1, 2, 3)
+    ]
+    summary = {
+        "valgen_closed_reason": "complete",
+        "valgen_seen": 10,
+        "valgen_kept": 3,
+        "valgen_late": 0,
+        "valgen_missing": 0,
+        "valgen_score_count": 10,
+        "valgen_score_mean": 0.5,
+    }
+    return [*kept, _entry(step, kind, summary)]
+
+
+def _rollouts(step: int) -> list[loki_model.Entry]:
+    """The kept prompts of a rollout step, each with all its responses, and the step's summary."""
+    kept = []
+    for p, prompt_id in enumerate(ROLLOUT_PROMPTS[step]):
+        for i in range(RESPONSES):
+            metadata: dict[str, object] = {
+                "valgen_rank": p * RESPONSES + i + 1,
+                "valgen_prompt_id": prompt_id,
+                "valgen_sample_id": f"{prompt_id}/{i}",
+                "valgen_score": float(i == 0),
+                "valgen_advantage": 1.0 if i == 0 else -0.5,
+                "valgen_response_length": 100 + i,
+                "valgen_truncated": i == 2,
+                "valgen_param_version": step // 10,
+                "valgen_extra_acc": i % 2,
+                "valgen_data_source": "math",
+                "valgen_source": "trainer",
+            }
+            kept.append(_entry(step, contract.KIND_ROLLOUT, metadata, _body(f"prompt {prompt_id}", f"r{i}")))
+    summary = {
+        "valgen_closed_reason": "complete",
+        "valgen_seen": 24,
+        "valgen_kept": len(kept),
+        "valgen_prompts_seen": 8,
+        "valgen_prompts_kept": 2,
+        "valgen_late": 0,
+        "valgen_missing": 0,
+        "valgen_score_count": 24,
+        "valgen_score_mean": 0.9,
+    }
+    return [*kept, _entry(step, contract.KIND_ROLLOUT, summary)]
+
+
+def _late(kind: str) -> loki_model.Entry:
+    return _entry(100, kind, {"valgen_late": True, "valgen_sample_id": f"late-{kind}/0"}, _body("late", "late"))
+
+
+def _both_kinds() -> tuple[list[loki_model.Entry], list[loki_model.Entry]]:
+    """(validation entries, rollout entries): step 100's validation has no valgen_kind, step 200's has it."""
+    validation = [*_validation(100, None), *_validation(200, contract.KIND_VALIDATION)]
+    rollouts = [*_rollouts(100), *_rollouts(200)]
+    random.Random(0).shuffle(rollouts)  # Loki's order is not the rank's
+    return validation, rollouts
+
+
+VALIDATION_PANELS = (
+    "Steps: seen, kept, late, missing",
+    "Seen, kept, late, missing per step",
+    "Sampled generations of step",
+    "Outputs for one prompt across steps",
+    "Mean score per step",
+)
+ROLLOUT_PANELS = ("Rollout steps: prompts seen and kept", "Rollout prompts of step")
+
+
+def _run_query(expr: str, entries: list[loki_model.Entry], **values: str) -> list[dict[str, str]] | dict[str, float]:
+    """What a panel's query returns over `entries`: rows of a log query, {step: value} of a metric query."""
+    query = substitute(expr, **{**VALUES, "step": ".+", "sample": ".+", **values})
+    if isinstance(logql_subset.parse(query), logql_subset.MetricQuery):
+        return logql_subset.metric(query, entries)
+    return logql_subset.select(query, entries)
+
+
+def test_every_panel_with_a_query_is_of_one_kind_or_the_late_panel(dashboard: dict[str, Any]) -> None:
+    """A new panel must say which kind it shows (by being listed above) before the kind tests cover it."""
+    titles = [panel["title"] for panel, _ in _targets(dashboard)]
+    for title in titles:
+        assert sum(title.startswith(part) for part in (*VALIDATION_PANELS, *ROLLOUT_PANELS, "Late")) == 1, title
+
+
+def test_validation_panels_show_validation_only_old_records_included(dashboard: dict[str, Any]) -> None:
+    """Over records of both kinds, each validation query returns what it returns over validation alone."""
+    validation, rollouts = _both_kinds()
+    for title in VALIDATION_PANELS:
+        for target in _panel(dashboard, title)["targets"]:
+            shown = _run_query(target["expr"], validation + rollouts)
+            assert shown, title
+            assert shown == _run_query(target["expr"], validation), title
+            assert _run_query(target["expr"], rollouts) in ([], {}), f"{title} shows rollouts"
+    generations = _panel(dashboard, "Sampled generations of step")["targets"][0]["expr"]
+    rows = _run_query(generations, validation + rollouts)
+    assert sorted((r["valgen_step"], r.get(KIND, "")) for r in rows) == [("100", "")] * 3 + [("200", "validation")] * 3
+
+
+def test_rollout_panels_show_rollouts_only_each_prompt_with_all_its_responses(dashboard: dict[str, Any]) -> None:
+    """The rollout step table lists rollout summaries; the rollout table a step's prompts, responses together."""
+    validation, rollouts = _both_kinds()
+    summaries = _run_query(_panel(dashboard, "Rollout steps")["targets"][0]["expr"], validation + rollouts)
+    assert isinstance(summaries, list)
+    assert sorted((r["valgen_step"], r["valgen_prompts_kept"]) for r in summaries) == [("100", "2"), ("200", "2")]
+    table = _panel(dashboard, "Rollout prompts of step")
+    for step, prompts in ROLLOUT_PROMPTS.items():
+        rows = _run_query(table["targets"][0]["expr"], validation + rollouts, step=str(step))
+        assert isinstance(rows, list)
+        assert {r[KIND] for r in rows} == {contract.KIND_ROLLOUT}
+        shown = grafana_table.sorted_rows(table, rows)
+        assert [r["valgen_prompt_id"] for r in shown] == [p for p in prompts for _ in range(RESPONSES)]
+        assert [r["output"] for r in shown] == [f"r{i}" for _ in prompts for i in range(RESPONSES)]
+        headers = grafana_table.columns(table, shown)
+        assert headers == [*vgd.ROLLOUT_COLUMNS.values(), "acc"]
+    wanted = {"prompt id", "prompt", "response", "reward", "advantage", "response length", "truncated", "param version"}
+    assert wanted <= set(grafana_table.columns(table, [dict.fromkeys(vgd.ROLLOUT_COLUMNS, "x")]))
+
+
+def test_the_kind_checks_notice_a_panel_without_its_filter(dashboard: dict[str, Any]) -> None:
+    """The checks above can fail: without the kind filter, rollouts reach the validation table."""
+    validation, rollouts = _both_kinds()
+    expr = _panel(dashboard, "Sampled generations of step")["targets"][0]["expr"]
+    unfiltered = expr.replace(f'| {KIND}!="rollout" ', "")
+    assert unfiltered != expr
+    assert _run_query(unfiltered, validation + rollouts) != _run_query(unfiltered, validation)
+    table = _panel(dashboard, "Rollout prompts of step")
+    unsorted = {**table, "transformations": [t for t in table["transformations"] if t["id"] != "sortBy"]}
+    rows = _run_query(table["targets"][0]["expr"], rollouts, step="100")
+    assert isinstance(rows, list)
+    ids = [r["valgen_prompt_id"] for r in grafana_table.sorted_rows(unsorted, rows)]
+    assert ids != sorted(ids, key=ROLLOUT_PROMPTS[100].index), "the shuffle must need the sort"
+
+
+def test_late_panel_shows_both_kinds_with_their_kind(dashboard: dict[str, Any]) -> None:
+    """A late generation of either kind is listed, with a kind column."""
+    validation, rollouts = _both_kinds()
+    late = _panel(dashboard, "Late generations")
+    rows = _run_query(late["targets"][0]["expr"], [*validation, *rollouts, _late("validation"), _late("rollout")])
+    assert isinstance(rows, list)
+    assert sorted(r[KIND] for r in rows) == ["rollout", "validation"]
+    assert "kind" in grafana_table.columns(late, rows)

@@ -171,7 +171,7 @@ def test_dashboard_queries_use_only_names_in_what_loki_stores(loki: LokiStandIn)
             assert names.fields <= stored, f"{panel['title']}: {names.fields - stored}"
             assert names.parsed <= body_fields, f"{panel['title']}: {names.parsed - body_fields}"
             checked += 1
-    assert checked == 10
+    assert checked == 12
 
 
 def test_step_table_lists_the_kept_generations_of_the_step(loki: LokiStandIn) -> None:
@@ -255,6 +255,8 @@ def test_every_table_column_is_in_what_loki_returns(loki: LokiStandIn) -> None:
     for panel in dashboard["panels"]:
         if panel["type"] != "table" or "Late" in panel["title"]:
             continue  # late generations exist only with late_records: forward
+        if panel["title"].startswith("Rollout"):
+            continue  # this job validates only; tests/e2e/test_rollouts.py checks the rollout tables
         rows = loki.logs(substitute(panel["targets"][0]["expr"], **variables(loki.job, step="100")))
         assert rows, panel["title"]
         missing = grafana_table.kept_columns(panel) - set().union(*rows)

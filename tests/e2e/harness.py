@@ -3,7 +3,7 @@
 The collector binary is ``build/otelcol-valgen`` (``make collector``). Stand-ins: an OTLP/gRPC
 logs server for the wandb exporter service and an HTTP server that decodes the OTLP/protobuf
 posted to Loki's ``/otlp/v1/logs``. Used by the end-to-end tests and by
-``bench/collector_throughput_bench.py``.
+``bench/collector_throughput_bench.py`` and ``bench/rollout_dump_bench.py``.
 """
 
 from __future__ import annotations
@@ -197,6 +197,26 @@ def start_collector(
         collector.stop()
         raise
     return collector
+
+
+@contextmanager
+def bench_collector(state: Path, decision_wait: str) -> Iterator[tuple[Collector, StandIn, StandIn]]:
+    """The built collector (collector.yaml, log level warn) exporting to a wandb and a Loki stand-in, for the benches.
+
+    Yields (collector, wandb stand-in, Loki stand-in); the collector is stopped on exit.
+    """
+    with wandb_stand_in() as wandb, loki_stand_in() as loki:
+        env = {
+            "VALGEN_WANDB_EXPORTER_ENDPOINT": wandb.endpoint,
+            "VALGEN_LOKI_OTLP_ENDPOINT": loki.endpoint,
+            "VALGEN_DECISION_WAIT": decision_wait,
+            "VALGEN_LOG_LEVEL": "warn",
+        }
+        collector = start_collector(state, "bench", ["collector.yaml"], env)
+        try:
+            yield collector, wandb, loki
+        finally:
+            collector.stop()
 
 
 def wait_for(condition: Callable[[], bool], timeout_s: float = 30.0, what: str = "condition") -> None:

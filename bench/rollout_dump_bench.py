@@ -1,0 +1,350 @@
+"""Benchmark: one training step's rollout dump, verl 0.9.1's own against otel-valgen's, on the same batch.
+
+The batch is a real verl ``DataProto`` of 256 prompts x 8 responses (2,048 rows): prompts
+left-padded to 1,024 tokens, responses right-padded to 2,048 (lengths vary; some hit the
+limit), ``token_level_scores``, ``advantages`` (GRPO, per prompt group), ``response_mask``,
+``attention_mask`` and ``uid``/``data_source``/``reward_model``. The tokens are real text of a
+byte-level BPE (vocabulary 32k) that the bench trains with ``tokenizers`` on generated text and
+wraps in ``transformers.PreTrainedTokenizerFast`` (cached under ``--cache-dir``).
+
+- verl: the real, unbound ``RayPPOTrainer._log_rollout_data`` called on a minimal object that
+  carries ``tokenizer``, ``global_steps`` and verl's own ``_dump_generations``,
+  ``_write_generations`` and ``_init_dump_executor``. Timed as the training loop sees it (it
+  decodes every row, then hands the JSONL write to a thread), and until that write completes.
+- otel-valgen, k = 4 prompts (``rollout_count``), sending OTLP/HTTP to the built collector
+  (``build/otelcol-valgen``, ``collector-config/collector.yaml``, destinations stand-ins):
+  ``otel_valgen.integrations.verl_rollouts.send_rollout_batch`` when this checkout has it (keys
+  prompts from token ids, decodes only the k·n rows it keeps), and always a baseline:
+  ``vg.log_rollouts`` given texts decoded beforehand (untimed), the other columns taken from
+  the batch's tensors (timed). Both return once the step's records are flushed to the collector.
+
+Run: ``python bench/rollout_dump_bench.py [--repeats 5]`` (needs ``make collector``; the first
+run trains the tokenizer, about a minute on 2 cores). Prints medians per step; none is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import math
+import os
+import random
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's otel_valgen and tests
+
+import numpy as np
+import torch
+
+PROMPTS, N, PROMPT_LEN, RESPONSE_LEN = 256, 8, 1024, 2048
+K = 4
+VOCAB = 32_000
+SPECIAL = ("<pad>", "<s>", "</s>")  # ids 0, 1, 2
+PAD, EOS = 0, 2
+CORPUS_WORDS = 1_500_000
+DEFAULT_CACHE = Path(tempfile.gettempdir()) / "otel-valgen-bench"
+
+
+def _pseudo_words(rng: random.Random, count: int) -> list[str]:
+    """Distinct word-like strings made of syllables, so that BPE has structure to learn."""
+    syllables = [c + v for c in "bcdfghjklmnprstvwz" for v in ("a", "e", "i", "o", "u", "ai", "ou")]
+    words: set[str] = set()
+    while len(words) < count:
+        words.add("".join(rng.choice(syllables) for _ in range(rng.choice((1, 2, 2, 3, 3, 4)))))
+    return sorted(words)
+
+
+def _corpus(seed: int = 0) -> list[str]:
+    """Generated lines of prose and arithmetic, word frequencies Zipf-like."""
+    rng = random.Random(seed)
+    words = _pseudo_words(rng, 40_000)
+    weights = [1 / (rank + 10) for rank in range(len(words))]
+    lines, total = [], 0
+    while total < CORPUS_WORDS:
+        size = rng.randint(8, 40)
+        line = " ".join(rng.choices(words, weights, k=size))
+        if rng.random() < 0.3:
+            a, b = rng.randint(0, 9999), rng.randint(0, 999)
+            line += f" so {a} + {b} = {a + b}, and {a} * {b} = {a * b}."
+        lines.append(line.capitalize() + ".")
+        total += size
+    return lines
+
+
+def tokenizer_and_pool(cache: Path) -> tuple[Any, np.ndarray]:
+    """The fast tokenizer (trained once, then read from ``cache``) and the corpus as one array of token ids."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    folder = cache / f"bpe-{VOCAB}"
+    path, pool_path = folder / "tokenizer.json", folder / "pool.npy"
+    if not path.is_file() or not pool_path.is_file():
+        folder.mkdir(parents=True, exist_ok=True)
+        print(f"training a byte-level BPE (vocab {VOCAB}) into {folder} ...", flush=True)
+        lines = _corpus()
+        bpe = Tokenizer(models.BPE())
+        bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        bpe.decoder = decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(
+            vocab_size=VOCAB, special_tokens=list(SPECIAL), initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        )
+        bpe.train_from_iterator(lines, trainer)
+        bpe.save(str(path))
+        pool = np.concatenate([np.asarray(e.ids, dtype=np.int64) for e in bpe.encode_batch(lines)])
+        np.save(pool_path, pool)
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_file=str(path), pad_token=SPECIAL[0], bos_token=SPECIAL[1], eos_token=SPECIAL[2]
+    )
+    return tokenizer, np.load(pool_path)
+
+
+def _lengths(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Prompt lengths (one per prompt, 64..1024) and response lengths (lognormal, about 9 % cut at 2048)."""
+    prompt = rng.integers(64, PROMPT_LEN + 1, size=PROMPTS)
+    response = np.clip(rng.lognormal(mean=6.6, sigma=0.7, size=PROMPTS * N).astype(np.int64), 16, RESPONSE_LEN)
+    return prompt, response
+
+
+def make_batch(pool: np.ndarray, seed: int = 1) -> Any:
+    """A verl DataProto as the trainer has it when it dumps rollouts (after reward and advantage)."""
+    from verl import DataProto
+
+    rng = np.random.default_rng(seed)
+    prompt_lengths, response_lengths = _lengths(rng)
+    rows = PROMPTS * N
+    prompts = torch.full((rows, PROMPT_LEN), PAD, dtype=torch.long)
+    responses = torch.full((rows, RESPONSE_LEN), PAD, dtype=torch.long)
+    for p, length in enumerate(prompt_lengths):
+        start = int(rng.integers(0, len(pool) - length))
+        prompts[p * N : (p + 1) * N, PROMPT_LEN - length :] = torch.from_numpy(pool[start : start + length])
+    for row, length in enumerate(response_lengths):
+        start = int(rng.integers(0, len(pool) - length))
+        responses[row, :length] = torch.from_numpy(pool[start : start + length])
+        if length < RESPONSE_LEN:  # it ended by itself: its last token is EOS
+            responses[row, length - 1] = EOS
+    response_mask = (torch.arange(RESPONSE_LEN)[None, :] < torch.from_numpy(response_lengths)[:, None]).long()
+    prompt_mask = torch.arange(PROMPT_LEN)[None, :] >= (PROMPT_LEN - torch.from_numpy(prompt_lengths))[:, None]
+    prompt_mask = prompt_mask.long().repeat_interleave(N, dim=0)
+    correct = torch.from_numpy(rng.random(rows) < 0.4).float()
+    scores = torch.zeros(rows, RESPONSE_LEN)
+    scores[torch.arange(rows), torch.from_numpy(response_lengths - 1)] = correct
+    grouped = correct.view(PROMPTS, N)
+    advantage = ((grouped - grouped.mean(1, keepdim=True)) / (grouped.std(1, keepdim=True) + 1e-6)).view(rows)
+    uids = np.repeat(np.array([f"uid-{p:05d}" for p in range(PROMPTS)], dtype=object), N)
+    return DataProto.from_single_dict(
+        {
+            "prompts": prompts,
+            "responses": responses,
+            "input_ids": torch.cat([prompts, responses], dim=1),
+            "attention_mask": torch.cat([prompt_mask, response_mask], dim=1),
+            "response_mask": response_mask,
+            "token_level_scores": scores,
+            "token_level_rewards": scores.clone(),
+            "advantages": advantage[:, None] * response_mask,
+            "uid": uids,
+            "data_source": np.array(["synthetic/arith"] * rows, dtype=object),
+            "reward_model": np.array(
+                [{"ground_truth": str(p * 7), "style": "rule"} for p in range(PROMPTS) for _ in range(N)], dtype=object
+            ),
+        }
+    )
+
+
+VERL_METHODS = (
+    "_log_rollout_data",
+    "_dump_generations",
+    "_write_generations",
+    "_init_dump_executor",
+    "_shutdown_dump_executor",
+)
+
+
+def verl_dumper(tokenizer: Any) -> Any:
+    """The smallest object verl's ``_log_rollout_data`` runs on: verl's own methods, as RayPPOTrainer has them."""
+    from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+
+    # vars(): the class's own attributes, so that the staticmethod _write_generations stays static.
+    dumper = type("VerlDumper", (), {name: vars(RayPPOTrainer)[name] for name in VERL_METHODS})()
+    dumper.tokenizer = tokenizer
+    dumper.global_steps = 0
+    dumper._init_dump_executor()
+    return dumper
+
+
+def verl_dump(dumper: Any, batch: Any, extra: dict[str, list[float]], folder: str, step: int) -> tuple[float, float]:
+    """Seconds in ``_log_rollout_data`` (what the training loop waits) and until its JSONL is written."""
+    dumper.global_steps = step
+    timing: dict[str, float] = {}
+    with contextlib.redirect_stdout(io.StringIO()):  # verl prints a line per dump
+        started = time.perf_counter()
+        dumper._log_rollout_data(batch, extra, timing, folder)
+        returned = time.perf_counter()
+        for future in dumper._dump_futures:
+            future.result()
+        written = time.perf_counter()
+    return returned - started, written - started
+
+
+def decoded(batch: Any, tokenizer: Any) -> tuple[list[str], list[str]]:
+    """Every row's prompt and response text, as verl decodes them (done before the baseline's clock starts)."""
+    prompts = tokenizer.batch_decode(batch.batch["prompts"], skip_special_tokens=True)
+    return prompts, tokenizer.batch_decode(batch.batch["responses"], skip_special_tokens=True)
+
+
+def log_rollouts_baseline(
+    batch: Any, texts: tuple[list[str], list[str]], extra: dict[str, list[float]], step: int
+) -> float:
+    """Seconds for the columns from the batch's tensors plus ``vg.log_rollouts`` of pre-decoded texts."""
+    import otel_valgen as vg
+
+    started = time.perf_counter()
+    lengths = batch.batch["response_mask"].sum(-1)
+    accepted = vg.log_rollouts(
+        texts[0],
+        texts[1],
+        batch.batch["token_level_scores"].sum(-1).tolist(),
+        step=step,
+        prompt_ids=batch.non_tensor_batch["uid"].tolist(),
+        advantages=batch.batch["advantages"][:, 0].tolist(),
+        response_lengths=lengths.tolist(),
+        truncated=(lengths >= RESPONSE_LEN).tolist(),
+        ground_truths=[rm.get("ground_truth") for rm in batch.non_tensor_batch["reward_model"]],
+        data_sources=batch.non_tensor_batch["data_source"].tolist(),
+        extra=extra,
+    )
+    elapsed = time.perf_counter() - started
+    assert accepted == PROMPTS * N, accepted
+    return elapsed
+
+
+def the_hook() -> Callable[..., int] | None:
+    """``send_rollout_batch`` of otel_valgen's verl rollout hook, or None on a checkout without it."""
+    try:
+        from otel_valgen.integrations.verl_rollouts import send_rollout_batch
+    except ImportError:
+        return None
+    hook: Callable[..., int] = send_rollout_batch
+    return hook
+
+
+def hook_run(send: Callable[..., int], batch: Any, tokenizer: Any, extra: dict[str, list[float]], step: int) -> float:
+    """Seconds in ``send_rollout_batch`` for the whole batch."""
+    started = time.perf_counter()
+    send(batch, tokenizer, step=step, reward_extra_info=extra, max_response_length=RESPONSE_LEN, source="trainer")
+    return time.perf_counter() - started
+
+
+def decode_kept(batch: Any, tokenizer: Any) -> float:
+    """Seconds to decode k·n rows' prompts and responses: what a hook that picks first still decodes."""
+    rows = torch.arange(K * N)
+    started = time.perf_counter()
+    tokenizer.batch_decode(batch.batch["prompts"][rows], skip_special_tokens=True)
+    tokenizer.batch_decode(batch.batch["responses"][rows], skip_special_tokens=True)
+    return time.perf_counter() - started
+
+
+def rollout_summaries(stand_in: Any) -> list[dict[str, Any]]:
+    """The rollout step summaries the collector sent to the wandb stand-in."""
+    return [
+        r.attributes
+        for r in stand_in.records()
+        if r.event == "valgen.step.summary" and r.attributes.get("valgen.kind") == "rollout"
+    ]
+
+
+def ms(seconds: list[float]) -> float:
+    """The median, in milliseconds."""
+    return statistics.median(seconds) * 1000
+
+
+def measure(
+    batch: Any, tokenizer: Any, extra: dict[str, list[float]], repeats: int
+) -> tuple[dict[str, list[float]], list[dict[str, Any]]]:
+    """Seconds per step of each variant (a first, untimed round warms up), and the collector's rollout summaries."""
+    import otel_valgen as vg
+    from tests.e2e import harness
+
+    texts = decoded(batch, tokenizer)
+    send = the_hook()
+    times: dict[str, list[float]] = {"verl": [], "verl_written": [], "baseline": [], "hook": [], "decode": []}
+    with tempfile.TemporaryDirectory() as tmp, harness.bench_collector(Path(tmp), "2s") as (collector, wandb, _):
+        vg.configure(
+            run_id="bench-rollouts",
+            rollout_count=K,
+            endpoint=f"http://{collector.http_endpoint}",
+            source="trainer",
+            directory=os.path.join(tmp, "emitter"),
+        )
+        verl = verl_dumper(tokenizer)
+        for step in range(1, repeats + 2):  # step 1 warms up (verl's thread, the OTLP connection)
+            measured = (
+                *verl_dump(verl, batch, extra, os.path.join(tmp, "rollout_data_dir"), step),
+                log_rollouts_baseline(batch, texts, extra, step),
+                hook_run(send, batch, tokenizer, extra, step + 10_000) if send else float("nan"),
+                decode_kept(batch, tokenizer),
+            )
+            for name, value in zip(times, measured, strict=True):
+                times[name] += [value] if step > 1 else []
+        verl._shutdown_dump_executor()
+        vg.shutdown()
+        otel_steps = (repeats + 1) * (2 if send else 1)
+        harness.wait_for(lambda: len(rollout_summaries(wandb)) >= otel_steps, 60, "every rollout summary")
+        return times, rollout_summaries(wandb)
+
+
+def report(times: dict[str, list[float]], summaries: list[dict[str, Any]], repeats: int) -> None:
+    """Print the medians and the ratios to verl's dump."""
+    verl_ms, base_ms = ms(times["verl"]), ms(times["baseline"])
+    whole = {(s["valgen.prompts_kept"], s["valgen.kept"]) for s in summaries} == {(K, K * N)}
+    print("destination: the built collector (build/otelcol-valgen, collector.yaml) over OTLP/HTTP, stand-ins after it")
+    print(f"  {len(summaries)} rollout steps closed, each {K} prompts x {N} responses kept: {whole}")
+    print(f"per step, median of {repeats} runs:")
+    print(f"  verl _log_rollout_data, as the loop waits     {verl_ms:9.1f} ms   1.000x")
+    print(f"  verl, until its JSONL write completes         {ms(times['verl_written']):9.1f} ms")
+    if math.isnan(times["hook"][0]):
+        print("  otel-valgen send_rollout_batch                (absent here: verl_rollouts is not on this branch)")
+    else:
+        hook_ms = ms(times["hook"])
+        print(
+            f"  otel-valgen send_rollout_batch                {hook_ms:9.1f} ms   {hook_ms / verl_ms:.3f}x (goal 0.1x)"
+        )
+    print(f"  baseline: vg.log_rollouts, texts pre-decoded  {base_ms:9.1f} ms   {base_ms / verl_ms:.3f}x")
+    print(f"  decoding the k*n = {K * N} kept rows' texts         {ms(times['decode']):9.1f} ms")
+
+
+def main() -> None:
+    """Build the batch, time both dumps ``--repeats`` times through the built collector, print medians."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE, help="where the trained tokenizer is kept")
+    args = parser.parse_args()
+    from tests.e2e import harness
+
+    if not harness.COLLECTOR_BIN.is_file():
+        sys.exit("build/otelcol-valgen is absent; run `make collector` first")
+    tokenizer, pool = tokenizer_and_pool(args.cache_dir)
+    batch = make_batch(pool)
+    lengths = batch.batch["response_mask"].sum(-1)
+    extra = {"acc": (batch.batch["token_level_scores"].sum(-1) > 0).float().tolist()}
+    print(
+        f"machine: {os.cpu_count()} cores, Python {sys.version.split()[0]}, torch {torch.__version__}; "
+        f"tokenizer: byte-level BPE, {len(tokenizer)} tokens, {type(tokenizer).__name__} (fast: {tokenizer.is_fast})"
+    )
+    print(
+        f"batch: {PROMPTS} prompts x {N} = {PROMPTS * N} rows, prompts {PROMPT_LEN} (left-padded), responses "
+        f"{RESPONSE_LEN} (right-padded); response tokens median {int(lengths.median())}, "
+        f"{int((lengths >= RESPONSE_LEN).sum())} cut at the limit; k = {K} prompts"
+    )
+    times, summaries = measure(batch, tokenizer, extra, args.repeats)
+    report(times, summaries, args.repeats)
+
+
+if __name__ == "__main__":
+    main()
