@@ -43,7 +43,7 @@ def test_verl_layout_one_accumulating_row_per_step(wandb_dir: Path) -> None:
     assert files.scalars(f"{KEY}/seen") == [(10, 10), (20, 10)]
     assert files.scalars(f"{KEY}/kept") == [(10, 4), (20, 4)]
     steps = {m.glob_name: m.step_metric for m in files.metrics if m.glob_name}
-    assert steps == {f"{KEY}*": "valgen/step"}
+    assert steps == {f"{KEY}*": "valgen/step", "train/generations*": "valgen/step"}
     assert files.run_ids == {"run-v"}
 
 
