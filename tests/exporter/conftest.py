@@ -97,6 +97,7 @@ def summary(
     return LogRecord(event_name=contract.EVENT_STEP_SUMMARY, severity_number=9, attributes=_attrs(values))
 
 
+ROLLOUT_KEY = "train/generations"  # where every backend writes rollouts by default
 PROMPTS, RESPONSES = 2, 2  # of a rollout step
 PARAM_VERSION = "valgen.param_version"
 
