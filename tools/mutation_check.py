@@ -868,8 +868,8 @@ MUTATIONS: tuple[Mutation, ...] = (
         "py.backends.rollout_key",
         "every backend writes rollout steps under the rollout key, never into the validation table",
         "otel_valgen/exporter/backends/__init__.py",
-        "return config.rollout_key if step.rollout else config.table_key",
-        "return config.table_key",
+        "return self.rollout_key if step.rollout else self.table_key",
+        "return self.table_key",
         ("tests/exporter/test_tensorboard.py", "tests/exporter/test_layouts.py"),
     ),
     # --- Python: the verl integration (real verl 0.9.1) ------------------------------------------

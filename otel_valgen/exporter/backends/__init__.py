@@ -11,13 +11,14 @@ can write to; any other exception means the step can never be written there (it 
 counted and logged with its traceback).
 
 Every backend writes a step's validation (``val/generations`` by default) and its training
-rollouts (``train/generations``) under different keys (``step_key``), and its ledger keeps the
-two kinds apart.
+rollouts (``train/generations``) under different keys (``TableKeys.key``), and its ledger keeps
+the two kinds apart.
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 from otel_valgen.exporter.ledger import Ledger, ledger_dir
@@ -28,10 +29,10 @@ __all__ = [
     "Backend",
     "BackendUnavailable",
     "StepNotWritable",
+    "TableKeys",
     "commit_step",
     "create_backends",
     "parse_backends",
-    "step_key",
     "superseded",
     "written_before",
 ]
@@ -55,18 +56,24 @@ class StepNotWritable(Exception):
     """
 
 
-class KeyedConfig(Protocol):
-    """A backend config's two keys: validation steps under ``table_key``, rollout steps under ``rollout_key``."""
+@dataclass(frozen=True, kw_only=True)
+class TableKeys:
+    """What every backend's config says of keys: where each kind goes, and whether scalars go with it.
 
-    @property
-    def table_key(self) -> str: ...
-    @property
-    def rollout_key(self) -> str: ...
+    Attributes:
+        table_key: the key of validation steps; their scalars go under ``<table_key>/``.
+        rollout_key: the same for training rollout steps (another key than ``table_key``).
+        scalars: write the summary's scalars.
 
+    """
 
-def step_key(config: KeyedConfig, step: ClosedStep) -> str:
-    """The key a step is written under: the rollout key for training rollouts, else the table key."""
-    return config.rollout_key if step.rollout else config.table_key
+    table_key: str = VALIDATION_KEY
+    rollout_key: str = ROLLOUT_KEY
+    scalars: bool = True
+
+    def key(self, step: ClosedStep) -> str:
+        """The key ``step`` is written under: the rollout key for training rollouts, else the table key."""
+        return self.rollout_key if step.rollout else self.table_key
 
 
 class Backend(Protocol):

@@ -29,15 +29,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-from otel_valgen.exporter.backends import (
-    ROLLOUT_KEY,
-    VALIDATION_KEY,
-    BackendUnavailable,
-    StepNotWritable,
-    commit_step,
-    step_key,
-    written_before,
-)
+from otel_valgen.exporter.backends import BackendUnavailable, StepNotWritable, TableKeys, commit_step, written_before
 from otel_valgen.exporter.ledger import Ledger
 from otel_valgen.exporter.steps import ClosedStep, summary_scalars
 from otel_valgen.exporter.tables import extra_names, rollout_columns, rollout_rows
@@ -51,20 +43,14 @@ _logger = logging.getLogger("otel_valgen.exporter")
 
 
 @dataclass(frozen=True)
-class ClearMLConfig:
-    """What to write.
+class ClearMLConfig(TableKeys):
+    """What to write (keys and scalars: ``TableKeys``; the key is the title of the scalars).
 
     Attributes:
-        table_key: the title of the scalars.
-        rollout_key: the title of a rollout step's scalars.
-        scalars: write the summary's scalars.
         max_tasks: tasks kept open at once.
 
     """
 
-    table_key: str = VALIDATION_KEY
-    rollout_key: str = ROLLOUT_KEY
-    scalars: bool = True
     max_tasks: int = 16
 
 
@@ -148,7 +134,7 @@ class ClearMLBackend:
                 title, series = (ROLLOUT_TITLE, ROLLOUT_SERIES) if step.rollout else (TITLE, SERIES)
                 logger.report_table(title=title, series=series, iteration=step.step, table_plot=table_rows(step))
             if self.config.scalars:
-                key = step_key(self.config, step)
+                key = self.config.key(step)
                 for name, value in summary_scalars(step.summary).items():
                     logger.report_scalar(title=key, series=name, value=value, iteration=step.step)
             task.flush(wait_for_uploads=True)

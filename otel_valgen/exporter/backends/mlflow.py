@@ -39,14 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from otel_valgen.exporter.backends import (
-    ROLLOUT_KEY,
-    VALIDATION_KEY,
-    BackendUnavailable,
-    commit_step,
-    step_key,
-    written_before,
-)
+from otel_valgen.exporter.backends import BackendUnavailable, TableKeys, commit_step, written_before
 from otel_valgen.exporter.ledger import Ledger
 from otel_valgen.exporter.steps import ClosedStep, summary_scalars
 from otel_valgen.exporter.tables import record_dicts, rollout_dicts
@@ -62,23 +55,17 @@ _logger = logging.getLogger("otel_valgen.exporter")
 
 
 @dataclass(frozen=True)
-class MlflowConfig:
-    """Where and what to write.
+class MlflowConfig(TableKeys):
+    """Where and what to write (keys and scalars: ``TableKeys``).
 
     Attributes:
         tracking_uri: the tracking server (None: ``MLFLOW_TRACKING_URI``, else MLflow's default).
         experiment: the experiment of runs created for records that name no run.
-        table_key: metrics go under ``<table_key>/``.
-        rollout_key: a rollout step's metrics go under ``<rollout_key>/``.
-        scalars: write the summary's scalars as metrics.
 
     """
 
     tracking_uri: str | None = None
     experiment: str = "otel-valgen"
-    table_key: str = VALIDATION_KEY
-    rollout_key: str = ROLLOUT_KEY
-    scalars: bool = True
 
 
 def artifact(step: ClosedStep) -> tuple[str, list[dict[str, Any]]]:
@@ -157,7 +144,7 @@ class MlflowBackend:
         from mlflow.entities import Metric
 
         run_id = self._run_id(step)
-        key = step_key(self.config, step)
+        key = self.config.key(step)
         if step.generations:
             name, rows = artifact(step)
             with tempfile.TemporaryDirectory(prefix="valgen-mlflow-") as folder:

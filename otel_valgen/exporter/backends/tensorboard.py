@@ -25,14 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from otel_valgen.exporter.backends import (
-    ROLLOUT_KEY,
-    VALIDATION_KEY,
-    BackendUnavailable,
-    commit_step,
-    step_key,
-    written_before,
-)
+from otel_valgen.exporter.backends import BackendUnavailable, TableKeys, commit_step, written_before
 from otel_valgen.exporter.ledger import Ledger
 from otel_valgen.exporter.steps import ClosedStep, summary_scalars
 from otel_valgen.exporter.tables import markdown, rollout_markdown
@@ -44,22 +37,16 @@ _logger = logging.getLogger("otel_valgen.exporter")
 
 
 @dataclass(frozen=True)
-class TensorBoardConfig:
-    """Where and what to write.
+class TensorBoardConfig(TableKeys):
+    """Where and what to write (keys and scalars: ``TableKeys``; the text's tag is the key).
 
     Attributes:
         root: the folder the exporter may write under.
-        table_key: the text's tag; scalars go under ``<table_key>/``.
-        rollout_key: the same for rollout steps.
-        scalars: write the summary's scalars.
         max_writers: event files kept open at once.
 
     """
 
     root: str = "."
-    table_key: str = VALIDATION_KEY
-    rollout_key: str = ROLLOUT_KEY
-    scalars: bool = True
     max_writers: int = 16
 
 
@@ -142,7 +129,7 @@ class TensorBoardBackend:
                 self.config.root,
                 folder,
             )
-        key = step_key(self.config, step)
+        key = self.config.key(step)
         values = [self._text_value(key, rollout_markdown(step) if step.rollout else markdown(step))]
         if self.config.scalars:
             for name, value in summary_scalars(step.summary).items():

@@ -27,15 +27,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
-from otel_valgen.exporter.backends import (
-    ROLLOUT_KEY,
-    VALIDATION_KEY,
-    BackendUnavailable,
-    StepNotWritable,
-    commit_step,
-    step_key,
-    written_before,
-)
+from otel_valgen.exporter.backends import BackendUnavailable, StepNotWritable, TableKeys, commit_step, written_before
 from otel_valgen.exporter.ledger import Ledger
 from otel_valgen.exporter.steps import ClosedStep, summary_scalars
 from otel_valgen.exporter.tables import extra_names, rollout_dicts, rows_layout
@@ -49,19 +41,8 @@ _logger = logging.getLogger("otel_valgen.exporter")
 
 
 @dataclass(frozen=True)
-class TrackioConfig:
-    """What to write.
-
-    Attributes:
-        table_key: the key of the traces; the table and scalars go under ``<table_key>/``.
-        rollout_key: the same for rollout steps.
-        scalars: write the summary's scalars.
-
-    """
-
-    table_key: str = VALIDATION_KEY
-    rollout_key: str = ROLLOUT_KEY
-    scalars: bool = True
+class TrackioConfig(TableKeys):
+    """What to write: the keys and scalars of ``TableKeys`` (the key names the traces; the table goes under it)."""
 
 
 def trace_metadata(step: ClosedStep) -> list[dict[str, Any]]:
@@ -118,7 +99,7 @@ class TrackioBackend:
         return project, name
 
     def _payload(self, step: ClosedStep) -> dict[str, Any]:
-        trackio, key = self._trackio, step_key(self.config, step)
+        trackio, key = self._trackio, self.config.key(step)
         traces = [
             trackio.Trace(
                 messages=[
@@ -184,7 +165,7 @@ class TrackioBackend:
                 trackio.log(payload, step=step.step)
             finally:
                 trackio.finish()
-        probe = f"{step_key(self.config, step)}/table" if step.generations else next(iter(payload))
+        probe = f"{self.config.key(step)}/table" if step.generations else next(iter(payload))
         if not self._stored(project, name, run.id, step.step, probe):
             reasons = "; ".join(str(w.message) for w in caught) or "not found after finish()"
             raise BackendUnavailable(f"trackio: step {step.step} was not stored in {project}/{name}: {reasons}")

@@ -39,7 +39,7 @@ from typing import Any, Literal, cast
 import wandb
 
 from otel_valgen import contract
-from otel_valgen.exporter.backends import ROLLOUT_KEY, VALIDATION_KEY, BackendUnavailable, step_key, superseded
+from otel_valgen.exporter.backends import BackendUnavailable, TableKeys, superseded
 from otel_valgen.exporter.ledger import Ledger
 from otel_valgen.exporter.steps import ClosedStep, summary_scalars
 from otel_valgen.exporter.tables import rows_layout, supports_incremental, verl_row, wide_table
@@ -79,17 +79,14 @@ def run_ref(step: ClosedStep, project: str | None = None, entity: str | None = N
 
 
 @dataclass(frozen=True)
-class WriterConfig:
-    """How and where steps are written.
+class WriterConfig(TableKeys):
+    """How and where steps are written (keys and scalars: ``TableKeys``).
 
     Attributes:
         layout: ``verl`` (one wide row per step) or ``rows`` (one row per generation); rollouts are always rows.
-        table_key: the key the table is logged under; scalars go under ``<table_key>/``.
-        rollout_key: the same for training rollouts.
         mode: ``shared`` (attach to the live run) or ``offline`` (local run files).
         label: ``x_label`` of the attachment.
         max_runs: attachments kept open at once.
-        scalars: log seen, kept, late and missing per step from the summary.
         step_metric: the metric the table and scalars are plotted against.
         directory: the folder wandb writes under (default: ``WANDB_DIR`` when attaching).
         project: wandb project for records without a ``wandb.project`` resource attribute.
@@ -98,12 +95,9 @@ class WriterConfig:
     """
 
     layout: str = "verl"
-    table_key: str = VALIDATION_KEY
-    rollout_key: str = ROLLOUT_KEY
     mode: str = "shared"
     label: str = "otel-valgen-exporter"
     max_runs: int = 16
-    scalars: bool = True
     step_metric: str = "valgen/step"
     directory: str | None = None
     project: str | None = None
@@ -234,7 +228,7 @@ class WandbBackend:
         return table
 
     def _payload(self, step: ClosedStep, table: Any) -> dict[str, Any]:
-        key = step_key(self.config, step)
+        key = self.config.key(step)
         payload: dict[str, Any] = {self.config.step_metric: step.step, key: table}
         if self.config.scalars:
             for name, value in summary_scalars(step.summary).items():
