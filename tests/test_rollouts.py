@@ -318,8 +318,8 @@ def test_show_cuts_collector_rollouts_to_k_whole_prompts() -> None:
     assert select_steps(records) == []  # no validation in these files
 
 
-def test_the_exporter_sets_rollout_steps_apart() -> None:
-    """Step assembly groups by kind too: the validation step goes to the backends, the rollout step is counted aside."""
+def test_the_exporter_assembles_each_kind_apart() -> None:
+    """Step assembly groups by kind too: the validation step and the rollout step are steps of their own."""
     validation = Generation("r", 1, "v/0", 1, "in", "out", rank=1, attempt="L.1")
     rollouts = [_ranked("a", i, i + 1) for i in range(2)]
     summaries = [
@@ -328,9 +328,11 @@ def test_the_exporter_sets_rollout_steps_apart() -> None:
     ]
     out = assemble((record, {}) for record in [validation, *rollouts, *summaries])
     assert [(step.step, step.kind, [g.sample_id for g in step.generations]) for step in out.steps] == [
-        (1, contract.KIND_VALIDATION, ["v/0"])
+        (1, contract.KIND_VALIDATION, ["v/0"]),
+        (1, contract.KIND_ROLLOUT, ["a/0", "a/1"]),
     ]
-    assert out.rollout_steps == 1
+    assert (out.validation_steps, out.rollout_steps) == (1, 1)
+    assert out.steps[0].key[:3] == out.steps[1].key[:3]  # same run, step and attempt: told apart by kind
 
 
 def test_the_reader_skips_unknown_kinds_and_rollouts_without_a_prompt(tmp_path: Path) -> None:

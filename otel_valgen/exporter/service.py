@@ -13,6 +13,9 @@ still queued are spooled per backend and queued again by the next start. A step 
 attempts ran at the same time with no common source (one launch split into attempts,
 ``otel_valgen.exporter.split_watch``) is logged once as a warning naming the fix, and counted;
 so is a step whose summary names sources that ran verl's own table (``otel_valgen.unhooked``).
+Validation steps and training rollout steps (``valgen.kind``) take the same way; the service
+counts steps per kind (``validation_steps``, ``rollout_steps``) and each worker counts what
+it did in total and per kind (``kinds``).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import logging
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from otel_valgen import contract
@@ -74,14 +77,27 @@ class ServiceConfig:
 
 
 @dataclass
-class WorkerStats:
-    """What one backend did with the steps it was given."""
+class KindStats:
+    """What one backend did with the steps of one kind."""
 
     written_steps: int = 0
     rows: int = 0
     unchanged_steps: int = 0
     failed_steps: int = 0
+
+
+@dataclass
+class WorkerStats(KindStats):
+    """What one backend did with the steps it was given: in total, and per kind (``kinds``)."""
+
     outages: int = 0
+    # Every kind present from the start: stats() may copy the dict while the writer thread counts.
+    kinds: dict[str, KindStats] = field(default_factory=lambda: {kind: KindStats() for kind in sorted(contract.KINDS)})
+
+    def count(self, kind: str, name: str, amount: int = 1) -> None:
+        """Add ``amount`` to the counter ``name``, in total and for ``kind``."""
+        for stats in (self, self.kinds.setdefault(kind, KindStats())):
+            setattr(stats, name, getattr(stats, name) + amount)
 
 
 class BackendWorker:
@@ -160,17 +176,19 @@ class BackendWorker:
                 self._cond.wait(min(self._config.retry_after_s, 1.0) if not self._stopping else 0.2)
             return
         except StepNotWritable as error:  # the backend logged why, once per run
-            self.stats.failed_steps += 1
+            self.stats.count(step.kind, "failed_steps")
             _logger.debug("%s: run %s step %d not written: %s", self.name, step.group_id, step.step, error)
         except Exception:
-            self.stats.failed_steps += 1
-            _logger.exception("%s: dropping run %s step %d: the write failed", self.name, step.group_id, step.step)
+            self.stats.count(step.kind, "failed_steps")
+            _logger.exception(
+                "%s: dropping run %s step %d (%s): the write failed", self.name, step.group_id, step.step, step.kind
+            )
         else:
             if rows is None:
-                self.stats.unchanged_steps += 1
+                self.stats.count(step.kind, "unchanged_steps")
             else:
-                self.stats.rows += rows
-                self.stats.written_steps += 1
+                self.stats.count(step.kind, "rows", rows)
+                self.stats.count(step.kind, "written_steps")
                 self.latencies.append(time.monotonic() - step.received_at)
         with self._cond:
             if self._pending and self._pending[0] is step:
@@ -200,7 +218,10 @@ class BackendWorker:
 
 @dataclass
 class ServiceStats(RecordCounts):
-    """Counters of what the service did with the requests and records it received."""
+    """Counters of what the service did with the requests and records it received.
+
+    ``steps`` counts both kinds; ``validation_steps`` and ``rollout_steps`` split it.
+    """
 
     rejected: int = 0
     refused_requests: int = 0

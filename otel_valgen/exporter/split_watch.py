@@ -5,7 +5,9 @@ its summary says so (``valgen.attempts_concurrent`` > 0, the sampler's verdict) 
 attempt whose summary does not say (an older collector, records without their summary), when
 it and another attempt of the step received here were concurrent by ``otel_valgen.splits``;
 here an attempt's sources are those of its kept records, and its span runs from its start
-(``valgen.attempt_start``) to its latest kept record. Each step is reported once.
+(``valgen.attempt_start``) to its latest kept record. Each step is reported once. A step's
+validation and its rollouts are watched apart: each kind numbers its attempts on its own, and
+the two run at the same time in other processes by design.
 """
 
 from __future__ import annotations
@@ -31,12 +33,12 @@ class SplitWatch:
 
     def __init__(self, max_steps: int = 4096) -> None:
         self._max_steps = max_steps
-        self._steps: OrderedDict[tuple[str, int], dict[str, Footprint]] = OrderedDict()
-        self._reported: OrderedDict[tuple[str, int], None] = OrderedDict()
+        self._steps: OrderedDict[tuple[str, int, str], dict[str, Footprint]] = OrderedDict()
+        self._reported: OrderedDict[tuple[str, int, str], None] = OrderedDict()
 
     def observe(self, step: ClosedStep) -> int:
         """How many attempts of the step ran concurrently, the first time the step is found split; else 0."""
-        key = (step.group_id, step.step)
+        key = (step.group_id, step.step, step.kind)
         attempts = self._steps.setdefault(key, {})
         self._steps.move_to_end(key)
         if len(self._steps) > self._max_steps:

@@ -8,9 +8,10 @@ alone) still make a step, written as incomplete and counted; a summary without r
 a step with no rows (its scalars are still written). Late generations forwarded by the
 sampler (``valgen.late`` = true) are not part of any sample: they are counted and dropped.
 
-A step's validation and its rollouts (``valgen.kind``) are separate groups, assembled apart:
-``Assembled.steps`` holds the validation steps, which the backends write; rollout steps are
-counted in ``rollout_steps`` and set aside, since no backend writes them yet (docs/rollouts.md).
+A step's validation and its rollouts (``valgen.kind``) are separate groups, assembled apart
+into steps of their own (``ClosedStep.kind``); every backend writes a rollout step under its
+own key, never next to the validation table (docs/rollouts.md). A rollout step's generations
+are ordered by prompt, so that a prompt's responses stand side by side.
 """
 
 from __future__ import annotations
@@ -22,9 +23,11 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Final
 
 from otel_valgen import contract
+from otel_valgen._settings import DEFAULT_SEED
 from otel_valgen.exporter.ledger import ShownAttempt
 from otel_valgen.reader import Generation, Record, Summary
-from otel_valgen.selection import COMPLETE
+from otel_valgen.sampling import LEGACY_KEY_VERSION, SortKey
+from otel_valgen.selection import COMPLETE, prompt_key_of, sort_key_of
 
 __all__ = [
     "Assembled",
@@ -39,13 +42,12 @@ __all__ = [
     "summary_scalars",
 ]
 
-StepKey = tuple[str, int, str]  # (valgen.run_id, step, attempt) of a validation step
-_GroupKey = tuple[str, int, str, str]  # (valgen.run_id, step, attempt, valgen.kind)
+StepKey = tuple[str, int, str, str]  # (valgen.run_id, step, attempt, valgen.kind)
 
 
 @dataclass
 class ClosedStep:
-    """One (run, step, attempt) ready to be written: its kept generations in rank order.
+    """One (run, step, attempt, kind) ready to be written: its kept generations in rank order.
 
     Attributes:
         group_id: the records' ``valgen.run_id`` (the identity of the group and the ledger key).
@@ -61,7 +63,7 @@ class ClosedStep:
         attempt_start: unix nanos the attempt started (the summary's ``valgen.attempt_start``,
             else the earliest generation's time, else 0).
         attempt_complete: whether the sampler closed the attempt as ``complete``.
-        kind: the records' ``valgen.kind``.
+        kind: the records' ``valgen.kind`` (each backend writes the two kinds under different keys).
 
     """
 
@@ -80,8 +82,13 @@ class ClosedStep:
 
     @property
     def key(self) -> StepKey:
-        """(group, step, attempt): what the ledgers key on (validation steps only reach them)."""
-        return (self.group_id, self.step, self.attempt)
+        """(group, step, attempt, kind): what the ledgers key on."""
+        return (self.group_id, self.step, self.attempt, self.kind)
+
+    @property
+    def rollout(self) -> bool:
+        """Whether the step holds training rollouts (not validation generations)."""
+        return self.kind == contract.KIND_ROLLOUT
 
     def shown_attempt(self) -> ShownAttempt:
         """The step's attempt as the ledgers rank it (``otel_valgen.selection.attempt_rank``)."""
@@ -102,9 +109,21 @@ def _order_key(generation: Generation) -> tuple[float, int, str]:
     return (rank, generation.sample_key if generation.sample_key is not None else 0, generation.sample_id)
 
 
-def order_generations(generations: Iterable[Generation]) -> list[Generation]:
-    """Sort generations by ``valgen.rank`` (1-based); unranked ones last, by sample key and id."""
-    return sorted(generations, key=_order_key)
+def _rollout_order_key(generation: Generation) -> tuple[SortKey, float, SortKey]:
+    version = generation.key_version or LEGACY_KEY_VERSION
+    rank = float(generation.rank) if generation.rank is not None else math.inf
+    prompt = prompt_key_of(generation, DEFAULT_SEED, version)
+    return (prompt, rank, sort_key_of(generation, DEFAULT_SEED, version))
+
+
+def order_generations(generations: Iterable[Generation], kind: str = contract.KIND_VALIDATION) -> list[Generation]:
+    """Sort generations by ``valgen.rank`` (1-based); unranked ones last, by sample key and id.
+
+    Rollouts are sorted as the group view ranks them: by prompt (key, then id), then each
+    prompt's responses by rank, else by sample key; so a prompt's responses stay together
+    whether or not the sampler ranked them.
+    """
+    return sorted(generations, key=_rollout_order_key if kind == contract.KIND_ROLLOUT else _order_key)
 
 
 SUMMARY_SCALARS = (
@@ -112,12 +131,14 @@ SUMMARY_SCALARS = (
     ("kept", contract.KEPT),
     ("late", contract.LATE),
     ("missing", contract.MISSING),
+    ("prompts_seen", contract.PROMPTS_SEEN),  # rollout summaries only
+    ("prompts_kept", contract.PROMPTS_KEPT),
 )
 SUMMARY_FLOAT_SCALARS = (("score_mean", contract.SCORE_MEAN),)
 
 
 def summary_scalars(summary: Mapping[str, Any] | None) -> dict[str, float]:
-    """The per-step scalars a summary carries: seen, kept, late, missing, and the score mean over all seen."""
+    """The per-step scalars a summary carries: seen, kept, late, missing, the score mean over all seen, prompts."""
     if not summary:
         return {}
     out: dict[str, float] = {}
@@ -176,7 +197,8 @@ class RecordCounts:
     duplicates: int = 0
     without_summary: int = 0
     summary_without_records: int = 0
-    rollout_steps: int = 0  # rollout steps set aside: no backend writes them yet
+    validation_steps: int = 0  # the steps assembled, by kind (valgen.kind)
+    rollout_steps: int = 0
 
     def add(self, other: RecordCounts) -> None:
         """Add ``other``'s counts to these."""
@@ -186,7 +208,7 @@ class RecordCounts:
 
 @dataclass
 class Assembled(RecordCounts):
-    """The steps of one request, and what was set aside."""
+    """The steps of one request (both kinds), and what was set aside."""
 
     steps: list[ClosedStep] = field(default_factory=list)
 
@@ -197,7 +219,7 @@ def assemble(records: Iterable[tuple[Record, Mapping[str, Any]]], *, now: float 
     Start, progress and end records and late reports are the sampler's business: ignored here.
     """
     out = Assembled()
-    parts: dict[_GroupKey, _Parts] = {}
+    parts: dict[StepKey, _Parts] = {}
     for record, resource in records:
         if not isinstance(record, Generation | Summary):
             continue
@@ -220,9 +242,10 @@ def assemble(records: Iterable[tuple[Record, Mapping[str, Any]]], *, now: float 
             part.resource = dict(resource)
     received_at = time.monotonic() if now is None else now
     for key, part in parts.items():
-        if key[3] != contract.KIND_VALIDATION:
+        if key[3] == contract.KIND_ROLLOUT:
             out.rollout_steps += 1
-            continue
+        else:
+            out.validation_steps += 1
         kept = part.summary.get(contract.KEPT) if part.summary else None
         if part.summary is None:
             out.without_summary += 1
@@ -233,7 +256,7 @@ def assemble(records: Iterable[tuple[Record, Mapping[str, Any]]], *, now: float 
             ClosedStep(
                 group_id=key[0],
                 step=key[1],
-                generations=order_generations(part.generations.values()),
+                generations=order_generations(part.generations.values(), key[3]),
                 resource=part.resource,
                 summary=part.summary,
                 complete=part.summary is not None and (not isinstance(kept, int) or len(part.generations) >= kept),
@@ -242,6 +265,7 @@ def assemble(records: Iterable[tuple[Record, Mapping[str, Any]]], *, now: float 
                 attempt=key[2],
                 attempt_start=start,
                 attempt_complete=attempt_complete,
+                kind=key[3],
             )
         )
     return out

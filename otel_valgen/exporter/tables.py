@@ -5,6 +5,11 @@ score_1, ...``, one row per step, the whole table logged again at each step with
 earlier row (an accumulating table). Extra columns (``valgen.extra.<name>``) follow as
 ``<name>_1, <name>_2, ...``. ``rows`` has one row per generation: ``ROW_COLUMNS``, then the
 step's extra columns by name, then ``attempt``. ``markdown`` is verl's TensorBoard text.
+
+A rollout step (``valgen.kind = rollout``) has one layout in every backend, one row per
+response in the group view's order: ``ROLLOUT_COLUMNS``, the extra columns, ``param_version``
+when a record carries ``valgen.param_version``, then ``attempt`` (``rollout_columns``,
+``rollout_rows``; ``rollout_markdown`` for TensorBoard, a section per prompt).
 """
 
 from __future__ import annotations
@@ -12,10 +17,14 @@ from __future__ import annotations
 import inspect
 from typing import Any, Final, Literal
 
+from otel_valgen import contract
 from otel_valgen.exporter.steps import ClosedStep
+from otel_valgen.reader import Generation
 
 __all__ = [
     "LAYOUTS",
+    "PARAM_VERSION",
+    "ROLLOUT_COLUMNS",
     "ROW_COLUMNS",
     "Layout",
     "WideRow",
@@ -23,7 +32,12 @@ __all__ = [
     "generation_rows",
     "markdown",
     "record_dicts",
+    "rollout_columns",
+    "rollout_dicts",
+    "rollout_markdown",
+    "rollout_rows",
     "row_columns",
+    "rows_layout",
     "supports_incremental",
     "verl_row",
     "wide_table",
@@ -41,6 +55,23 @@ ROW_COLUMNS: Final = [
     "ground_truth",
     "score",
 ]
+ROLLOUT_COLUMNS: Final = [
+    "step",
+    "prompt_id",
+    "sample_id",
+    "input",
+    "output",
+    "score",
+    "advantage",
+    "response_length",
+    "truncated",
+    "ground_truth",
+    "data_source",
+]
+# The policy version that generated a rollout (fully-async training): a contract attribute that
+# may not exist yet in this version of the contract, read by its wire name either way.
+PARAM_VERSION: Final[str] = getattr(contract, "PARAM_VERSION", "valgen.param_version")
+_PARAM_VERSION_COLUMN: Final = "param_version"
 WideRow = dict[str, Any]  # {"cells": [step, input_1, output_1, score_1, ...], "extra": {name: [v_1, ...]}}
 
 
@@ -137,6 +168,76 @@ def markdown(step: ClosedStep) -> str:
             text += f"**{name}:** {generation.extra.get(name)}\n\n"
         text += "---\n\n"
     return text
+
+
+def _rollout_extras(step: ClosedStep) -> tuple[list[str], bool]:
+    """The step's extra column names, and whether it has a ``param_version`` column (over an extra of that name)."""
+    versioned = any(PARAM_VERSION in generation.attributes for generation in step.generations)
+    names = extra_names(step)
+    return ([name for name in names if name != _PARAM_VERSION_COLUMN] if versioned else names), versioned
+
+
+def rollout_columns(step: ClosedStep) -> list[str]:
+    """A rollout step's columns: ``ROLLOUT_COLUMNS``, the extra columns, ``param_version`` if any, ``attempt``."""
+    names, versioned = _rollout_extras(step)
+    return [*ROLLOUT_COLUMNS, *names, *([_PARAM_VERSION_COLUMN] if versioned else []), "attempt"]
+
+
+def _rollout_row(step: ClosedStep, generation: Generation, names: list[str], versioned: bool) -> list[Any]:
+    attributes = generation.attributes
+    return [
+        step.step,
+        generation.prompt_id,
+        generation.sample_id,
+        generation.input,
+        generation.output,
+        generation.score,
+        attributes.get(contract.ADVANTAGE),
+        attributes.get(contract.RESPONSE_LENGTH),
+        attributes.get(contract.TRUNCATED),
+        generation.ground_truth,
+        generation.data_source,
+        *(generation.extra.get(name) for name in names),
+        *([attributes.get(PARAM_VERSION)] if versioned else []),
+        step.attempt,
+    ]
+
+
+def rollout_rows(step: ClosedStep, skip: set[str] | frozenset[str] = frozenset()) -> list[list[Any]]:
+    """A rollout step's rows, one per response in the step's order, leaving out the sample ids in ``skip``."""
+    names, versioned = _rollout_extras(step)
+    return [_rollout_row(step, g, names, versioned) for g in step.generations if g.sample_id not in skip]
+
+
+def rollout_dicts(step: ClosedStep) -> list[dict[str, Any]]:
+    """A rollout step's rows as dicts, by column name."""
+    columns = rollout_columns(step)
+    return [dict(zip(columns, row, strict=True)) for row in rollout_rows(step)]
+
+
+_HEADING_COLUMNS: Final = frozenset({"step", "prompt_id", "input", "sample_id"})
+
+
+def rollout_markdown(step: ClosedStep) -> str:
+    """A rollout step as TensorBoard text: a section per prompt, its input once, then each response's columns."""
+    text = f"**Rollouts - Step {step.step}**\n\n"
+    prompt: str | None = None
+    number = 0
+    for item in rollout_dicts(step):
+        if number == 0 or item["prompt_id"] != prompt:
+            prompt, number = item["prompt_id"], number + 1
+            text += f"## Prompt {number}: {prompt}\n**Input:** {item['input']}\n\n"
+        text += f"### Response {item['sample_id']}\n"
+        text += "".join(f"**{name}:** {value}\n\n" for name, value in item.items() if name not in _HEADING_COLUMNS)
+        text += "---\n\n"
+    return text
+
+
+def rows_layout(step: ClosedStep, skip: set[str] | frozenset[str] = frozenset()) -> tuple[list[str], list[list[Any]]]:
+    """A step as one row per generation, leaving out ``skip``: the ``rows`` layout, or the rollout table."""
+    if step.rollout:
+        return rollout_columns(step), rollout_rows(step, skip)
+    return row_columns(step), generation_rows(step, skip)
 
 
 def supports_incremental() -> bool:

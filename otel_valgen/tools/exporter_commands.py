@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 import click
 
+from otel_valgen import contract
 from otel_valgen.exporter.tables import LAYOUTS
 from otel_valgen.tools._support import OperationalError, ValgenCommand, report_read_error
 
@@ -25,6 +26,7 @@ __all__ = ["exporter_command", "push_command", "wandb_exporter_command"]
 DEFAULT_HTTP = "127.0.0.1:4418"
 DEFAULT_GRPC = "127.0.0.1:4417"
 DEFAULT_TABLE_KEY = "val/generations"
+DEFAULT_ROLLOUT_KEY = "train/generations"
 
 
 def _default_mode() -> str:
@@ -34,7 +36,16 @@ def _default_mode() -> str:
 F = TypeVar("F", bound=Callable[..., Any])
 
 _layout = click.option("--layout", type=click.Choice(LAYOUTS), default="verl", show_default=True, help="Table layout.")
-_table_key = click.option("--table-key", default=DEFAULT_TABLE_KEY, show_default=True, help="Key of the table.")
+_table_key = click.option(
+    "--table-key", default=DEFAULT_TABLE_KEY, show_default=True, help="Key of the validation table."
+)
+_rollout_key = click.option(
+    "--rollout-table-key",
+    "rollout_key",
+    default=DEFAULT_ROLLOUT_KEY,
+    show_default=True,
+    help="Key of the training rollouts' table (valgen.kind = rollout); must differ from --table-key.",
+)
 _mode = click.option(
     "--wandb-mode",
     type=click.Choice(["shared", "offline"]),
@@ -109,6 +120,7 @@ def _tracker_options(command: F) -> F:
         _entity,
         _project,
         _mode,
+        _rollout_key,
         _table_key,
         _layout,
         _backend,
@@ -118,36 +130,38 @@ def _tracker_options(command: F) -> F:
 
 
 def _configs(options: dict[str, Any], max_runs: int = 16) -> dict[str, Any]:
-    """Each backend's config from the command's options."""
+    """Each backend's config from the command's options.
+
+    Raises:
+        click.BadParameter: the two kinds would share one key.
+
+    """
     from otel_valgen.exporter.backends.clearml import ClearMLConfig
     from otel_valgen.exporter.backends.mlflow import MlflowConfig
     from otel_valgen.exporter.backends.tensorboard import TensorBoardConfig
     from otel_valgen.exporter.backends.trackio import TrackioConfig
 
+    if options["rollout_key"] == options["table_key"]:
+        raise click.BadParameter("validation and rollouts would share one table", param_hint="--rollout-table-key")
+    keys = {"table_key": options["table_key"], "rollout_key": options["rollout_key"], "scalars": options["scalars"]}
     configs: dict[str, Any] = {
-        "clearml": ClearMLConfig(table_key=options["table_key"], scalars=options["scalars"]),
-        "trackio": TrackioConfig(table_key=options["table_key"], scalars=options["scalars"]),
+        "clearml": ClearMLConfig(**keys),
+        "trackio": TrackioConfig(**keys),
         "mlflow": MlflowConfig(
-            tracking_uri=options["mlflow_tracking_uri"] or None,
-            experiment=options["mlflow_experiment"],
-            table_key=options["table_key"],
-            scalars=options["scalars"],
+            tracking_uri=options["mlflow_tracking_uri"] or None, experiment=options["mlflow_experiment"], **keys
         ),
-        "tensorboard": TensorBoardConfig(
-            root=options["tensorboard_dir"], table_key=options["table_key"], scalars=options["scalars"]
-        ),
+        "tensorboard": TensorBoardConfig(root=options["tensorboard_dir"], **keys),
     }
     if "wandb" in options["backends"]:
         from otel_valgen.exporter.backends.wandb import WriterConfig
 
         configs["wandb"] = WriterConfig(
             layout=options["layout"],
-            table_key=options["table_key"],
             mode=options["wandb_mode"] or _default_mode(),
             max_runs=max_runs,
-            scalars=options["scalars"],
             project=options["project"],
             entity=options["entity"],
+            **keys,
         )
     return configs
 
@@ -261,18 +275,29 @@ wandb_exporter_command = _exporter_command(
     "--count", type=click.IntRange(min=1), default=None, help="k per step (default: the records' sample count)."
 )
 @click.option("--state-dir", default=None, help="Ledger folder, so that pushing again adds nothing.")
-def push_command(paths: tuple[str, ...], count: int | None, state_dir: str | None, **options: Any) -> None:
+@click.option(
+    "--kind",
+    "kinds",
+    type=click.Choice(sorted(contract.KINDS)),
+    multiple=True,
+    help="Only this stream (repeatable): validation generations or training rollouts. Default: both, "
+    "each under its own key (--table-key, --rollout-table-key).",
+)
+def push_command(
+    paths: tuple[str, ...], count: int | None, state_dir: str | None, kinds: tuple[str, ...], **options: Any
+) -> None:
     """Write generations from OTLP files to the trackers (backfill).
 
-    Reads every file layout ``otel-valgen show`` reads. wandb without --wandb-mode offline (or
-    WANDB_MODE=offline) needs credentials: WANDB_API_KEY or ``wandb login``.
+    Reads every file layout ``otel-valgen show`` reads. Validation steps and training rollout
+    steps are both written, each under its own key, unless ``--kind`` names one. wandb without
+    --wandb-mode offline (or WANDB_MODE=offline) needs credentials: WANDB_API_KEY or ``wandb login``.
     """
     from otel_valgen.exporter.backends import BackendUnavailable, create_backends
-    from otel_valgen.exporter.push import push_paths
+    from otel_valgen.exporter.push import KINDS, push_paths
 
     try:
         backends = create_backends(options["backends"], state_dir, _configs(options))
-        report = push_paths(paths, backends, count=count, on_error=report_read_error)
+        report = push_paths(paths, backends, count=count, kinds=kinds or KINDS, on_error=report_read_error)
     except ImportError as error:
         raise OperationalError(
             f"a backend's library is missing: {error}", "pip install 'otel-valgen[exporter]'"
@@ -281,7 +306,11 @@ def push_command(paths: tuple[str, ...], count: int | None, state_dir: str | Non
         raise OperationalError(
             str(error), f"check the tracker's address and credentials (wandb: set WANDB_API_KEY, {_OFFLINE_FIX})"
         ) from error
-    click.echo(f"pushed {report.steps} steps ({report.rows} rows); {report.steps_skipped} already written")
+    per_kind = ", ".join(
+        f"{kind} {counts.steps} steps ({counts.rows} rows), {counts.steps_skipped} already written"
+        for kind, counts in report.kinds.items()
+    )
+    click.echo(f"pushed {report.steps} steps ({report.rows} rows); {report.steps_skipped} already written [{per_kind}]")
     if report.errors:
         click.echo(f"{len(report.errors)} part(s) of the input could not be read (see the warnings above)", err=True)
         raise SystemExit(1)

@@ -1,4 +1,9 @@
-"""Fixtures: an offline wandb folder per test, and OTLP requests built from plain values."""
+"""Fixtures: an offline wandb folder per test, and OTLP requests built from plain values.
+
+Rollout steps (``valgen.kind = rollout``): ``rollout_request`` builds one closed rollout step of
+2 prompts with 2 responses each, ``both_kinds`` a step's validation and rollouts as the sampler
+sends them, and ``rollout_rows`` the rows every backend is expected to write for it.
+"""
 
 from __future__ import annotations
 
@@ -80,12 +85,81 @@ def summary(
     attempt: str | None = None,
     attempt_start: int | None = None,
     closed_reason: str = "complete",
+    prompts: int | None = None,
 ) -> LogRecord:
-    """A ``valgen.step.summary`` log record."""
+    """A ``valgen.step.summary`` log record; with ``prompts`` (kept), a rollout group's."""
     values = {contract.RUN_ID: run, contract.STEP: step, contract.SEEN: seen, contract.KEPT: kept}
     values |= {contract.LATE: 0, contract.MISSING: 0, contract.CLOSED_REASON: closed_reason}
     values |= {contract.ATTEMPT: attempt, contract.ATTEMPT_START: attempt_start}
+    if prompts is not None:
+        values |= {contract.KIND: contract.KIND_ROLLOUT, contract.PROMPTS_KEPT: prompts}
+        values[contract.PROMPTS_SEEN] = prompts + 1
     return LogRecord(event_name=contract.EVENT_STEP_SUMMARY, severity_number=9, attributes=_attrs(values))
+
+
+ROLLOUT_KEY = "train/generations"  # where every backend writes rollouts by default
+PROMPTS, RESPONSES = 2, 2  # of a rollout step
+PARAM_VERSION = "valgen.param_version"
+
+
+def rollout(
+    run: str, step: int, prompt: int, i: int, *, rank: int | None = None, attempt: str | None = None, **attributes: Any
+) -> LogRecord:
+    """A rollout ``valgen.generation`` record: response ``i`` of prompt ``p{prompt}``.
+
+    Prompt keys descend with ``prompt`` and sample keys interleave the prompts, so only an
+    order by prompt keeps a prompt's responses together. ``attributes`` are added as they are.
+    """
+    values = {contract.RUN_ID: run, contract.STEP: step, contract.SAMPLE_ID: f"p{prompt}/{i}"}
+    values |= {contract.SAMPLE_KEY: 3000 + 10 * i + prompt, contract.SCORE: float(i), contract.SOURCE: "trainer"}
+    values |= {contract.DATA_SOURCE: "gsm8k", contract.SAMPLE_COUNT: PROMPTS, contract.RANK: rank}
+    values |= {contract.ATTEMPT: attempt, contract.KIND: contract.KIND_ROLLOUT, contract.PROMPT_ID: f"p{prompt}"}
+    values |= {contract.PROMPT_KEY: 2000 - prompt, contract.ADVANTAGE: i - 0.5, contract.RESPONSE_LENGTH: 10 + i}
+    values |= {contract.TRUNCATED: i == RESPONSES - 1, **attributes}
+    body = {"input": f"prompt{prompt}", "output": f"r{prompt}.{i}@{step}", "ground_truth": f"t{prompt}"}
+    return LogRecord(
+        event_name=contract.EVENT_GENERATION, severity_number=9, body=any_value(body), attributes=_attrs(values)
+    )
+
+
+def group_order() -> list[tuple[int, int]]:
+    """(prompt, response) of a rollout step in the group view's order: by prompt key, then by sample key."""
+    return [(prompt, i) for prompt in reversed(range(PROMPTS)) for i in range(RESPONSES)]
+
+
+def rollout_request(
+    run: str,
+    step: int,
+    *,
+    resource: dict[str, Any] | None = None,
+    attempt: str | None = None,
+    attempt_start: int | None = None,
+    **attributes: Any,
+) -> ExportLogsServiceRequest:
+    """A closed rollout step as the sampler sends it: its responses ranked by prompt, then its summary."""
+    logs = [
+        rollout(run, step, p, i, rank=r, attempt=attempt, **attributes) for r, (p, i) in enumerate(group_order(), 1)
+    ]
+    kept = PROMPTS * RESPONSES
+    closing = summary(run, step, kept, seen=12, attempt=attempt, attempt_start=attempt_start, prompts=PROMPTS)
+    return request(*logs, closing, resource=resource or {"service.name": "t", contract.WANDB_PROJECT: "proj"})
+
+
+def both_kinds(run: str, step: int, resource: dict[str, Any] | None = None, *, k: int = 2) -> list[Any]:
+    """A step's validation (``k`` generations) and its rollouts, each closed in a request of its own."""
+    resource = resource or {"service.name": "t", contract.WANDB_PROJECT: "proj"}
+    validation = request(*[generation(run, step, i) for i in range(k)], summary(run, step, k), resource=resource)
+    return [validation, rollout_request(run, step, resource=resource)]
+
+
+def rollout_rows(step: int, *, attempt: str = "", extra: tuple[Any, ...] = ()) -> list[list[Any]]:
+    """The rows of ``rollout_request``'s step as every backend writes them (``extra``: values after data_source)."""
+    rows = []
+    for p, i in group_order():
+        rollout_values = [float(i), i - 0.5, 10 + i, i == RESPONSES - 1]  # score, advantage, length, truncated
+        rows.append([step, f"p{p}", f"p{p}/{i}", f"prompt{p}", f"r{p}.{i}@{step}", *rollout_values, f"t{p}", "gsm8k"])
+        rows[-1] += [*extra, attempt]
+    return rows
 
 
 def request(*logs: LogRecord, resource: dict[str, Any] | None = None) -> ExportLogsServiceRequest:

@@ -1,6 +1,6 @@
 """A stand-alone emitting process for the end-to-end test: one source's part of some steps.
 
-Usage: python -m tests.exporter.emit_steps ENDPOINT RUN_ID SOURCE STEPS(comma separated)
+Usage: python -m tests.exporter.emit_steps ENDPOINT RUN_ID SOURCE STEPS(comma separated) [rollouts]
 """
 
 from __future__ import annotations
@@ -9,16 +9,31 @@ import sys
 
 import otel_valgen as vg
 
+PROMPTS, RESPONSES, ROLLOUT_COUNT = 4, 3, 2  # a source's rollouts per step, and k prompts kept
 
-def main(endpoint: str, run_id: str, source: str, steps: str) -> None:
-    """Emit 8 generations per step as ``source``, two sources expected per step."""
-    vg.configure(run_id=run_id, count=3, endpoint=endpoint, source=source)
+
+def main(endpoint: str, run_id: str, source: str, steps: str, rollouts: str = "") -> None:
+    """Emit 8 generations per step as ``source``, two sources expected per step; with ``rollouts``, its rollouts too.
+
+    The rollouts of a step: ``PROMPTS`` prompts of this source with ``RESPONSES`` responses each, in one call.
+    """
+    vg.configure(run_id=run_id, count=3, endpoint=endpoint, source=source, rollout_count=ROLLOUT_COUNT)
     for step in (int(item) for item in steps.split(",")):
         with vg.validation(step=step, source=source, sources_expected=2):
             inputs = [f"{source}-q{i}" for i in range(8)]
             vg.log_generations(inputs, [f"{text}@{step}" for text in inputs], [i / 8 for i in range(8)])
+        if rollouts:
+            pairs = [(f"{source}-p{p}", i) for p in range(PROMPTS) for i in range(RESPONSES)]
+            vg.log_rollouts(
+                [f"prompt {prompt}" for prompt, _ in pairs],
+                [f"response {prompt}.{i}@{step}" for prompt, i in pairs],
+                [float(i) for _, i in pairs],
+                step=step,
+                prompt_ids=[prompt for prompt, _ in pairs],
+                advantages=[i - 1.0 for _, i in pairs],
+            )
     vg.shutdown()
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:5])
+    main(*sys.argv[1:6])

@@ -20,12 +20,14 @@ import pytest
 from otel_valgen import contract
 from otel_valgen.exporter.backends import create_backends
 from otel_valgen.exporter.service import ExporterService, ServiceConfig
+from otel_valgen.exporter.tables import ROLLOUT_COLUMNS
 from otel_valgen.otlp_json import to_otlp_json
 from tests.support.require import require_module
 
-from .conftest import generation, request, summary, wait_for, written
+from .conftest import ROLLOUT_KEY, generation, request, rollout_request, rollout_rows, summary, wait_for, written
 
 ROOT = Path(__file__).resolve().parents[2]
+KEY = "val/generations"
 require_module("clearml", "clearml is not installed; pip install -e '.[dev]'")
 require_module("verl", "verl is not installed; pip install -e '.[dev]'")
 
@@ -39,11 +41,11 @@ def offline_events(folder: Path) -> list[dict[str, Any]]:
     return events
 
 
-def tables(folder: Path) -> dict[int, list[dict[str, Any]]]:
-    """The "Validation" tables (verl's) by iteration, as lists of row dicts."""
+def tables(folder: Path, title: str = "Validation") -> dict[int, list[dict[str, Any]]]:
+    """The tables of ``title`` (verl's "Validation", or "Training" for rollouts) by iteration, as lists of row dicts."""
     out = {}
     for event in offline_events(folder):
-        if event["type"] == "plot" and event["metric"] == "Validation":
+        if event["type"] == "plot" and event["metric"] == title:
             data = json.loads(event["plot_str"])["data"][0]
             header = [h[0] if isinstance(h, list) else h for h in data["header"]["values"]]
             rows = zip(*data["cells"]["values"], strict=True)
@@ -63,7 +65,10 @@ def offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
 
 @pytest.mark.timeout(300)
 def test_steps_land_in_the_trainers_task_as_verl_tables_and_scalars(offline: dict[str, str], tmp_path: Path) -> None:
-    """K rows per step in verl's "Validation" table of the trainer's own task, extra columns included."""
+    """K rows per step in verl's "Validation" table of the trainer's own task, extra columns included.
+
+    The rollouts of step 2 go to a "Training" table of their own, one row per response by prompt.
+    """
     facts_path, work = tmp_path / "trainer.json", tmp_path / "job"
     work.mkdir()
     # Run from a folder outside any git repository, as a copied script: ClearML's Task.init
@@ -87,8 +92,10 @@ def test_steps_land_in_the_trainers_task_as_verl_tables_and_scalars(offline: dic
     for _ in range(2):
         service.accept(to_otlp_json(request(*attempt, resource=resource)))
     wait_for(lambda: service.stats()["backends"]["clearml"]["unchanged_steps"] == 1, 60)
+    service.accept(to_otlp_json(rollout_request("cm", 2, resource=resource)))
+    wait_for(lambda: written(service, "clearml") == 4, 60)
     service.stop()
-    assert written(service, "clearml") == 3
+    assert service.stats()["backends"]["clearml"]["kinds"]["rollout"]["written_steps"] == 1
     folder = Path(facts["folder"])
     assert json.loads((folder / "task.json").read_text())["name"] == "grpo"  # the trainer's task, unchanged
     got = tables(folder)
@@ -102,7 +109,11 @@ def test_steps_land_in_the_trainers_task_as_verl_tables_and_scalars(offline: dic
     ]
     assert [row["acc"] for row in got[1]] == [0.0, 1.0, 0.0]
     kept = [e for e in offline_events(folder) if e["type"] == "training_stats_scalar" and e["variant"] == "kept"]
-    assert sorted((e["iter"], e["value"]) for e in kept) == [(1, 3.0), (2, 3.0), (3, 1.0)]
+    assert sorted((e["iter"], e["value"]) for e in kept if e["metric"] == KEY) == [(1, 3.0), (2, 3.0), (3, 1.0)]
+    assert [(e["iter"], e["value"]) for e in kept if e["metric"] == ROLLOUT_KEY] == [(2, 4.0)]
+    (rollouts,) = tables(folder, "Training").values()
+    columns = [*ROLLOUT_COLUMNS, "attempt"]
+    assert [[row[name] for name in columns] for row in rollouts] == rollout_rows(2)
 
 
 def test_records_without_a_task_are_counted_not_written(offline: dict[str, str]) -> None:

@@ -16,7 +16,7 @@ import otel_valgen.exporter as package
 from otel_valgen.otlp_json import to_otlp_json
 from otel_valgen.tools.exporter_commands import exporter_command, push_command, wandb_exporter_command
 
-from .conftest import post_protobuf, step_request, wait_for
+from .conftest import ROLLOUT_KEY, both_kinds, post_protobuf, step_request, wait_for
 from .tensorboard_files import read_texts
 from .wandb_files import read_run
 
@@ -91,3 +91,19 @@ def _ledger_steps(folder: Path) -> list[int]:
     if not ledger.exists():
         return []
     return sorted(json.loads(line)["step"] for line in ledger.read_text().splitlines())
+
+
+def test_push_command_kind_restricts_the_stream(tmp_path: Path) -> None:
+    """``push --kind rollout`` writes the rollouts only, and the summary line counts per kind."""
+    data = tmp_path / "data.jsonl"
+    lines = [json.dumps(to_otlp_json(item)) for item in both_kinds("cli-kind", 2, {"tensorboard.log_dir": "logs"})]
+    data.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    boards = ["--backend", "tensorboard", "--tensorboard-dir", str(tmp_path / "boards")]
+    result = CliRunner().invoke(push_command, [str(data), *boards, "--kind", "rollout"])
+    assert result.exit_code == 0, result.output
+    assert "pushed 1 steps (4 rows); 0 already written [rollout 1 steps (4 rows), 0 already written]" in result.output
+    assert read_texts(tmp_path / "boards" / "logs", "val/generations") == {}
+    assert sorted(read_texts(tmp_path / "boards" / "logs", ROLLOUT_KEY)) == [2]
+    shared = CliRunner().invoke(push_command, [str(data), *boards, "--rollout-table-key", "val/generations"])
+    assert shared.exit_code == 2
+    assert "validation and rollouts would share one table" in shared.output

@@ -5,6 +5,7 @@ Needs ``build/otelcol-valgen`` (built from collector/); skipped with a message w
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import socket
@@ -23,10 +24,12 @@ from otel_valgen.exporter.backends.tensorboard import TensorBoardConfig
 from otel_valgen.exporter.backends.wandb import WriterConfig
 from otel_valgen.exporter.server import ExporterServer
 from otel_valgen.exporter.service import ExporterService, ServiceConfig
+from otel_valgen.reader import read_paths
+from otel_valgen.selection import select_steps
 from tests.e2e.harness import records_of_json
 from tests.support.require import require_or_skip
 
-from .conftest import wait_for, written
+from .conftest import ROLLOUT_KEY, wait_for, written
 from .tensorboard_files import read_texts
 from .wandb_files import read_run
 
@@ -129,19 +132,19 @@ def summarized_steps(path: Path) -> set[int]:
     return steps
 
 
-def emit(endpoint: str, steps: str) -> str:
+def emit(endpoint: str, steps: str, *, rollouts: bool = False) -> str:
     """Two emitting processes (trainer and rollouter) of one launch send their parts of ``steps``.
 
     Plain processes (no launcher the library knows) share the fallback launch id ``run`` of their
     run; each launch here gets its own ``OTEL_VALGEN_LAUNCH_ID`` (one new value per launch, README
-    *Launches*), so that the two launches' attempts differ. Returns the launch id.
+    *Launches*), so that the two launches' attempts differ. With ``rollouts`` each also sends the
+    steps' training rollouts. Returns the launch id.
     """
     launch = uuid.uuid4().hex[:12]
     env = os.environ | {"OTEL_VALGEN_LAUNCH_ID": launch}
+    args = [sys.executable, "-m", "tests.exporter.emit_steps", endpoint, "e2e"]
     procs = [
-        subprocess.Popen(
-            [sys.executable, "-m", "tests.exporter.emit_steps", endpoint, "e2e", source, steps], cwd=ROOT, env=env
-        )
+        subprocess.Popen([*args, source, steps, *(["rollouts"] if rollouts else [])], cwd=ROOT, env=env)
         for source in ("trainer", "rollouter")
     ]
     for proc in procs:
@@ -183,3 +186,32 @@ def test_collector_to_offline_run_k_rows_per_step_across_a_restart(
     attempts = {step: {row[8] for row in rows if row[0] == step} for step in (10, 20, 30)}
     assert attempts == {10: {f"{first}.1"}, 20: {f"{first}.1"}, 30: {f"{second}.1"}}
     assert {row[3] for row in rows} <= {"trainer", "rollouter"}
+
+
+@pytest.mark.timeout(150)
+def test_collector_to_backends_a_steps_rollouts_beside_its_validation(
+    wandb_dir: Path, tmp_path: Path, collector: tuple[str, int]
+) -> None:
+    """The sampler's rollout group lands in train/generations as `show --kind rollout` picks it, by prompt."""
+    endpoint, port = collector
+    boards, output = tmp_path / "tensorboard", tmp_path / "collector" / "valgen.jsonl"
+    exporter = Exporter(port, tmp_path / "exporter-state", boards)
+    emit(endpoint, "40", rollouts=True)
+    wait_for(lambda: written(exporter.service) == 2 and written(exporter.service, "tensorboard") == 2, 60)
+    exporter.stop()
+    counts = exporter.service.stats()
+    assert (counts["validation_steps"], counts["rollout_steps"], counts["without_summary"]) == (1, 1, 0)
+
+    def shown() -> list[str]:
+        selections = select_steps(read_paths([output], lambda _: None), kind=contract.KIND_ROLLOUT)
+        return [g.sample_id for selection in selections for g in selection.generations]
+
+    wait_for(lambda: len(shown()) == 2 * 3, 30)  # k = 2 prompts of 8, with their 3 responses each
+    files = read_run(wandb_dir, "e2e")
+    ((step, table),) = files.tables(ROLLOUT_KEY)
+    assert step == 40
+    assert [row[2] for row in table["data"]] == shown()
+    assert len([prompt for prompt, _ in itertools.groupby(row[1] for row in table["data"])]) == 2
+    ((_, validation),) = files.tables("val/generations")
+    assert len(validation["data"]) == 3
+    assert sorted(read_texts(boards / "otel-valgen" / "e2e", ROLLOUT_KEY)) == [40]

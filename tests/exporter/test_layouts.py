@@ -5,13 +5,27 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from otel_valgen import contract
 from otel_valgen.exporter.push import push_paths
 from otel_valgen.exporter.service import ExporterService
-from otel_valgen.exporter.tables import ROW_COLUMNS
+from otel_valgen.exporter.tables import LAYOUTS, ROLLOUT_COLUMNS, ROW_COLUMNS
 from otel_valgen.otlp_json import to_otlp_json
 
-from .conftest import generation, request, serve_requests, step_request, summary, wandb_backend
+from .conftest import (
+    PARAM_VERSION,
+    ROLLOUT_KEY,
+    both_kinds,
+    generation,
+    request,
+    rollout_request,
+    rollout_rows,
+    serve_requests,
+    step_request,
+    summary,
+    wandb_backend,
+)
 from .wandb_files import read_run
 
 KEY = "val/generations"
@@ -43,7 +57,7 @@ def test_verl_layout_one_accumulating_row_per_step(wandb_dir: Path) -> None:
     assert files.scalars(f"{KEY}/seen") == [(10, 10), (20, 10)]
     assert files.scalars(f"{KEY}/kept") == [(10, 4), (20, 4)]
     steps = {m.glob_name: m.step_metric for m in files.metrics if m.glob_name}
-    assert steps == {f"{KEY}*": "valgen/step"}
+    assert steps == {f"{KEY}*": "valgen/step", "train/generations*": "valgen/step"}
     assert files.run_ids == {"run-v"}
 
 
@@ -184,3 +198,32 @@ def test_push_writes_the_attempt_show_picks(wandb_dir: Path, tmp_path: Path) -> 
     assert report.steps == 1
     ((_, table),) = read_run(wandb_dir, "run-c").tables(KEY)
     assert table["data"][0][1] == "q0-new"
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_rollouts_get_a_table_of_their_own_next_to_the_validation_table(wandb_dir: Path, layout: str) -> None:
+    """A step's rollouts land in train/generations, one row per response by prompt; val/generations is as before."""
+    service = run_service(layout, *both_kinds(f"run-k{layout}", 3))
+    files = read_run(wandb_dir, f"run-k{layout}")
+    ((step, validation),) = files.tables(KEY)
+    assert step == 3
+    assert validation["columns"] == (verl_columns(2) if layout == "verl" else [*ROW_COLUMNS, "attempt"])
+    assert "p0/0" not in json.dumps(validation["data"])
+    ((step, rollouts),) = files.tables(ROLLOUT_KEY)
+    assert step == 3
+    assert rollouts["columns"] == [*ROLLOUT_COLUMNS, "attempt"]
+    assert rollouts["data"] == rollout_rows(3)
+    assert files.scalars(f"{ROLLOUT_KEY}/kept") == [(3, 4)]
+    assert files.scalars(f"{ROLLOUT_KEY}/prompts_kept") == [(3, 2)]
+    assert files.scalars(f"{KEY}/kept") == [(3, 2)]
+    rows = service.stats()["backends"]["wandb"]["kinds"]
+    assert (rows["validation"]["rows"], rows["rollout"]["rows"]) == (1 if layout == "verl" else 2, 4)
+
+
+def test_rollout_table_columns_take_extra_columns_and_the_param_version(wandb_dir: Path) -> None:
+    """Extra columns follow data_source, then param_version when the records carry valgen.param_version."""
+    extra = {f"{contract.EXTRA_PREFIX}acc": 1.0, PARAM_VERSION: 7}
+    run_service("verl", rollout_request("run-pv", 4, **extra))
+    ((_, table),) = read_run(wandb_dir, "run-pv").tables(ROLLOUT_KEY)
+    assert table["columns"] == [*ROLLOUT_COLUMNS, "acc", "param_version", "attempt"]
+    assert table["data"] == rollout_rows(4, extra=(1.0, 7))

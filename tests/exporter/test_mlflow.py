@@ -14,10 +14,11 @@ from otel_valgen.exporter.backends import create_backends
 from otel_valgen.exporter.backends.mlflow import MlflowConfig
 from otel_valgen.exporter.backends.tensorboard import TensorBoardConfig
 from otel_valgen.exporter.service import ExporterService, ServiceConfig, Unavailable
+from otel_valgen.exporter.tables import ROLLOUT_COLUMNS
 from otel_valgen.otlp_json import to_otlp_json
 from tests.support.require import require_module
 
-from .conftest import generation, request, summary, wait_for, written
+from .conftest import ROLLOUT_KEY, both_kinds, generation, request, rollout_rows, summary, wait_for, written
 from .mlflow_server import MlflowServer
 from .tensorboard_files import read_texts
 
@@ -158,3 +159,22 @@ def test_a_retried_request_of_an_attempt_already_written_writes_nothing(server: 
     assert (stats["written_steps"], stats["unchanged_steps"]) == (1, 1)
     kept = mlflow.MlflowClient(server.uri).get_metric_history(run_id, f"{KEY}/kept")
     assert [(m.step, m.value) for m in kept] == [(8, 2.0)]
+
+
+def test_rollouts_land_as_their_own_artifact_and_metrics(server: MlflowServer, tmp_path: Path) -> None:
+    """A step's rollouts: train_step{n}.json (a row per response, by prompt) and train/generations metrics."""
+    run_id, resource = trainer_run(server, "exp-kinds")
+    service = service_for(server, tmp_path, ["mlflow"])
+    for item in both_kinds("valgen-kinds", 4, {"service.name": "trainer"} | resource):
+        service.accept(to_otlp_json(item))
+    wait_for(lambda: written(service, "mlflow") == 2, 60)
+    service.stop()
+    client = mlflow.MlflowClient(server.uri)
+    assert {item.path for item in client.list_artifacts(run_id)} == {"val_step4.json", "train_step4.json"}
+    validation = json.loads(Path(client.download_artifacts(run_id, "val_step4.json", str(tmp_path / "v"))).read_text())
+    assert [(row["sample_id"], row["output"]) for row in validation] == [("s000", "a0@4"), ("s001", "a1@4")]
+    rollouts = json.loads(Path(client.download_artifacts(run_id, "train_step4.json", str(tmp_path / "r"))).read_text())
+    columns = [*ROLLOUT_COLUMNS, "attempt"]
+    assert rollouts == [dict(zip(columns, row, strict=True)) for row in rollout_rows(4)]
+    assert [(m.step, m.value) for m in client.get_metric_history(run_id, f"{ROLLOUT_KEY}/kept")] == [(4, 4.0)]
+    assert [(m.step, m.value) for m in client.get_metric_history(run_id, f"{KEY}/kept")] == [(4, 2.0)]

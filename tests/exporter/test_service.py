@@ -26,7 +26,17 @@ from otel_valgen.exporter.service import ExporterService, ServiceConfig
 from otel_valgen.exporter.steps import ClosedStep
 from otel_valgen.otlp_json import to_otlp_json
 
-from .conftest import generation, request, step_request, wait_for, wandb_backend, written
+from .conftest import (
+    ROLLOUT_KEY,
+    generation,
+    request,
+    rollout_request,
+    rollout_rows,
+    step_request,
+    wait_for,
+    wandb_backend,
+    written,
+)
 from .wandb_files import read_run
 
 KEY = "val/generations"
@@ -67,9 +77,9 @@ def running(wandb_dir: Path) -> Iterator[Running]:
     service.stop()
 
 
-def rows_of(wandb_dir: Path, run: str) -> list[list[Any]]:
-    """Every table row logged to ``run``, in order."""
-    return [row for _, table in read_run(wandb_dir, run).tables(KEY) for row in table["data"]]
+def rows_of(wandb_dir: Path, run: str, key: str = KEY) -> list[list[Any]]:
+    """Every row of the table ``key`` logged to ``run``, in order."""
+    return [row for _, table in read_run(wandb_dir, run).tables(key) for row in table["data"]]
 
 
 def test_http_protobuf_success_and_duplicate_batch_adds_no_rows(wandb_dir: Path, running: Running) -> None:
@@ -192,19 +202,25 @@ def test_restart_writes_only_what_is_missing(wandb_dir: Path, tmp_path: Path) ->
 
 
 def test_steps_held_at_shutdown_are_spooled_and_written_after_the_restart(wandb_dir: Path, tmp_path: Path) -> None:
-    """With wandb down when the service stops: the held step goes to the spool, and the next start writes it."""
+    """With wandb down when the service stops: the held steps go to the spool, and the next start writes them.
+
+    A spooled rollout step stays a rollout step (its kind and prompts), written to its own table.
+    """
     state = tmp_path / "state"
     down = wandb_backend("rows", state, backend_class=FlakyBackend)
     first = Running(state_dir=state, backend=down)
-    assert first.post(step_request("sp", 4, 2).SerializeToString())[0] == 200
+    both = step_request("sp", 4, 2)
+    both.resource_logs.extend(rollout_request("sp", 4).resource_logs)  # one request: the next is refused (503)
+    assert first.post(both.SerializeToString())[0] == 200
     wait_for(lambda: first.service.stats()["backends"]["wandb"]["failing"])
     first.stop()
     assert (state / "wandb" / "spool.json").exists()
     second = Running(state_dir=state)
-    wait_for(lambda: written(second.service) == 1)
+    wait_for(lambda: written(second.service) == 2)
     second.stop()
     assert not (state / "wandb" / "spool.json").exists()
     assert sorted((row[0], row[1]) for row in rows_of(wandb_dir, "sp")) == [(4, "s000"), (4, "s001")]
+    assert rows_of(wandb_dir, "sp", ROLLOUT_KEY) == rollout_rows(4)
 
 
 @pytest.mark.parametrize("protocol", ["http/protobuf", "grpc"])

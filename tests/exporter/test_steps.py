@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from otel_valgen import contract
-from otel_valgen.exporter.steps import assemble
+from otel_valgen.exporter.steps import assemble, summary_scalars
 from otel_valgen.otlp_json import to_otlp_json
 from otel_valgen.reader import split_request
 
-from .conftest import generation, request, summary
+from .conftest import generation, group_order, request, rollout, rollout_request, summary
 
 
 def steps_of(*logs: object, resource: dict[str, object] | None = None) -> object:
@@ -64,3 +64,20 @@ def test_the_step_takes_the_resource_that_names_a_run_in_any_tracker() -> None:
     worker.resource_logs.extend(trainer.resource_logs)
     (step,) = assemble(split_request(to_otlp_json(worker)).records, now=0.0).steps
     assert step.resource == {"clearml.task_id": "t-1"}
+
+
+def test_a_rollout_step_is_a_step_of_its_own_with_each_prompts_responses_together() -> None:
+    """Rollouts of a step are a step of their kind; unranked (no sampler), they are still ordered by prompt."""
+    logs = [rollout("r", 8, p, i) for p, i in sorted(group_order(), key=lambda item: item[1])]  # interleaved
+    out = steps_of(generation("r", 8, 0), *logs)
+    validation, rollouts = out.steps
+    assert (validation.kind, rollouts.kind, rollouts.rollout) == (contract.KIND_VALIDATION, contract.KIND_ROLLOUT, True)
+    assert [g.sample_id for g in rollouts.generations] == [f"p{p}/{i}" for p, i in group_order()]
+    assert (out.validation_steps, out.rollout_steps) == (1, 1)
+
+
+def test_summary_scalars_of_a_rollout_step_count_prompts() -> None:
+    """A rollout summary's prompts seen and kept are scalars next to seen and kept."""
+    (step,) = steps_of(*rollout_request("r", 9).resource_logs[0].scope_logs[0].log_records).steps
+    scalars = summary_scalars(step.summary)
+    assert (scalars["kept"], scalars["prompts_kept"], scalars["prompts_seen"]) == (4, 2, 3)

@@ -9,7 +9,7 @@ from otel_valgen.exporter.backends.tensorboard import TensorBoardBackend, Tensor
 from otel_valgen.exporter.ledger import Ledger
 from otel_valgen.exporter.service import ExporterService
 
-from .conftest import generation, request, serve_requests, summary
+from .conftest import ROLLOUT_KEY, both_kinds, generation, request, serve_requests, summary
 from .tensorboard_files import read_scalars, read_texts
 
 KEY = "val/generations"
@@ -97,3 +97,22 @@ def test_a_retried_request_of_an_attempt_already_written_writes_nothing(tmp_path
     accumulator = EventAccumulator(str(tmp_path / "root" / "logs"), size_guidance={TENSORS: 0})
     accumulator.Reload()
     assert len(accumulator.Tensors(KEY)) == 1
+
+
+def test_rollouts_are_written_under_their_own_tag_by_prompt(tmp_path: Path) -> None:
+    """A step's rollouts: a text under train/generations, a section per prompt; the validation text as before."""
+    service = run(tmp_path, *both_kinds("tbk", 5, {"tensorboard.log_dir": "logs"}))
+    folder = tmp_path / "logs"
+    (validation,) = read_texts(folder, KEY).values()
+    assert validation.startswith("**Generation Results - Step 5**\n\n### Sample 1\n**Input:** q0\n\n")
+    assert "prompt0" not in validation
+    text = read_texts(folder, ROLLOUT_KEY)[5]
+    assert text.startswith("**Rollouts - Step 5**\n\n## Prompt 1: p1\n**Input:** prompt1\n\n### Response p1/0\n")
+    assert text.index("p1/1") < text.index("## Prompt 2: p0") < text.index("p0/0") < text.index("p0/1")
+    assert "**output:** r0.1@5\n\n**score:** 1.0\n\n**advantage:** 0.5\n\n**response_length:** 11\n\n" in text
+    assert "**truncated:** True\n\n**ground_truth:** t0\n\n**data_source:** gsm8k\n\n" in text
+    assert read_scalars(folder, f"{ROLLOUT_KEY}/kept") == {5: 4.0}
+    assert read_scalars(folder, f"{ROLLOUT_KEY}/prompts_kept") == {5: 2.0}
+    assert read_scalars(folder, f"{KEY}/kept") == {5: 2.0}
+    stats = service.stats()
+    assert (stats["validation_steps"], stats["rollout_steps"], stats["steps"]) == (1, 1, 2)

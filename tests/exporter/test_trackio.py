@@ -19,10 +19,11 @@ from typing import Any
 import pytest
 
 from otel_valgen import contract
+from otel_valgen.exporter.tables import ROLLOUT_COLUMNS
 from tests.support.process import ServerProcess, launch
 from tests.support.require import require_module
 
-from .conftest import generation, post_protobuf, request, summary, wait_for
+from .conftest import ROLLOUT_KEY, generation, post_protobuf, request, rollout_request, rollout_rows, summary, wait_for
 from .mlflow_server import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,7 +42,10 @@ def job(args: list[str], env: dict[str, str], work: Path) -> str:
 
 @pytest.mark.timeout(300)
 def test_steps_land_in_the_trainers_run_as_traces_tables_and_scalars(tmp_path: Path) -> None:
-    """K traces and table rows per step in the trainer's own Trackio run, also after the store was locked."""
+    """K traces and table rows per step in the trainer's own Trackio run, also after the store was locked.
+
+    The rollouts of step 2 go under train/generations: a trace per response and a table of their own.
+    """
     work = tmp_path / "job"
     work.mkdir()
     env = os.environ | {"TRACKIO_DIR": str(tmp_path / "trackio"), "PYTHONPATH": str(ROOT)}
@@ -78,6 +82,8 @@ def test_steps_land_in_the_trainers_run_as_traces_tables_and_scalars(tmp_path: P
         for _ in range(2):
             assert post_protobuf(port, request(*attempt, resource=resource).SerializeToString())
         wait_for(lambda: len(ledger.read_text().splitlines()) == 4, 120)
+        assert post_protobuf(port, rollout_request("tk", 2, resource=resource).SerializeToString())
+        wait_for(lambda: len(ledger.read_text().splitlines()) == 5, 120)
     finally:
         assert exporter.stop() == 0, exporter.log_tail()
     stored = json.loads(job(["read", "valgen-proj", "grpo"], env, work))
@@ -96,3 +102,10 @@ def test_steps_land_in_the_trainers_run_as_traces_tables_and_scalars(tmp_path: P
     traces = sorted((t for t in stored["traces"] if t["step"] == 1), key=lambda t: t["metadata"]["sample_index"])
     assert [t["messages"][1]["content"] for t in traces] == ["a0@1", "a1@1", "a2@1"]  # in rank order
     assert [t["metadata"]["score"] for t in traces] == [0.5, 0.5, 0.5]
+    (rollouts,) = [row[f"{ROLLOUT_KEY}/table"] for row in stored["logs"] if f"{ROLLOUT_KEY}/table" in row]
+    assert [[row[name] for name in [*ROLLOUT_COLUMNS, "attempt"]] for row in rollouts] == rollout_rows(2)
+    responses = [t for t in stored["traces"] if t["metadata"]["source"] == "rollout_generations"]
+    responses.sort(key=lambda t: t["metadata"]["sample_index"])
+    assert [t["messages"][1]["content"] for t in responses] == [row[4] for row in rollout_rows(2)]
+    assert [t["metadata"]["advantage"] for t in responses] == [row[6] for row in rollout_rows(2)]
+    assert all(t["metadata"]["source"] == "validation_generations" for t in stored["traces"] if t["step"] != 2)

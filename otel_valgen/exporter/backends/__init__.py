@@ -9,11 +9,16 @@ imported only by the backends that are used.
 service holds it and retries), ``StepNotWritable`` when the records name no run the tracker
 can write to; any other exception means the step can never be written there (it is dropped,
 counted and logged with its traceback).
+
+Every backend writes a step's validation (``val/generations`` by default) and its training
+rollouts (``train/generations``) under different keys (``TableKeys.key``), and its ledger keeps
+the two kinds apart.
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 from otel_valgen.exporter.ledger import Ledger, ledger_dir
@@ -24,6 +29,7 @@ __all__ = [
     "Backend",
     "BackendUnavailable",
     "StepNotWritable",
+    "TableKeys",
     "commit_step",
     "create_backends",
     "parse_backends",
@@ -33,6 +39,8 @@ __all__ = [
 
 BACKENDS: Final = ("wandb", "mlflow", "tensorboard", "clearml", "trackio")
 """The backends this version writes to, by the name ``--backend`` takes."""
+VALIDATION_KEY: Final = "val/generations"
+ROLLOUT_KEY: Final = "train/generations"
 
 _logger = logging.getLogger("otel_valgen.exporter")
 
@@ -46,6 +54,26 @@ class StepNotWritable(Exception):
 
     The service counts it as a failed step; the backend has logged why (once per run).
     """
+
+
+@dataclass(frozen=True, kw_only=True)
+class TableKeys:
+    """What every backend's config says of keys: where each kind goes, and whether scalars go with it.
+
+    Attributes:
+        table_key: the key of validation steps; their scalars go under ``<table_key>/``.
+        rollout_key: the same for training rollout steps (another key than ``table_key``).
+        scalars: write the summary's scalars.
+
+    """
+
+    table_key: str = VALIDATION_KEY
+    rollout_key: str = ROLLOUT_KEY
+    scalars: bool = True
+
+    def key(self, step: ClosedStep) -> str:
+        """The key ``step`` is written under: the rollout key for training rollouts, else the table key."""
+        return self.rollout_key if step.rollout else self.table_key
 
 
 class Backend(Protocol):
@@ -69,14 +97,15 @@ def superseded(backend: Backend, step: ClosedStep) -> bool:
     Of the attempts of one step (``valgen.attempt``: resume, retry) the one that
     ``otel_valgen.selection.choose_attempt`` picks is shown: latest complete, else latest.
     """
-    shown = backend.ledger.superseded_by(step.group_id, step.step, step.shown_attempt())
+    shown = backend.ledger.superseded_by(step.group_id, step.step, step.shown_attempt(), step.kind)
     if shown is None:
         return False
     _logger.info(
-        "%s: run %s step %d: attempt %r not written, attempt %r is shown",
+        "%s: run %s step %d (%s): attempt %r not written, attempt %r is shown",
         backend.name,
         step.group_id,
         step.step,
+        step.kind,
         step.attempt,
         shown.attempt,
     )
@@ -85,13 +114,13 @@ def superseded(backend: Backend, step: ClosedStep) -> bool:
 
 def written_before(backend: Backend, step: ClosedStep) -> bool:
     """Whether a backend that writes a step whole has nothing to do: this attempt is written, or another is shown."""
-    return superseded(backend, step) or backend.ledger.is_committed(step.group_id, step.step, step.attempt)
+    return superseded(backend, step) or backend.ledger.is_committed(*step.key)
 
 
 def commit_step(backend: Backend, step: ClosedStep) -> int:
     """Record a whole step as written in the backend's ledger; the rows it had."""
     sample_ids = [g.sample_id for g in step.generations]
-    backend.ledger.commit(step.group_id, step.step, sample_ids, shown=step.shown_attempt())
+    backend.ledger.commit(step.group_id, step.step, sample_ids, shown=step.shown_attempt(), kind=step.kind)
     return len(sample_ids)
 
 

@@ -11,6 +11,9 @@ Per step, as verl's ``log_generations_to_clearml``: ``report_table(title="Valida
 series="Validation generations", iteration=step)`` with one row per generation (verl's
 ``step, input, output, score``, then ``sample_id``, the extra columns and ``attempt``), and the
 summary's scalars (``report_scalar(title=<table key>, series="seen"|"kept"|"score_mean"|...)``).
+A rollout step goes to a table of its own, ``report_table(title="Training", series="Training
+generations", iteration=step)`` with one row per response (``rollout_columns``), and its
+scalars under the rollout key (``train/generations``).
 
 Records that name no task are not written here (counted as failed steps, logged once per run):
 ClearML has no run to attach them to. A task id ClearML does not know (a wrong id, or a cache
@@ -26,36 +29,35 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-from otel_valgen.exporter.backends import BackendUnavailable, StepNotWritable, commit_step, written_before
+from otel_valgen.exporter.backends import BackendUnavailable, StepNotWritable, TableKeys, commit_step, written_before
 from otel_valgen.exporter.ledger import Ledger
 from otel_valgen.exporter.steps import ClosedStep, summary_scalars
-from otel_valgen.exporter.tables import extra_names
+from otel_valgen.exporter.tables import extra_names, rollout_columns, rollout_rows
 
 __all__ = ["TASK_ID_ATTRIBUTE", "ClearMLBackend", "ClearMLConfig"]
 
 TASK_ID_ATTRIBUTE = "clearml.task_id"
 TITLE, SERIES = "Validation", "Validation generations"  # verl's
+ROLLOUT_TITLE, ROLLOUT_SERIES = "Training", "Training generations"
 _logger = logging.getLogger("otel_valgen.exporter")
 
 
 @dataclass(frozen=True)
-class ClearMLConfig:
-    """What to write.
+class ClearMLConfig(TableKeys):
+    """What to write (keys and scalars: ``TableKeys``; the key is the title of the scalars).
 
     Attributes:
-        table_key: the title of the scalars.
-        scalars: write the summary's scalars.
         max_tasks: tasks kept open at once.
 
     """
 
-    table_key: str = "val/generations"
-    scalars: bool = True
     max_tasks: int = 16
 
 
 def table_rows(step: ClosedStep) -> list[list[Any]]:
-    """The step's table: a header row, then one row per generation in rank order."""
+    """The step's table: a header row, then one row per generation in rank order (per response for rollouts)."""
+    if step.rollout:
+        return [rollout_columns(step), *rollout_rows(step)]
     names = extra_names(step)
     header: list[Any] = ["step", "input", "output", "score", "sample_id", *names, "attempt"]
     rows = [header]
@@ -129,10 +131,12 @@ class ClearMLBackend:
         try:
             logger = task.get_logger()
             if step.generations:
-                logger.report_table(title=TITLE, series=SERIES, iteration=step.step, table_plot=table_rows(step))
+                title, series = (ROLLOUT_TITLE, ROLLOUT_SERIES) if step.rollout else (TITLE, SERIES)
+                logger.report_table(title=title, series=series, iteration=step.step, table_plot=table_rows(step))
             if self.config.scalars:
+                key = self.config.key(step)
                 for name, value in summary_scalars(step.summary).items():
-                    logger.report_scalar(title=self.config.table_key, series=name, value=value, iteration=step.step)
+                    logger.report_scalar(title=key, series=name, value=value, iteration=step.step)
             task.flush(wait_for_uploads=True)
         except Exception as error:
             self._tasks.pop(task.id, None)

@@ -13,6 +13,10 @@ Per step:
   the extra columns, attempt) in each row; a preferred attempt overwrites it.
 - metrics ``<table key>/seen``, ``kept``, ``score_mean``, ... at the step.
 
+A rollout step (``valgen.kind = rollout``) gets ``train_step{step}.json``, one row per response
+by column name (``otel_valgen.exporter.tables.rollout_dicts``), and its metrics under the
+rollout key (``train/generations/seen``, ...), so it never replaces the step's validation.
+
 ``MlflowClient.log_table`` is not used: it lists every table in one run tag, whose value MLflow
 caps at 8,000 characters, so a run with more than about 130 per-step tables fails every later
 write (measured with bench/exporter_bench.py); one appended table re-uploads the whole run's
@@ -35,36 +39,40 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from otel_valgen.exporter.backends import BackendUnavailable, commit_step, written_before
+from otel_valgen.exporter.backends import BackendUnavailable, TableKeys, commit_step, written_before
 from otel_valgen.exporter.ledger import Ledger
 from otel_valgen.exporter.steps import ClosedStep, summary_scalars
-from otel_valgen.exporter.tables import record_dicts
+from otel_valgen.exporter.tables import record_dicts, rollout_dicts
 
 __all__ = ["EXPERIMENT_ATTRIBUTE", "RUN_ID_ATTRIBUTE", "MlflowBackend", "MlflowConfig"]
 
 RUN_ID_ATTRIBUTE = "mlflow.run_id"
 EXPERIMENT_ATTRIBUTE = "mlflow.experiment_name"
 GROUP_TAG = "valgen.run_id"
+VALIDATION_ARTIFACT, ROLLOUT_ARTIFACT = "val_step{step}.json", "train_step{step}.json"
 _PERMANENT = frozenset({"RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE", "BAD_REQUEST", "INVALID_STATE"})
 _logger = logging.getLogger("otel_valgen.exporter")
 
 
 @dataclass(frozen=True)
-class MlflowConfig:
-    """Where and what to write.
+class MlflowConfig(TableKeys):
+    """Where and what to write (keys and scalars: ``TableKeys``).
 
     Attributes:
         tracking_uri: the tracking server (None: ``MLFLOW_TRACKING_URI``, else MLflow's default).
         experiment: the experiment of runs created for records that name no run.
-        table_key: metrics go under ``<table_key>/``.
-        scalars: write the summary's scalars as metrics.
 
     """
 
     tracking_uri: str | None = None
     experiment: str = "otel-valgen"
-    table_key: str = "val/generations"
-    scalars: bool = True
+
+
+def artifact(step: ClosedStep) -> tuple[str, list[dict[str, Any]]]:
+    """The step's artifact: its file name and rows (verl's ``val_step{n}.json``, or ``train_step{n}.json``)."""
+    if step.rollout:
+        return ROLLOUT_ARTIFACT.format(step=step.step), rollout_dicts(step)
+    return VALIDATION_ARTIFACT.format(step=step.step), record_dicts(step)
 
 
 class MlflowBackend:
@@ -136,11 +144,12 @@ class MlflowBackend:
         from mlflow.entities import Metric
 
         run_id = self._run_id(step)
-        key = self.config.table_key
+        key = self.config.key(step)
         if step.generations:
+            name, rows = artifact(step)
             with tempfile.TemporaryDirectory(prefix="valgen-mlflow-") as folder:
-                path = Path(folder, f"val_step{step.step}.json")
-                path.write_text(json.dumps(record_dicts(step)), encoding="utf-8")
+                path = Path(folder, name)
+                path.write_text(json.dumps(rows), encoding="utf-8")
                 self._call("log artifact", self._client.log_artifact, run_id, str(path))
         if self.config.scalars:
             now = int(time.time() * 1000)

@@ -11,7 +11,9 @@ Each folder gets an event file of its own (suffix ``.otel-valgen``) next to the 
 TensorBoard merges the files of a folder. Per step it writes verl's markdown under the table
 key (``val/generations``, text plugin) and the summary's scalars under ``<table key>/``
 (``seen``, ``kept``, ``score_mean``, ...). Events are written with the tensorboard package's
-own event-file writer; torch is not needed.
+own event-file writer; torch is not needed. A rollout step's text (a section per prompt with
+each of its responses, ``otel_valgen.exporter.tables.rollout_markdown``) and scalars go under
+the rollout key (``train/generations``) instead.
 """
 
 from __future__ import annotations
@@ -23,10 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from otel_valgen.exporter.backends import BackendUnavailable, commit_step, written_before
+from otel_valgen.exporter.backends import BackendUnavailable, TableKeys, commit_step, written_before
 from otel_valgen.exporter.ledger import Ledger
 from otel_valgen.exporter.steps import ClosedStep, summary_scalars
-from otel_valgen.exporter.tables import markdown
+from otel_valgen.exporter.tables import markdown, rollout_markdown
 
 __all__ = ["LOG_DIR_ATTRIBUTE", "TensorBoardBackend", "TensorBoardConfig", "target_dir"]
 
@@ -35,20 +37,16 @@ _logger = logging.getLogger("otel_valgen.exporter")
 
 
 @dataclass(frozen=True)
-class TensorBoardConfig:
-    """Where and what to write.
+class TensorBoardConfig(TableKeys):
+    """Where and what to write (keys and scalars: ``TableKeys``; the text's tag is the key).
 
     Attributes:
         root: the folder the exporter may write under.
-        table_key: the text's tag; scalars go under ``<table_key>/``.
-        scalars: write the summary's scalars.
         max_writers: event files kept open at once.
 
     """
 
     root: str = "."
-    table_key: str = "val/generations"
-    scalars: bool = True
     max_writers: int = 16
 
 
@@ -131,10 +129,11 @@ class TensorBoardBackend:
                 self.config.root,
                 folder,
             )
-        values = [self._text_value(self.config.table_key, markdown(step))]
+        key = self.config.key(step)
+        values = [self._text_value(key, rollout_markdown(step) if step.rollout else markdown(step))]
         if self.config.scalars:
             for name, value in summary_scalars(step.summary).items():
-                values.append(self._summary.Summary.Value(tag=f"{self.config.table_key}/{name}", simple_value=value))
+                values.append(self._summary.Summary.Value(tag=f"{key}/{name}", simple_value=value))
         event = self._event.Event(wall_time=time.time(), step=step.step, summary=self._summary.Summary(value=values))
         writer = self._writer(folder)
         try:

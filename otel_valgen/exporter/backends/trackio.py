@@ -11,7 +11,9 @@ the records' ``trackio.run_id``). Records that name no run are not written here 
 Per step, under the table key (``val/generations``): verl's ``trackio.Trace`` per generation
 (user and assistant messages, metadata with the score, sample id, step and the extra columns),
 a ``trackio.Table`` of the rows under ``<key>/table``, and the summary's scalars
-(``<key>/seen``, ``kept``, ``score_mean``, ...).
+(``<key>/seen``, ``kept``, ``score_mean``, ...). A rollout step goes under the rollout key
+(``train/generations``): a trace per response (its metadata holds the rollout columns: prompt
+id, advantage, response length, truncated, ...) and the rollout table under ``<key>/table``.
 
 Trackio reports a write it could not store (a locked or unwritable store) only as a Python
 warning. So each step is read back from the store after ``finish``; a step that is not there
@@ -25,10 +27,10 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
-from otel_valgen.exporter.backends import BackendUnavailable, StepNotWritable, commit_step, written_before
+from otel_valgen.exporter.backends import BackendUnavailable, StepNotWritable, TableKeys, commit_step, written_before
 from otel_valgen.exporter.ledger import Ledger
 from otel_valgen.exporter.steps import ClosedStep, summary_scalars
-from otel_valgen.exporter.tables import extra_names, generation_rows, row_columns
+from otel_valgen.exporter.tables import extra_names, rollout_dicts, rows_layout
 
 __all__ = ["PROJECT_ATTRIBUTE", "RUN_NAME_ATTRIBUTE", "TrackioBackend", "TrackioConfig"]
 
@@ -39,17 +41,36 @@ _logger = logging.getLogger("otel_valgen.exporter")
 
 
 @dataclass(frozen=True)
-class TrackioConfig:
-    """What to write.
+class TrackioConfig(TableKeys):
+    """What to write: the keys and scalars of ``TableKeys`` (the key names the traces; the table goes under it)."""
 
-    Attributes:
-        table_key: the key of the traces; the table and scalars go under ``<table_key>/``.
-        scalars: write the summary's scalars.
 
-    """
-
-    table_key: str = "val/generations"
-    scalars: bool = True
+def trace_metadata(step: ClosedStep) -> list[dict[str, Any]]:
+    """Each generation's trace metadata: verl's (score, step, sample index) and the step's other columns."""
+    if step.rollout:
+        rows = rollout_dicts(step)
+        hidden = ("input", "output")  # they are the trace's messages
+        return [
+            {
+                "source": "rollout_generations",
+                "sample_index": index,
+                **{k: v for k, v in row.items() if k not in hidden},
+            }
+            for index, row in enumerate(rows)
+        ]
+    names = extra_names(step)
+    return [
+        {
+            "source": "validation_generations",
+            "sample_index": index,
+            "score": generation.score,
+            "step": step.step,
+            "sample_id": generation.sample_id,
+            "attempt": step.attempt,
+            **{name: generation.extra.get(name) for name in names},
+        }
+        for index, generation in enumerate(step.generations)
+    ]
 
 
 class TrackioBackend:
@@ -78,30 +99,22 @@ class TrackioBackend:
         return project, name
 
     def _payload(self, step: ClosedStep) -> dict[str, Any]:
-        trackio, key = self._trackio, self.config.table_key
-        names = extra_names(step)
+        trackio, key = self._trackio, self.config.key(step)
         traces = [
             trackio.Trace(
                 messages=[
                     {"role": "user", "content": generation.input},
                     {"role": "assistant", "content": generation.output},
                 ],
-                metadata={
-                    "source": "validation_generations",
-                    "sample_index": index,
-                    "score": generation.score,
-                    "step": step.step,
-                    "sample_id": generation.sample_id,
-                    "attempt": step.attempt,
-                    **{name: generation.extra.get(name) for name in names},
-                },
+                metadata=metadata,
             )
-            for index, generation in enumerate(step.generations)
+            for generation, metadata in zip(step.generations, trace_metadata(step), strict=True)
         ]
         payload: dict[str, Any] = {}
         if traces:
+            columns, rows = rows_layout(step)
             payload[key] = traces
-            payload[f"{key}/table"] = trackio.Table(columns=row_columns(step), data=generation_rows(step))
+            payload[f"{key}/table"] = trackio.Table(columns=columns, data=rows)
         if self.config.scalars:
             payload |= {f"{key}/{name}": value for name, value in summary_scalars(step.summary).items()}
         return payload
@@ -152,7 +165,7 @@ class TrackioBackend:
                 trackio.log(payload, step=step.step)
             finally:
                 trackio.finish()
-        probe = f"{self.config.table_key}/table" if step.generations else next(iter(payload))
+        probe = f"{self.config.key(step)}/table" if step.generations else next(iter(payload))
         if not self._stored(project, name, run.id, step.step, probe):
             reasons = "; ".join(str(w.message) for w in caught) or "not found after finish()"
             raise BackendUnavailable(f"trackio: step {step.step} was not stored in {project}/{name}: {reasons}")

@@ -20,6 +20,11 @@ prefers over the shown one is logged again at the same ``valgen/step`` with
 ``rows`` its rows are added with their ``attempt`` column. Otherwise it is skipped (counted).
 Records of an attempt already written (a step split over requests) are added in ``rows``;
 ``verl`` has one row per step, so they are counted as ``additions_dropped`` there.
+
+Training rollouts (``valgen.kind = rollout``) go to a table of their own, ``rollout_key``
+(``train/generations``) next to ``val/generations``, with its scalars under it, in the
+``rows`` layout whatever ``layout`` says (one row per response, a prompt's responses together:
+``otel_valgen.exporter.tables.rollout_rows``); verl has no wide rollout table to match.
 """
 
 from __future__ import annotations
@@ -34,10 +39,10 @@ from typing import Any, Literal, cast
 import wandb
 
 from otel_valgen import contract
-from otel_valgen.exporter.backends import BackendUnavailable, superseded
+from otel_valgen.exporter.backends import BackendUnavailable, TableKeys, superseded
 from otel_valgen.exporter.ledger import Ledger
 from otel_valgen.exporter.steps import ClosedStep, summary_scalars
-from otel_valgen.exporter.tables import generation_rows, row_columns, supports_incremental, verl_row, wide_table
+from otel_valgen.exporter.tables import rows_layout, supports_incremental, verl_row, wide_table
 
 __all__ = ["RunRef", "WandbBackend", "WriterConfig", "run_ref"]
 
@@ -74,16 +79,14 @@ def run_ref(step: ClosedStep, project: str | None = None, entity: str | None = N
 
 
 @dataclass(frozen=True)
-class WriterConfig:
-    """How and where steps are written.
+class WriterConfig(TableKeys):
+    """How and where steps are written (keys and scalars: ``TableKeys``).
 
     Attributes:
-        layout: ``verl`` (one wide row per step) or ``rows`` (one row per generation).
-        table_key: the key the table is logged under; scalars go under ``<table_key>/``.
+        layout: ``verl`` (one wide row per step) or ``rows`` (one row per generation); rollouts are always rows.
         mode: ``shared`` (attach to the live run) or ``offline`` (local run files).
         label: ``x_label`` of the attachment.
         max_runs: attachments kept open at once.
-        scalars: log seen, kept, late and missing per step from the summary.
         step_metric: the metric the table and scalars are plotted against.
         directory: the folder wandb writes under (default: ``WANDB_DIR`` when attaching).
         project: wandb project for records without a ``wandb.project`` resource attribute.
@@ -92,11 +95,9 @@ class WriterConfig:
     """
 
     layout: str = "verl"
-    table_key: str = "val/generations"
     mode: str = "shared"
     label: str = "otel-valgen-exporter"
     max_runs: int = 16
-    scalars: bool = True
     step_metric: str = "valgen/step"
     directory: str | None = None
     project: str | None = None
@@ -106,7 +107,7 @@ class WriterConfig:
 @dataclass
 class _Attachment:
     run: Any
-    table: Any = None  # the rows layout's incremental table
+    tables: dict[str, Any] = field(default_factory=dict)  # the rows layout's incremental table, by kind
     steps: int = field(default=0)
 
 
@@ -155,7 +156,8 @@ class WandbBackend:
             settings = self._settings()
             run = wandb.init(id=ref.run_id, project=ref.project, entity=ref.entity, dir=directory, settings=settings)
             run.define_metric(self.config.step_metric)
-            run.define_metric(f"{self.config.table_key}*", step_metric=self.config.step_metric)
+            for key in (self.config.table_key, self.config.rollout_key):
+                run.define_metric(f"{key}*", step_metric=self.config.step_metric)
         except Exception as error:
             raise BackendUnavailable(f"cannot attach to run {ref.key}: {type(error).__name__}: {error}") from error
         attachment = _Attachment(run=run)
@@ -173,10 +175,10 @@ class WandbBackend:
             return None
         shown = step.shown_attempt()
         target = run_ref(step, self.config.project, self.config.entity)
-        committed = self.ledger.committed_samples(step.group_id, step.step, step.attempt)
+        committed = self.ledger.committed_samples(*step.key)
         new_ids = [g.sample_id for g in step.generations if g.sample_id not in committed]
-        if self.config.layout == "verl":
-            if self.ledger.is_committed(step.group_id, step.step, step.attempt):
+        if self.config.layout == "verl" and not step.rollout:
+            if self.ledger.is_committed(*step.key):
                 if new_ids:
                     self.additions_dropped += len(new_ids)
                     _logger.warning(
@@ -192,10 +194,10 @@ class WandbBackend:
             columns, data = wide_table([by_step[number] for number in sorted(by_step)])
             table, added = wandb.Table(columns=list[str | int](columns), data=data), 1
         else:
-            rows = generation_rows(step, skip=committed)
-            if not rows and self.ledger.is_committed(step.group_id, step.step, step.attempt):
+            columns, rows = rows_layout(step, skip=committed)
+            if not rows and self.ledger.is_committed(*step.key):
                 return None
-            table, added = self._rows_table(target, step, rows), len(rows)
+            table, added = self._rows_table(target, step.kind, columns, rows), len(rows)
             row = None
         attachment = self._attach(target)
         try:
@@ -205,35 +207,34 @@ class WandbBackend:
             self._finish(attachment)
             raise BackendUnavailable(f"cannot log to run {target.key}: {type(error).__name__}: {error}") from error
         attachment.steps += 1
-        self.ledger.commit(step.group_id, step.step, new_ids, row=row, shown=shown)
+        self.ledger.commit(step.group_id, step.step, new_ids, row=row, shown=shown, kind=step.kind)
         return added
 
-    def _rows_table(self, target: RunRef, step: ClosedStep, rows: list[list[Any]]) -> Any:
-        """The rows layout's table with ``rows`` added: incremental where wandb supports it."""
+    def _rows_table(self, target: RunRef, kind: str, columns: list[str], rows: list[list[Any]]) -> Any:
+        """The rows layout's table of ``kind`` with ``rows`` added: incremental where wandb supports it."""
         attachment = self._attach(target)
-        columns = row_columns(step)
         if self._incremental is None:
             self._incremental = supports_incremental()
+        table = attachment.tables.get(kind)
         if self._incremental:
-            table = attachment.table
             if table is None or list(table.columns) != columns:
                 table = wandb.Table(columns=list(columns), log_mode="INCREMENTAL")
             for item in rows:
                 table.add_data(*item)
         else:  # an accumulating table, as verl does, on wandb versions without INCREMENTAL
-            same = attachment.table is not None and list(attachment.table.columns) == columns
-            old = attachment.table.data if same else []
+            old = table.data if table is not None and list(table.columns) == columns else []
             table = wandb.Table(columns=list(columns), data=[*old, *rows])
-        attachment.table = table
+        attachment.tables[kind] = table
         return table
 
     def _payload(self, step: ClosedStep, table: Any) -> dict[str, Any]:
-        payload: dict[str, Any] = {self.config.step_metric: step.step, self.config.table_key: table}
+        key = self.config.key(step)
+        payload: dict[str, Any] = {self.config.step_metric: step.step, key: table}
         if self.config.scalars:
             for name, value in summary_scalars(step.summary).items():
-                payload[f"{self.config.table_key}/{name}"] = value
+                payload[f"{key}/{name}"] = value
         if step.attempt:
-            payload[f"{self.config.table_key}/attempt"] = step.attempt
+            payload[f"{key}/attempt"] = step.attempt
         return payload
 
     def _finish(self, attachment: _Attachment) -> None:
