@@ -28,7 +28,7 @@ Columns (docs/rollouts.md):
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence, Sized
-from typing import TYPE_CHECKING, Any, overload
+from typing import TYPE_CHECKING, Any, Final, overload
 
 import numpy as np
 import xxhash
@@ -230,3 +230,167 @@ def _extra(batch: Any, reward_extra_info: Mapping[str, Any] | None) -> dict[str,
         if not isinstance(values, Sized) or len(values)  # verl's reward_extra_info allows empty columns
     }
     return filled or None
+
+
+# -- the trainers' hook points (patched by integrations.verl.install) -----------------------------
+
+
+def _max_response_length(trainer: Any) -> int | None:
+    """Verl's response length limit (``rollout.response_length``, else ``data.max_response_length``)."""
+    for path in (("actor_rollout_ref", "rollout", "response_length"), ("data", "max_response_length")):
+        value: Any = getattr(trainer, "config", None)
+        for name in path:
+            try:
+                value = value.get(name) if value is not None else None
+            except Exception:
+                value = None
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+def send_legacy_step(trainer: Any, batch: DataProto) -> int:
+    """``RayPPOTrainer._update_actor``'s batch: the step's final batch (rewards, advantages), at ``global_steps``.
+
+    ``fit`` puts the reward's extra columns into ``non_tensor_batch`` under
+    ``meta_info["reward_extra_keys"]`` before computing advantages, so they come with the batch.
+    """
+    return send_rollout_batch(
+        batch,
+        trainer.tokenizer,
+        step=trainer.global_steps,
+        max_response_length=_max_response_length(trainer),
+        source="trainer",
+    )
+
+
+def separation_step(trainer: Any) -> int:
+    """The step of a batch that ``_fit_dump_data`` sees: the fully-async trainer's version its update leads to.
+
+    verl logs a sync cycle's training metrics, and validates, at ``current_param_version``, which
+    ``_fit_update_local_step`` raises on the cycle's last local step (``local_trigger_step``
+    back to 1), before ``_fit_dump_data``; an earlier local step's batch belongs to the version
+    the cycle ends at, one more. Without a version (a separation trainer that is not
+    fully-async): ``global_steps``.
+    """
+    version = getattr(trainer, "__dict__", {}).get("current_param_version")
+    if isinstance(version, int):
+        return version if getattr(trainer, "local_trigger_step", 1) == 1 else version + 1
+    return int(trainer.global_steps)
+
+
+def send_separation_step(trainer: Any, batch: DataProto) -> int:
+    """``SeparateRayPPOTrainer._fit_dump_data``'s batch (the fully-async trainer's), with its param versions."""
+    extra = getattr(trainer, "reward_extra_infos_dict", None)
+    return send_rollout_batch(
+        batch,
+        trainer.tokenizer,
+        step=separation_step(trainer),
+        reward_extra_info=extra or None,  # empty: the batch's reward_extra_keys
+        max_response_length=_max_response_length(trainer),
+        source="trainer",
+    )
+
+
+V1_FIELDS: Final = (
+    "prompts",
+    "responses",
+    "response_mask",
+    "rm_scores",
+    "advantages",
+    "reward_model",
+    "data_source",
+    "extra_fields",
+)
+"""What the v1 hook fetches from TransferQueue (verl's ``_log_rollout_data`` fetches a subset)."""
+
+
+def send_v1_step(trainer: Any, batch: Any, global_steps: int) -> int:
+    """The v1 ``PPOTrainer._compute_metrics``'s batch (a ``KVBatchMeta``), fetched from TransferQueue.
+
+    Fetches only ``V1_FIELDS``, and only when rollouts are on; padding rows (``tags`` with
+    ``is_padding``) are left out; the param version is the tags' ``max_global_steps``.
+    """
+    if not rollouts_on():
+        return 0
+    try:
+        data = _v1_batch(batch)
+    except Exception as error:
+        _process.counters.failed("fetching the v1 rollout batch from TransferQueue", error, _rows(batch.keys))
+        return 0
+    return send_rollout_batch(
+        data, trainer.tokenizer, step=global_steps, max_response_length=_max_response_length(trainer), source="trainer"
+    )
+
+
+def _v1_batch(batch: Any) -> DataProto:
+    """A ``DataProto`` of the v1 batch's rows, padded as verl's legacy trainer holds them."""
+    import torch
+    import transfer_queue as tq  # type: ignore[import-untyped]
+    from verl import DataProto
+
+    fetched = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=list(V1_FIELDS))
+    present = set(fetched.keys())
+    prompts, prompt_lengths = _padded(fetched["prompts"], None)
+    responses, response_lengths = _padded(fetched["responses"], None)
+    width = responses.shape[1]
+    tensors: dict[str, Any] = {
+        "prompts": prompts,
+        "responses": responses,
+        "attention_mask": torch.cat(
+            [_lengths_mask(prompt_lengths, prompts.shape[1]), _lengths_mask(response_lengths, width)], dim=1
+        ),
+    }
+    for name, target in (
+        ("response_mask", "response_mask"),
+        ("rm_scores", "token_level_scores"),
+        ("advantages", "advantages"),
+    ):
+        if name in present:
+            tensors[target] = _padded(fetched[name], width)[0]
+    non_tensors: dict[str, Any] = {
+        PARAM_VERSION_KEY: np.array([tag.get(PARAM_VERSION_KEY) for tag in batch.tags], dtype=object)
+    }
+    for name in ("reward_model", "data_source"):
+        if name in present:
+            non_tensors[name] = np.array(fetched[name].tolist(), dtype=object)
+    extra_keys: list[str] = []
+    if "extra_fields" in present:
+        infos = [_reward_extra_info(row) for row in fetched["extra_fields"].tolist()]
+        extra_keys = list(dict.fromkeys(key for info in infos for key in info))
+        for key in extra_keys:
+            non_tensors[key] = np.array([info.get(key) for info in infos], dtype=object)
+    whole = DataProto.from_dict(tensors=tensors, non_tensors=non_tensors, meta_info={"reward_extra_keys": extra_keys})
+    keep = [index for index, tag in enumerate(batch.tags) if not tag.get("is_padding", False)]
+    return whole if len(keep) == len(whole) else whole.select_idxs(np.array(keep, dtype=np.int64))  # type: ignore[no-any-return]
+
+
+def _padded(value: Any, width: int | None) -> tuple[Any, Any]:
+    """A TransferQueue field as a right-padded tensor ``width`` wide (default its longest row), and its row lengths."""
+    import torch
+
+    if getattr(value, "is_nested", False):
+        lengths = value.offsets().diff()
+        padded = value.to_padded_tensor(padding=0)
+    else:
+        padded = value
+        lengths = torch.full((value.shape[0],), value.shape[1])
+    if width is not None and padded.shape[1] != width:
+        padded = (
+            torch.nn.functional.pad(padded, (0, width - padded.shape[1]))
+            if padded.shape[1] < width
+            else padded[:, :width]
+        )
+    return padded, lengths
+
+
+def _lengths_mask(lengths: Any, width: int) -> Any:
+    import torch
+
+    return (torch.arange(width)[None, :] < lengths[:, None]).long()
+
+
+def _reward_extra_info(row: Any) -> Mapping[str, Any]:
+    """The ``reward_extra_info`` of one row's ``extra_fields`` (v1 keeps the reward's extra columns there)."""
+    info = row.get("reward_extra_info") if isinstance(row, Mapping) else None
+    return info if isinstance(info, Mapping) else {}
