@@ -99,7 +99,11 @@ def test_each_validation_lands_at_the_trainers_version_with_exactly_k(job: Job) 
         assert validation.rollouter_global_steps != validation.trainer_step
 
     launcher.wait_for_steps(job.collector.file_path, versions)
-    records = [r for r in e2e.records_of_file(job.collector.file_path) if contract.KIND not in r.attributes]
+    records = [
+        r
+        for r in e2e.records_of_file(job.collector.file_path)
+        if r.attributes.get(contract.KIND) != contract.KIND_ROLLOUT
+    ]
     assert {r.attributes[contract.STEP] for r in records if r.event == contract.EVENT_GENERATION} == set(versions)
     for validation in validations:
         launcher.assert_validation_sampled(job.collector.file_path, validation, K, "rollouter")

@@ -103,7 +103,11 @@ def test_each_validation_lands_at_global_steps_with_exactly_k(job: Job) -> None:
         assert validation.rollouter_global_steps == validation.trainer_step
 
     launcher.wait_for_steps(job.collector.file_path, steps)
-    records = [r for r in e2e.records_of_file(job.collector.file_path) if contract.KIND not in r.attributes]
+    records = [
+        r
+        for r in e2e.records_of_file(job.collector.file_path)
+        if r.attributes.get(contract.KIND) != contract.KIND_ROLLOUT
+    ]
     assert {r.attributes[contract.STEP] for r in records if r.event == contract.EVENT_GENERATION} == set(steps)
     for validation in validations:
         assert len(validation.dumped) > K  # so that the summary's kept is K itself
