@@ -353,10 +353,10 @@ def _v1_batch(batch: Any) -> DataProto:
     }
     for name in ("reward_model", "data_source"):
         if name in present:
-            non_tensors[name] = np.array(fetched[name].tolist(), dtype=object)
+            non_tensors[name] = np.array(_values(fetched[name]), dtype=object)
     extra_keys: list[str] = []
     if "extra_fields" in present:
-        infos = [_reward_extra_info(row) for row in fetched["extra_fields"].tolist()]
+        infos = [_reward_extra_info(row) for row in _values(fetched["extra_fields"])]
         extra_keys = list(dict.fromkeys(key for info in infos for key in info))
         for key in extra_keys:
             non_tensors[key] = np.array([info.get(key) for info in infos], dtype=object)
@@ -382,6 +382,12 @@ def _padded(value: Any, width: int | None) -> tuple[Any, Any]:
             else padded[:, :width]
         )
     return padded, lengths
+
+
+def _values(field: Any) -> list[Any]:
+    """A non-tensor TransferQueue field's values (a ``NonTensorStack``, or the list tensordict gives for one)."""
+    tolist = getattr(field, "tolist", None)
+    return list(tolist()) if callable(tolist) else list(field)
 
 
 def _lengths_mask(lengths: Any, width: int) -> Any:

@@ -293,10 +293,13 @@ def wait_for_steps(
     assert closed_steps(collector_file, kind) == set(steps), f"{kind} at {steps}; the collector has {dict(received)}"
 
 
-def assert_rollouts_sampled(collector_file: Path, step: int, n: int, prompts: int) -> list[Record]:
+def assert_rollouts_sampled(
+    collector_file: Path, step: int, n: int, prompts: int, *, reward_extra: bool = True
+) -> list[Record]:
     """A training step's rollouts: k of its ``prompts`` prompts, each with all n responses, from the trainer.
 
     Returns the kept records. The summary counts every response (seen) and the step's prompts.
+    ``reward_extra``: the batch came from a CPU stand-in that adds the reward extra info ``acc``.
     """
     k = min(ROLLOUT_COUNT, prompts)
     kept = generations(collector_file, step, contract.KIND_ROLLOUT)
@@ -312,9 +315,11 @@ def assert_rollouts_sampled(collector_file: Path, step: int, n: int, prompts: in
         assert attributes[contract.SAMPLE_COUNT] == ROLLOUT_COUNT
         assert isinstance(attributes[contract.SCORE], float)
         assert isinstance(attributes[contract.ADVANTAGE], float)
-        assert 0 < attributes[contract.RESPONSE_LENGTH] <= 32  # actor_rollout_ref.rollout.response_length
-        assert isinstance(attributes[contract.TRUNCATED], bool)
+        assert attributes[contract.RESPONSE_LENGTH] > 0
+        assert attributes[contract.TRUNCATED] is False  # the stand-ins end every response with EOS
         assert attributes[contract.DATA_SOURCE] == harness.DATA_SOURCE
+        if reward_extra:  # the stand-ins' reward extra info: acc, the score
+            assert attributes[contract.EXTRA_PREFIX + "acc"] == attributes[contract.SCORE]
     assert len({r.trace_id for r in kept}) == 1
     (summary,) = [
         r
