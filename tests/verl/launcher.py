@@ -294,12 +294,13 @@ def wait_for_steps(
 
 
 def assert_rollouts_sampled(
-    collector_file: Path, step: int, n: int, prompts: int, *, reward_extra: bool = True
+    collector_file: Path, step: int, n: int, prompts: int, *, cut: bool = False
 ) -> list[Record]:
     """A training step's rollouts: k of its ``prompts`` prompts, each with all n responses, from the trainer.
 
     Returns the kept records. The summary counts every response (seen) and the step's prompts.
-    ``reward_extra``: the batch came from a CPU stand-in that adds the reward extra info ``acc``.
+    ``cut``: verl's own agent loop cut the stand-in's responses at ``rollout.response_length`` (32), with no
+    EOS (v1); else they end with EOS (the stand-ins of the other trainers do not cut them).
     """
     k = min(ROLLOUT_COUNT, prompts)
     kept = generations(collector_file, step, contract.KIND_ROLLOUT)
@@ -315,11 +316,10 @@ def assert_rollouts_sampled(
         assert attributes[contract.SAMPLE_COUNT] == ROLLOUT_COUNT
         assert isinstance(attributes[contract.SCORE], float)
         assert isinstance(attributes[contract.ADVANTAGE], float)
-        assert attributes[contract.RESPONSE_LENGTH] > 0
-        assert attributes[contract.TRUNCATED] is False  # the stand-ins end every response with EOS
+        assert attributes[contract.RESPONSE_LENGTH] == 32 if cut else attributes[contract.RESPONSE_LENGTH] > 0
+        assert attributes[contract.TRUNCATED] is cut
         assert attributes[contract.DATA_SOURCE] == harness.DATA_SOURCE
-        if reward_extra:  # the stand-ins' reward extra info: acc, the score
-            assert attributes[contract.EXTRA_PREFIX + "acc"] == attributes[contract.SCORE]
+        assert attributes[contract.EXTRA_PREFIX + "acc"] == attributes[contract.SCORE]  # the reward's extra info
     assert len({r.trace_id for r in kept}) == 1
     (summary,) = [
         r
