@@ -71,7 +71,9 @@ def launcher_overrides(root: Path, files: Any, k: int, *, local_cluster: bool) -
     validates before training and after that step. A local cluster (verl's own ``ray.init``) gets
     enough logical CPUs for verl's actors (10 each) and no dashboard; a job's cluster has its own.
     """
-    extra = ["rollout.total_rollout_steps=2"]
+    # actor_rollout_ref.rollout.n (not the launcher's rollout.n) is what the rollouter repeats each prompt by:
+    # GRPO groups of 2, which the trainer's rollouts keep whole
+    extra = ["rollout.total_rollout_steps=2", "actor_rollout_ref.rollout.n=2"]
     if local_cluster:
         extra += ["ray_kwargs.ray_init.num_cpus=32", "+ray_kwargs.ray_init.include_dashboard=False"]
     return harness.fully_async_overrides(
@@ -155,11 +157,7 @@ class Launch:
         return [line["step"] for line in logged if any(key.startswith("val-core/") for key in line["data"])]
 
     def training_steps(self) -> list[int]:
-        """The steps verl's trainer logged training metrics at, in order, once each.
-
-        Sync trainers log them at ``global_steps``; fully-async aggregates a sync cycle's and logs them at
-        ``current_param_version``.
-        """
+        """The steps verl's sync trainers logged training metrics at (``global_steps``), in order, once each."""
         logged = harness.read_jsonl(self.root / METRICS_FILE)
         trained = [line["step"] for line in logged if any(key.startswith(TRAINING_KEYS) for key in line["data"])]
         return list(dict.fromkeys(trained))
@@ -244,7 +242,7 @@ def launch_job(
 # ---------------------------------------------------------------------------------------------------------------------
 
 DEFAULT_SEED = 42  # otel-valgen's default seed
-TRAINING_KEYS = ("training/", "actor/")  # what verl's trainers log per training step
+TRAINING_KEYS = ("training/", "actor/")  # what verl's sync trainers log per training step
 ROLLOUT_COUNT = 2  # OTEL_VALGEN_ROLLOUT_COUNT in the jobs' environment: k prompts of each training step
 
 
@@ -294,13 +292,15 @@ def wait_for_steps(
 
 
 def assert_rollouts_sampled(
-    collector_file: Path, step: int, n: int, prompts: int, *, cut: bool = False
+    collector_file: Path, step: int, n: int, prompts: int, *, cut: bool = False, data_source: bool = True
 ) -> list[Record]:
     """A training step's rollouts: k of its ``prompts`` prompts, each with all n responses, from the trainer.
 
     Returns the kept records. The summary counts every response (seen) and the step's prompts.
     ``cut``: verl's own agent loop cut the stand-in's responses at ``rollout.response_length`` (32), with no
-    EOS (v1); else they end with EOS (the stand-ins of the other trainers do not cut them).
+    EOS (v1); else they end with EOS (the stand-ins of the other trainers do not cut them). ``data_source``:
+    the trainer's batch holds the dataset's ``data_source`` (the sync trainers union it with the generated
+    batch; fully-async's rollouter passes on what the stand-in generated, which has none).
     """
     k = min(ROLLOUT_COUNT, prompts)
     kept = generations(collector_file, step, contract.KIND_ROLLOUT)
@@ -318,7 +318,7 @@ def assert_rollouts_sampled(
         assert isinstance(attributes[contract.ADVANTAGE], float)
         assert attributes[contract.RESPONSE_LENGTH] == 32 if cut else attributes[contract.RESPONSE_LENGTH] > 0
         assert attributes[contract.TRUNCATED] is cut
-        assert attributes[contract.DATA_SOURCE] == harness.DATA_SOURCE
+        assert attributes.get(contract.DATA_SOURCE) == (harness.DATA_SOURCE if data_source else None)
         assert attributes[contract.EXTRA_PREFIX + "acc"] == attributes[contract.SCORE]  # the reward's extra info
     assert len({r.trace_id for r in kept}) == 1
     (summary,) = [
