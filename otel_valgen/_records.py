@@ -77,6 +77,7 @@ class RolloutColumns:
     advantages: Sequence[Any] | None
     response_lengths: Sequence[Any] | None
     truncated: Sequence[Any] | None
+    param_versions: Sequence[Any] | None = None
 
 
 def _utf8(value: object) -> bytes:
@@ -197,10 +198,20 @@ def candidates(batch: Batch, keyer: BatchKeyer, threshold: Order | None, k: int 
 def rollout_prompts(batch: Batch) -> list[str]:
     """The prompt id of each response of a rollout call: the caller's, else derived from the prompt text."""
     given = batch.rollout.prompt_ids if batch.rollout is not None else None
+    if given is None:
+        return [base_sample_id(None, raw_input) for raw_input in batch.inputs]
+    # A prompt's text is read only when its id is missing: inputs may decode lazily (verl's hook).
     return [
-        base_sample_id(given[index] if given is not None else None, raw_input)
-        for index, raw_input in enumerate(batch.inputs)
+        base_sample_id(pid, None) if _has_id(pid) else base_sample_id(None, batch.inputs[index])
+        for index, pid in enumerate(given)
     ]
+
+
+def _has_id(sample_id: object) -> bool:
+    """Whether ``base_sample_id`` takes ``sample_id`` as it is, without the text."""
+    if sample_id is None:
+        return False
+    return bool(sample_id if type(sample_id) is str else clean_text(sample_id, 1024).text)
 
 
 def rollout_candidates(
@@ -301,7 +312,7 @@ class RecordBuilder:
         return PendingRecord(time.time_ns(), body, attributes)
 
     def _add_rollout(self, columns: RolloutColumns, index: int, attributes: dict[str, AnyValue]) -> None:
-        """A rollout's advantage (a finite double), response length (an int) and truncated flag (a bool).
+        """A rollout's advantage (a finite double), response length, truncated flag (a bool) and param version (an int).
 
         A value of another kind is left out of the record, counted and warned like an extra value.
         """
@@ -309,6 +320,7 @@ class RecordBuilder:
             (contract.ADVANTAGE, columns.advantages, float),
             (contract.RESPONSE_LENGTH, columns.response_lengths, int),
             (contract.TRUNCATED, columns.truncated, bool),
+            (contract.PARAM_VERSION, columns.param_versions, int),
         ):
             if values is None or values[index] is None:
                 continue

@@ -34,6 +34,7 @@ def log_rollouts(
     advantages: Iterable[Any] | None = None,
     response_lengths: Iterable[Any] | None = None,
     truncated: Iterable[Any] | None = None,
+    param_versions: Iterable[Any] | None = None,
     ground_truths: Iterable[Any] | None = None,
     data_sources: Iterable[Any] | None = None,
     source: str | None = None,
@@ -58,6 +59,8 @@ def log_rollouts(
         advantages: each response's advantage (``valgen.advantage``, a double).
         response_lengths: each response's length in tokens (``valgen.response_length``).
         truncated: whether each response was cut at the length limit (``valgen.truncated``).
+        param_versions: the parameter version that generated each response (``valgen.param_version``,
+            an int; asynchronous training, where ``step`` minus it is the response's staleness).
         ground_truths, data_sources: optional, one per response.
         source: the emitting part; default the configured one.
         count: k, prompts kept for this step; default ``rollout_count`` (0: nothing is sent).
@@ -75,6 +78,7 @@ def log_rollouts(
         "advantages": advantages,
         "response_lengths": response_lengths,
         "truncated": truncated,
+        "param_versions": param_versions,
         "ground_truths": ground_truths,
         "data_sources": data_sources,
     }
@@ -128,6 +132,7 @@ def _log_rollout_columns(
             advantages=columns["advantages"],
             response_lengths=columns["response_lengths"],
             truncated=columns["truncated"],
+            param_versions=columns["param_versions"],
         ),
     )
     name = source or emitter.settings.source

@@ -58,10 +58,12 @@ KINDS: Final = frozenset({KIND_VALIDATION, KIND_ROLLOUT})
 PROMPT_ID: Final = "valgen.prompt_id"  # str, required on rollout generations
 PROMPT_KEY: Final = "valgen.prompt_key"  # int in [0, 2**63); absent: computed from seed and prompt id
 # Rollout columns of a generation (log_rollouts): the advantage, the response's length in
-# tokens, and whether it was cut at the length limit. The reward is SCORE.
+# tokens, whether it was cut at the length limit, and the parameter (policy) version that
+# generated it (asynchronous training: step minus it is the response's staleness). The reward is SCORE.
 ADVANTAGE: Final = "valgen.advantage"  # double
 RESPONSE_LENGTH: Final = "valgen.response_length"  # int, tokens
 TRUNCATED: Final = "valgen.truncated"  # bool
+PARAM_VERSION: Final = "valgen.param_version"  # int
 # Extra columns of a generation (``log_generations(..., extra={name: values})``): one attribute
 # ``valgen.extra.<name>`` per column, a bool, int, finite double or string. A name is 1 to 64
 # characters of [A-Za-z0-9_./-] (EXTRA_NAME_PATTERN); a call sends at most MAX_EXTRA_COLUMNS.

@@ -12,6 +12,9 @@ classes, so every subclass and every actor made from them inherits the change:
 - ``RayPPOTrainer.current_param_version`` becomes a property whose setter also publishes the
   value and the trainer's tracker runs (``_trainer_step``), so that the fully-async rollouter
   validates at the trainer's step, into the trainer's runs.
+- Training rollouts (``OTEL_VALGEN_ROLLOUT_COUNT`` > 0; off, the hooks only check that number):
+  each training step's final batch is sent with ``vg.log_rollouts`` (``ROLLOUT_HOOKS``,
+  ``integrations.verl_rollouts``), whether or not ``trainer.rollout_data_dir`` is set.
 - ``verl.utils.tracking.ValidationGenerationsLogger.log`` (verl's own table, which the hooks never
   call) still writes verl's table, but first says why this validation did not reach otel-valgen:
   one WARNING per cause, ``stats()["verl_tables_unrouted"]``, and the step's part marked
@@ -35,6 +38,7 @@ import dataclasses
 import functools
 import inspect
 import logging
+import os
 import sys
 from collections.abc import Callable, Mapping, Sequence, Sized
 from types import FrameType
@@ -42,8 +46,8 @@ from typing import Any, ClassVar, Final
 
 import otel_valgen as vg
 from otel_valgen import _identity, _integration, _process, _stats, contract
-from otel_valgen._env import OTEL_VALGEN_VERL, env_bool
-from otel_valgen.integrations import _trainer_step
+from otel_valgen._env import OTEL_VALGEN_ROLLOUT_COUNT, OTEL_VALGEN_VERL, env_bool
+from otel_valgen.integrations import _trainer_step, verl_rollouts
 
 __all__ = ["ValGenerationsMixin", "ValidationGenerationsLogger", "install", "log_val_generations"]
 
@@ -410,7 +414,7 @@ def repair_actor_classes() -> list[str]:
         if not isinstance(modified, type):
             continue
         changed = False
-        for base, originals in _originals.items():
+        for base, originals in [*_originals.items(), *_rollout_originals.items()]:
             if not issubclass(modified, base):
                 continue
             for method, original in originals.items():
@@ -455,6 +459,126 @@ def _on_import(module: Any, class_name: str, publishes_step: bool) -> None:
         _logger.exception("otel_valgen: could not hook verl's %s.%s", module.__name__, class_name)
 
 
+# -- training rollouts: each training step's final batch, in verl's three trainers --------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class _RolloutHook:
+    """One trainer's rollout hook point: the method called once per training step with its final batch."""
+
+    class_name: str
+    method: str
+    parameters: tuple[str, ...]
+    why: str
+
+
+ROLLOUT_HOOKS: Final = {
+    # RayPPOTrainer.fit calls _log_rollout_data only with rollout_data_dir, and compute_data_metrics is
+    # a module function (no trainer, no step). _update_actor is the one method fit calls every step
+    # with the final batch (rewards, reward extra columns, advantages); not during critic warmup,
+    # when the actor does not train on the batch either.
+    "verl.trainer.ppo.ray_trainer": _RolloutHook(
+        "RayPPOTrainer", "_update_actor", ("self", "batch"), "fit's per-step actor update"
+    ),
+    # fit's step 5, every step, before step 7 clears the batch from TransferQueue.
+    "verl.trainer.ppo.v1.trainer_base": _RolloutHook(
+        "PPOTrainer",
+        "_compute_metrics",
+        ("self", "batch", "metrics", "timing_raw", "global_steps", "epoch"),
+        "fit's per-step metrics",
+    ),
+    # fit_step calls it every step, with or without rollout_data_dir (FullyAsyncTrainer inherits it).
+    "verl.experimental.separation.ray_trainer": _RolloutHook(
+        "SeparateRayPPOTrainer", "_fit_dump_data", ("self", "batch"), "fit_step's dump of the step's batch"
+    ),
+}
+"""verl's trainer classes whose method sends each training step's batch as rollouts, by module."""
+
+# hooked class -> {method name: verl's own function}, for repairing Ray actor classes
+_rollout_originals: dict[type, dict[str, Callable[..., Any]]] = {}
+
+
+def _on_rollout_import(module: Any) -> None:
+    try:
+        hook = ROLLOUT_HOOKS[module.__name__]
+        cls = getattr(module, hook.class_name, None)
+        if not isinstance(cls, type):
+            _rollout_hook_missing(f"{module.__name__}.{hook.class_name}", "is gone")
+            return
+        _patch_rollouts(cls, hook)
+    except Exception:  # an import hook that raises would fail verl's import
+        _logger.exception("otel_valgen: could not hook the training rollouts of verl's %s", module.__name__)
+
+
+def _patch_rollouts(cls: type, hook: _RolloutHook) -> None:
+    """Make ``cls``'s hook method send the step's batch after verl's own code, once; drift: left as it is, loudly."""
+    if cls in _rollout_originals:
+        return
+    name = f"{cls.__module__}.{cls.__qualname__}.{hook.method}"
+    original = cls.__dict__.get(hook.method)
+    if not callable(original):
+        _rollout_hook_missing(name, "is missing")
+        return
+    parameters = _parameter_names(original)
+    if parameters != hook.parameters:
+        _rollout_hook_missing(name, f"takes {parameters}, not {hook.parameters}")
+        return
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def hooked(self: Any, *args: Any, **kwargs: Any) -> Any:
+        result = original(self, *args, **kwargs)
+        _send_rollouts(hook.method, signature, self, args, kwargs)
+        return result
+
+    setattr(cls, hook.method, hooked)
+    _rollout_originals[cls] = {hook.method: original}
+    _logger.info("otel_valgen: verl's %s sends each training step's rollouts (%s)", name, hook.why)
+
+
+@_process.never_raise(None)
+def _send_rollouts(method: str, signature: inspect.Signature, trainer: Any, args: Any, kwargs: Any) -> None:
+    """Send the batch of one call of a hooked method; nothing (not even binding) while rollouts are off."""
+    if not verl_rollouts.rollouts_on():
+        return
+    bound = signature.bind(trainer, *args, **kwargs).arguments
+    if method == "_update_actor":
+        if not hasattr(type(trainer), "_fit_dump_data"):  # a separation trainer sends from _fit_dump_data
+            verl_rollouts.send_legacy_step(trainer, bound["batch"])
+    elif method == "_compute_metrics":
+        verl_rollouts.send_v1_step(trainer, bound["batch"], bound["global_steps"])
+    else:
+        verl_rollouts.send_separation_step(trainer, bound["batch"])
+
+
+def _rollout_hook_missing(name: str, problem: str) -> None:
+    """Count a rollout hook point verl no longer has, and say so (WARNING when rollouts are asked for)."""
+    _process.counters.add(_stats.VERL_ROLLOUT_HOOKS_MISSING)
+    level = logging.WARNING if _rollouts_asked() else logging.INFO
+    _logger.log(
+        level,
+        "otel_valgen: verl %s: %s %s; not hooked: its training rollouts are not sent%s. Fix: use a verl release "
+        "otel-valgen is tested with (%s), or send each step's batch with "
+        "otel_valgen.integrations.verl_rollouts.send_rollout_batch",
+        _verl_version(),
+        name,
+        problem,
+        _untested_note(),
+        ", ".join(sorted(TESTED_VERL_VERSIONS)),
+    )
+
+
+def _rollouts_asked() -> bool:
+    """Whether this process is configured to send rollouts (without configuring it)."""
+    emitter = _process.current_emitter()
+    if emitter is not None:
+        return emitter.settings.rollout_count > 0
+    try:
+        return int(os.environ.get(OTEL_VALGEN_ROLLOUT_COUNT, "0")) > 0
+    except ValueError:
+        return False
+
+
 _installed = False
 _disabled = False  # install() found OTEL_VALGEN_VERL=false before any hook was in place
 
@@ -479,6 +603,8 @@ def install() -> bool:
         for module_name, (class_name, publishes_step) in PATCHED_CLASSES.items():
             hook = functools.partial(_on_import, class_name=class_name, publishes_step=publishes_step)
             wrapt.register_post_import_hook(hook, module_name)
+        for module_name in ROLLOUT_HOOKS:
+            wrapt.register_post_import_hook(_on_rollout_import, module_name)
     except Exception:
         _logger.exception("otel_valgen: could not install the verl integration")
         return False

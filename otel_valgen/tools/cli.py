@@ -34,12 +34,13 @@ def main() -> None:
 
 
 def _rollout_columns(generation: Generation) -> dict[str, object]:
-    """A rollout's advantage, response length and truncated flag, as its record carries them."""
+    """A rollout's advantage, response length, truncated flag and param version, as its record carries them."""
     attributes = generation.attributes
     return {
         "advantage": attributes.get(contract.ADVANTAGE),
         "response_length": attributes.get(contract.RESPONSE_LENGTH),
         "truncated": attributes.get(contract.TRUNCATED),
+        "param_version": attributes.get(contract.PARAM_VERSION),
     }
 
 

@@ -50,8 +50,12 @@ def user_env(otlp_http_endpoint: str) -> dict[str, str]:
 
 
 def test_only_env(root: Path) -> dict[str, str]:
-    """The CPU stand-ins (verl imports the plugin in every process), an offline wandb run and the file tracker."""
+    """The CPU stand-ins (verl imports the plugin in every process), an offline wandb run and the file tracker.
+
+    Also rollouts on (docs/verl.md: one setting), so each launch checks the training steps' rollouts too.
+    """
     return {
+        "OTEL_VALGEN_ROLLOUT_COUNT": str(ROLLOUT_COUNT),
         "PYTHONPATH": str(harness.REPO),
         "VERL_USE_EXTERNAL_MODULES": PLUGIN,
         "WANDB_MODE": "offline",
@@ -67,7 +71,9 @@ def launcher_overrides(root: Path, files: Any, k: int, *, local_cluster: bool) -
     validates before training and after that step. A local cluster (verl's own ``ray.init``) gets
     enough logical CPUs for verl's actors (10 each) and no dashboard; a job's cluster has its own.
     """
-    extra = ["rollout.total_rollout_steps=2"]
+    # actor_rollout_ref.rollout.n (not the launcher's rollout.n) is what the rollouter repeats each prompt by:
+    # GRPO groups of 2, which the trainer's rollouts keep whole
+    extra = ["rollout.total_rollout_steps=2", "actor_rollout_ref.rollout.n=2"]
     if local_cluster:
         extra += ["ray_kwargs.ray_init.num_cpus=32", "+ray_kwargs.ray_init.include_dashboard=False"]
     return harness.fully_async_overrides(
@@ -110,6 +116,7 @@ def main_ppo_overrides(root: Path, files: Any, model_dir: Path, k: int, *, use_v
         logger="[console,wandb,file]",
         extra_overrides=[
             "trainer.total_training_steps=1",
+            "actor_rollout_ref.rollout.n=2",  # GRPO groups of 2: the rollouts keep each group whole
             "ray_kwargs.ray_init.num_cpus=32",
             "+ray_kwargs.ray_init.include_dashboard=False",
             *(V1_OVERRIDES if use_v1 else []),
@@ -148,6 +155,12 @@ class Launch:
         """The steps verl's trainer logged each validation's ``val-core/...`` metrics at, in order."""
         logged = harness.read_jsonl(self.root / METRICS_FILE)
         return [line["step"] for line in logged if any(key.startswith("val-core/") for key in line["data"])]
+
+    def training_steps(self) -> list[int]:
+        """The steps verl's sync trainers logged training metrics at (``global_steps``), in order, once each."""
+        logged = harness.read_jsonl(self.root / METRICS_FILE)
+        trained = [line["step"] for line in logged if any(key.startswith(TRAINING_KEYS) for key in line["data"])]
+        return list(dict.fromkeys(trained))
 
     def validations(self) -> list[Validation]:
         """Each validation's trainer step paired with verl's dump of it (both in the order they happened)."""
@@ -229,6 +242,12 @@ def launch_job(
 # ---------------------------------------------------------------------------------------------------------------------
 
 DEFAULT_SEED = 42  # otel-valgen's default seed
+TRAINING_KEYS = ("training/", "actor/")  # what verl's sync trainers log per training step
+ROLLOUT_COUNT = 2  # OTEL_VALGEN_ROLLOUT_COUNT in the jobs' environment: k prompts of each training step
+
+
+def _kind(record: Record) -> str:
+    return str(record.attributes.get(contract.KIND, contract.KIND_VALIDATION))  # absent: validation
 
 
 def expected_bottom_k(dumped: list[dict[str, Any]], k: int, seed: int = DEFAULT_SEED) -> list[str]:
@@ -242,24 +261,75 @@ def expected_bottom_k(dumped: list[dict[str, Any]], k: int, seed: int = DEFAULT_
     return [sample_id for _, sample_id in bottom_k(((SortKey.of(sample_key(seed, i), i), i) for i in ids), k)]
 
 
-def generations(collector_file: Path, step: int) -> list[Record]:
-    """The generation records the collector wrote for ``step``."""
+def generations(collector_file: Path, step: int, kind: str = contract.KIND_VALIDATION) -> list[Record]:
+    """The generation records of ``kind`` the collector wrote for ``step``."""
     records = records_of_file(collector_file)
-    return [r for r in records if r.event == contract.EVENT_GENERATION and r.attributes[contract.STEP] == step]
+    return [
+        r
+        for r in records
+        if r.event == contract.EVENT_GENERATION and r.attributes[contract.STEP] == step and _kind(r) == kind
+    ]
 
 
-def closed_steps(collector_file: Path) -> set[int]:
-    """The steps the collector wrote a summary of."""
+def closed_steps(collector_file: Path, kind: str = contract.KIND_VALIDATION) -> set[int]:
+    """The steps the collector wrote a summary of ``kind`` of."""
     records = records_of_file(collector_file)
-    return {r.attributes[contract.STEP] for r in records if r.event == contract.EVENT_STEP_SUMMARY}
+    return {r.attributes[contract.STEP] for r in records if r.event == contract.EVENT_STEP_SUMMARY and _kind(r) == kind}
 
 
-def wait_for_steps(collector_file: Path, steps: list[int], timeout_s: float = 60) -> None:
-    """Wait until the collector has closed exactly ``steps``; fail naming what it received instead."""
+def wait_for_steps(
+    collector_file: Path, steps: list[int], timeout_s: float = 60, kind: str = contract.KIND_VALIDATION
+) -> None:
+    """Wait until the collector has closed exactly ``steps`` of ``kind``; fail naming what it received instead."""
     with suppress(AssertionError):
-        wait_for(lambda: closed_steps(collector_file) == set(steps), timeout_s, f"the collector's summaries of {steps}")
-    received = Counter((r.event, r.attributes.get(contract.STEP)) for r in records_of_file(collector_file))
-    assert closed_steps(collector_file) == set(steps), f"validations at {steps}; the collector has {dict(received)}"
+        wait_for(
+            lambda: closed_steps(collector_file, kind) == set(steps),
+            timeout_s,
+            f"the collector's {kind} summaries of {steps}",
+        )
+    received = Counter((r.event, _kind(r), r.attributes.get(contract.STEP)) for r in records_of_file(collector_file))
+    assert closed_steps(collector_file, kind) == set(steps), f"{kind} at {steps}; the collector has {dict(received)}"
+
+
+def assert_rollouts_sampled(
+    collector_file: Path, step: int, n: int, prompts: int, *, cut: bool = False, data_source: bool = True
+) -> list[Record]:
+    """A training step's rollouts: k of its ``prompts`` prompts, each with all n responses, from the trainer.
+
+    Returns the kept records. The summary counts every response (seen) and the step's prompts.
+    ``cut``: verl's own agent loop cut the stand-in's responses at ``rollout.response_length`` (32), with no
+    EOS (v1); else they end with EOS (the stand-ins of the other trainers do not cut them). ``data_source``:
+    the trainer's batch holds the dataset's ``data_source`` (the sync trainers union it with the generated
+    batch; fully-async's rollouter passes on what the stand-in generated, which has none).
+    """
+    k = min(ROLLOUT_COUNT, prompts)
+    kept = generations(collector_file, step, contract.KIND_ROLLOUT)
+    by_prompt: dict[str, list[str]] = {}
+    for record in kept:
+        by_prompt.setdefault(record.attributes[contract.PROMPT_ID], []).append(record.attributes[contract.SAMPLE_ID])
+    assert len(by_prompt) == k, by_prompt
+    for prompt, sample_ids in by_prompt.items():
+        assert sorted(sample_ids) == [f"{prompt}/{i}" for i in range(n)], sample_ids
+    for record in kept:
+        attributes = record.attributes
+        assert attributes[contract.SOURCE] == "trainer"
+        assert attributes[contract.SAMPLE_COUNT] == ROLLOUT_COUNT
+        assert isinstance(attributes[contract.SCORE], float)
+        assert isinstance(attributes[contract.ADVANTAGE], float)
+        assert attributes[contract.RESPONSE_LENGTH] == 32 if cut else attributes[contract.RESPONSE_LENGTH] > 0
+        assert attributes[contract.TRUNCATED] is cut
+        assert attributes.get(contract.DATA_SOURCE) == (harness.DATA_SOURCE if data_source else None)
+        assert attributes[contract.EXTRA_PREFIX + "acc"] == attributes[contract.SCORE]  # the reward's extra info
+    assert len({r.trace_id for r in kept}) == 1
+    (summary,) = [
+        r
+        for r in records_of_file(collector_file)
+        if r.event == contract.EVENT_STEP_SUMMARY and r.attributes[contract.STEP] == step and _kind(r) == "rollout"
+    ]
+    assert summary.attributes[contract.SEEN] == prompts * n
+    assert summary.attributes[contract.PROMPTS_SEEN] == prompts
+    assert summary.attributes[contract.PROMPTS_KEPT] == k
+    return kept
 
 
 def assert_validation_sampled(collector_file: Path, validation: Validation, k: int, source: str) -> None:
@@ -271,7 +341,9 @@ def assert_validation_sampled(collector_file: Path, validation: Validation, k: i
     (summary,) = [
         r
         for r in records_of_file(collector_file)
-        if r.event == contract.EVENT_STEP_SUMMARY and r.attributes[contract.STEP] == validation.trainer_step
+        if r.event == contract.EVENT_STEP_SUMMARY
+        and r.attributes[contract.STEP] == validation.trainer_step
+        and _kind(r) == contract.KIND_VALIDATION
     ]
     assert summary.attributes[contract.SEEN] == len(validation.dumped)
     assert summary.attributes[contract.KEPT] == min(k, len(validation.dumped))

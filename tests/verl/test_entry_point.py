@@ -99,7 +99,11 @@ def test_each_validation_lands_at_the_trainers_version_with_exactly_k(job: Job) 
         assert validation.rollouter_global_steps != validation.trainer_step
 
     launcher.wait_for_steps(job.collector.file_path, versions)
-    records = e2e.records_of_file(job.collector.file_path)
+    records = [
+        r
+        for r in e2e.records_of_file(job.collector.file_path)
+        if r.attributes.get(contract.KIND) != contract.KIND_ROLLOUT
+    ]
     assert {r.attributes[contract.STEP] for r in records if r.event == contract.EVENT_GENERATION} == set(versions)
     for validation in validations:
         launcher.assert_validation_sampled(job.collector.file_path, validation, K, "rollouter")
@@ -113,6 +117,22 @@ def test_each_validation_lands_at_the_trainers_version_with_exactly_k(job: Job) 
     for validation in validations:
         shown_ids = [g["sample_id"] for g in shown[validation.trainer_step]["generations"]]
         assert shown_ids == launcher.expected_bottom_k(validation.dumped, K)
+
+
+def test_the_training_steps_rollouts_arrive_at_the_trainers_version(job: Job) -> None:
+    """The trainer's training step (2 prompts x rollout.n=2) arrives whole at its version, with param versions.
+
+    With OTEL_VALGEN_ROLLOUT_COUNT=2: at the version its update leads to (the version verl validates the
+    updated model at, the last one here); each response carries the parameter version that generated
+    it (0: before the first sync).
+    """
+    trained = [max(job.launch.validation_steps())]
+    assert trained == [1], trained
+    launcher.wait_for_steps(job.collector.file_path, trained, kind=contract.KIND_ROLLOUT)
+    kept = launcher.assert_rollouts_sampled(job.collector.file_path, 1, n=2, prompts=2, data_source=False)
+    print("rollouts:", *(r.attributes for r in kept), sep="\n")
+    assert {r.attributes[contract.PARAM_VERSION] for r in kept} == {0}
+    assert {r.attributes[contract.RUN_ID] for r in kept} == {job.launch.wandb_run_id()}
 
 
 def test_rollouters_records_carry_the_trainers_wandb_run_id(job: Job) -> None:

@@ -261,3 +261,39 @@ def test_an_actor_class_copy_left_unrepaired_is_loud(tmp_path: Path) -> None:
     assert "install() before the module that makes the actor class is imported" in warning
     marks = ["trainer", "unhooked", "actor_copy"]
     assert result["sent"] == [["StartRecord", 4, *marks], ["EndRecord", 4, *marks]]
+
+
+_ROLLOUT_DRIFT = """
+    import json, logging
+    from verl.trainer.ppo import ray_trainer
+    import otel_valgen as vg
+    from otel_valgen.integrations import verl as vg_verl
+
+    cls = ray_trainer.RayPPOTrainer
+    cls._update_policy = cls.__dict__["_update_actor"]  # a verl that renamed the rollout hook point
+    del cls._update_actor
+    warnings = []
+    class Keep(logging.Handler):
+        def emit(self, record):
+            if record.levelno >= logging.WARNING:
+                warnings.append(record.getMessage())
+    logging.getLogger("otel_valgen").addHandler(Keep())
+    vg_verl.install()
+    print(json.dumps({"warnings": warnings, "missing": vg.stats().get("verl_rollout_hooks_missing", 0)}))
+"""
+
+
+@pytest.mark.parametrize("rollouts", ["2", "0"])
+def test_a_missing_rollout_hook_point_is_counted_and_loud_when_rollouts_are_on(
+    rollouts: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A verl without ``RayPPOTrainer._update_actor``: counted; a WARNING with the fix when rollouts are asked for."""
+    monkeypatch.setenv("OTEL_VALGEN_ROLLOUT_COUNT", rollouts)
+    result, _ = _run(_ROLLOUT_DRIFT, tmp_path)
+    assert result["missing"] == 1
+    if rollouts == "0":
+        assert result["warnings"] == []  # nothing asked for: an INFO line only
+        return
+    (warning,) = result["warnings"]  # type: ignore[misc]
+    assert "RayPPOTrainer._update_actor is missing; not hooked: its training rollouts are not sent" in warning
+    assert "send_rollout_batch" in warning

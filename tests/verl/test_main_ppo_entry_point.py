@@ -103,11 +103,30 @@ def test_each_validation_lands_at_global_steps_with_exactly_k(job: Job) -> None:
         assert validation.rollouter_global_steps == validation.trainer_step
 
     launcher.wait_for_steps(job.collector.file_path, steps)
-    records = e2e.records_of_file(job.collector.file_path)
+    records = [
+        r
+        for r in e2e.records_of_file(job.collector.file_path)
+        if r.attributes.get(contract.KIND) != contract.KIND_ROLLOUT
+    ]
     assert {r.attributes[contract.STEP] for r in records if r.event == contract.EVENT_GENERATION} == set(steps)
     for validation in validations:
         assert len(validation.dumped) > K  # so that the summary's kept is K itself
         launcher.assert_validation_sampled(job.collector.file_path, validation, K, "trainer")
+
+
+def test_the_training_steps_rollouts_arrive_whole(job: Job) -> None:
+    """The training step's batch arrives as k whole GRPO groups at global_steps, in the trainer's run.
+
+    With OTEL_VALGEN_ROLLOUT_COUNT=2 and no ``trainer.rollout_data_dir``: of 4 prompts x rollout.n=2
+    responses, 2 prompts, each with both of its responses.
+    """
+    trained = job.launch.training_steps()
+    assert trained == [1], trained
+    launcher.wait_for_steps(job.collector.file_path, trained, kind=contract.KIND_ROLLOUT)
+    kept = launcher.assert_rollouts_sampled(job.collector.file_path, 1, n=2, prompts=4, cut=job.trainer == "v1")
+    print("rollouts:", *(r.attributes for r in kept), sep="\n")
+    assert {r.attributes[contract.RUN_ID] for r in kept} == {job.launch.wandb_run_id()}
+    assert all(contract.PARAM_VERSION in r.attributes for r in kept) == (job.trainer == "v1")  # v1: the TQ tags
 
 
 def test_records_carry_the_trainers_wandb_run_id(job: Job) -> None:
