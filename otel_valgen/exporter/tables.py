@@ -68,9 +68,7 @@ ROLLOUT_COLUMNS: Final = [
     "ground_truth",
     "data_source",
 ]
-# The policy version that generated a rollout (fully-async training): a contract attribute that
-# may not exist yet in this version of the contract, read by its wire name either way.
-PARAM_VERSION: Final[str] = getattr(contract, "PARAM_VERSION", "valgen.param_version")
+PARAM_VERSION: Final = contract.PARAM_VERSION  # the policy version that generated a rollout (fully-async)
 _PARAM_VERSION_COLUMN: Final = "param_version"
 WideRow = dict[str, Any]  # {"cells": [step, input_1, output_1, score_1, ...], "extra": {name: [v_1, ...]}}
 
