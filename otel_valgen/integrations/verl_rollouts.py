@@ -186,7 +186,7 @@ def _advantages(tensors: Any, response_mask: np.ndarray) -> list[float | None] |
         return None
     advantages = _numpy(tensors["advantages"])
     counts = response_mask.sum(axis=1)
-    sums = np.sum(advantages, axis=1, where=response_mask, dtype=np.float64)
+    sums = np.asarray(np.sum(advantages, axis=1, where=response_mask, dtype=np.float64))
     return [float(total / count) if count else None for total, count in zip(sums, counts, strict=True)]
 
 
