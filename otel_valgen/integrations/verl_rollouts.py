@@ -100,17 +100,14 @@ def rollout_columns(
     tensors = batch.batch
     responses = _numpy(tensors["responses"])
     width = responses.shape[1]
-    prompts = _numpy(tensors["prompts"])
+    prompts = np.ascontiguousarray(_numpy(tensors["prompts"]), dtype=np.int64)  # hashed as int64 bytes
     attention = _numpy(tensors["attention_mask"]).astype(bool)
     prompt_mask = attention[:, : prompts.shape[1]]
     # The response's tokens (right-padded); response_mask also leaves out a multi-turn tool's tokens.
     spans = attention[:, prompts.shape[1] :].sum(axis=1)
     response_mask = _numpy(tensors["response_mask"]).astype(bool) if _has(tensors, "response_mask") else None
     lengths = response_mask.sum(axis=1) if response_mask is not None else spans
-    prompt_ids = [
-        xxhash.xxh64_hexdigest(row[mask].astype(np.int64).tobytes())
-        for row, mask in zip(prompts, prompt_mask, strict=True)
-    ]
+    prompt_ids = [xxhash.xxh64_hexdigest(row[mask].tobytes()) for row, mask in zip(prompts, prompt_mask, strict=True)]
     non_tensor = batch.non_tensor_batch
     return {
         "prompts": LazyTexts(len(prompts), _prompt_decoder(prompts, prompt_mask, prompt_ids, tokenizer)),
@@ -179,7 +176,7 @@ def _response_decoder(responses: np.ndarray, lengths: np.ndarray, tokenizer: Any
 def _scores(tensors: Any) -> list[float] | None:
     for name in ("token_level_scores", "rm_scores"):
         if _has(tensors, name):
-            return _numpy(tensors[name]).astype(np.float64).sum(axis=1).tolist()  # type: ignore[no-any-return]
+            return _numpy(tensors[name]).sum(axis=1, dtype=np.float64).tolist()  # type: ignore[no-any-return]
     return None
 
 
@@ -187,9 +184,9 @@ def _advantages(tensors: Any, response_mask: np.ndarray) -> list[float | None] |
     """The mean advantage over each response's tokens; None for an empty response."""
     if not _has(tensors, "advantages"):
         return None
-    advantages = _numpy(tensors["advantages"]).astype(np.float64)
+    advantages = _numpy(tensors["advantages"])
     counts = response_mask.sum(axis=1)
-    sums = np.where(response_mask, advantages, 0.0).sum(axis=1)
+    sums = np.asarray(np.sum(advantages, axis=1, where=response_mask, dtype=np.float64))
     return [float(total / count) if count else None for total, count in zip(sums, counts, strict=True)]
 
 
