@@ -34,7 +34,7 @@ import math
 import sys
 import threading
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -80,6 +80,7 @@ class StepState:
     score_count: int = 0  # generations seen with a valid score, and their sum (valgen.score.*)
     score_sum: float = 0.0
     prompts_seen: int = 0  # rollouts: the distinct prompts of each call, added up (valgen.prompts_seen)
+    response_lanes: Counter[str] = field(default_factory=Counter)  # rollouts: responses numbered per prompt
     kept: LocalSample | None = None
     # Orders the progress thread against the end of the part: no progress record after the end.
     # It also serialises the block-less parts of one (step, source).
@@ -525,7 +526,8 @@ class Emitter:
         if state.kind != contract.KIND_ROLLOUT:
             return [(index, order, order) for index, order in candidates(batch, self._keyer, threshold, k)], 0
         prompt_ids = rollout_prompts(batch)
-        return rollout_candidates(prompt_ids, self.settings.seed, threshold, k), len(set(prompt_ids))
+        found = rollout_candidates(prompt_ids, self.settings.seed, threshold, k, state.response_lanes)
+        return found, len(set(prompt_ids))
 
     def _prompt_of(self, state: StepState, prompt: Order) -> Order | None:
         """The prompt sort key a rollout's record carries (None for validation)."""

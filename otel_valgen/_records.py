@@ -215,27 +215,28 @@ def _has_id(sample_id: object) -> bool:
 
 
 def rollout_candidates(
-    prompt_ids: Sequence[str], seed: int, threshold: Order | None, k: int | None
+    prompt_ids: Sequence[str], seed: int, threshold: Order | None, k: int | None, lanes: Counter[str]
 ) -> list[tuple[int, Order, Order]]:
     """(index, prompt sort key, sort key) of the responses of a rollout call that may enter a group view of ``k``.
 
     One key per distinct prompt (``sample_key(seed, prompt id)``, the same at every step and
     epoch); a response key and id (``<prompt id>/<i>``, the i-th response of that prompt in
-    this call) only for the responses of the call's k smallest prompts at or below ``threshold``
-    (its own prompt may be kept already). ``k`` None keeps every prompt (presampling off).
+    the part) only for the responses of the call's k smallest prompts at or below ``threshold``
+    (its own prompt may be kept already). ``lanes`` counts the responses of each such prompt
+    over the part's calls, so a prompt in two calls of a step gets new ids, not redeliveries;
+    a prompt not chosen here can never enter later (the threshold only falls), so only chosen
+    prompts are counted. ``k`` None keeps every prompt (presampling off).
     """
     if k == 0 or not prompt_ids:
         return []
     prompts = {pid: SortKey.of(sample_key(seed, pid), pid) for pid in dict.fromkeys(prompt_ids)}
     chosen = sorted(order for order in prompts.values() if threshold is None or order <= threshold)
     wanted = set(chosen[:k] if k is not None else chosen)
-    lanes: Counter[str] = Counter()
     found: list[tuple[int, Order, Order]] = []
     for index, pid in enumerate(prompt_ids):
-        lane = lanes[pid]
-        lanes[pid] += 1
         if prompts[pid] in wanted:
-            sample_id = f"{pid}/{lane}"
+            sample_id = f"{pid}/{lanes[pid]}"
+            lanes[pid] += 1
             found.append((index, prompts[pid], SortKey.of(sample_key(seed, sample_id), sample_id)))
     return found
 

@@ -45,8 +45,8 @@ def log_rollouts(
 
     The call is a complete part of the step: its kept records and an end record (with the
     cumulative counts, and ``valgen.prompts_seen``) are sent and flushed, at most the flush
-    timeout, before it returns. Give each prompt's n responses in one call (their sample ids
-    are ``<prompt id>/<i>``, i counting the prompt's responses in the call).
+    timeout, before it returns. Response sample ids are ``<prompt id>/<i>``, i counting the
+    prompt's responses over this process's calls of the step, so a later call adds responses.
 
     Args:
         prompts, responses: the prompt of each response (repeated n times), and the responses.

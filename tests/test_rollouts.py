@@ -185,6 +185,24 @@ def test_end_records_count_the_prompts_of_every_part() -> None:
     assert len({end[contract.ATTEMPT] for end in ends}) == 1
 
 
+@pytest.mark.parametrize("presample", [True, False])
+def test_a_prompt_in_two_calls_of_a_step_adds_responses(presample: bool) -> None:
+    """The same prompts in a later call of the step (a fully-async sync cycle): new sample ids, not redeliveries."""
+    batch = _batch(5, 2)
+    with capture_records(run_id="r", rollout_count=2, presample=presample, progress_interval_s=0) as records:
+        vg.log_rollouts(**batch, step=1)
+        vg.log_rollouts(**batch, step=1)
+    sent = _generations(list(records))
+    kept = _smallest_prompts(batch["prompt_ids"], 2) if presample else set(batch["prompt_ids"])
+    assert sorted(g[contract.SAMPLE_ID] for g in sent) == sorted(f"{p}/{i}" for p in kept for i in range(4))
+    chosen = group_view(
+        [(*_orders({"prompt_id": g[contract.PROMPT_ID], "sample_id": g[contract.SAMPLE_ID]}, SEED), g) for g in sent],
+        2,
+    )
+    assert {g[contract.PROMPT_ID] for _, _, g in chosen} == _smallest_prompts(batch["prompt_ids"], 2)
+    assert len(chosen) == 8  # both calls' responses of each kept prompt
+
+
 @settings(max_examples=25, deadline=None)
 @given(prompts=st.integers(1, 12), n=st.integers(1, 4), k=st.integers(1, 5), processes=st.integers(1, 3))
 def test_presampled_processes_merge_to_the_single_choice(prompts: int, n: int, k: int, processes: int) -> None:
