@@ -16,12 +16,13 @@ EXPORTER_LOCK := requirements/exporter.lock
 LOCK_PLATFORM := --python-version 3.11 --python-platform x86_64-unknown-linux-gnu --generate-hashes
 COLLECTOR_BIN := build/otelcol-valgen
 PROCESSOR_DIR := collector/valgensamplerprocessor
+K8S_TEST_DIR := deploy/kubernetes/manifest_test
 # The library's own tests: what the range lanes run (the library and its runtime dependencies only).
 LIBRARY_TESTS := tests/test_api.py tests/test_accounting.py tests/test_bad_input.py tests/test_k_rule.py \
 	tests/test_launchers.py tests/test_lifecycle.py tests/test_presampling.py tests/test_sampling.py \
 	tests/test_settings.py tests/test_testing_helpers.py
 
-.PHONY: demo dist install install-dev lock test-ranges collector docker go-test go-lint lint typecheck test-py test deploy-check
+.PHONY: demo dist install install-dev lock test-ranges collector docker go-test go-lint lint typecheck test-py test deploy-check k8s-check
 
 demo: install
 	$(PYTHON) -m otel_valgen.tools demo
@@ -96,3 +97,13 @@ test: install-dev collector docker lint typecheck go-lint go-test test-py
 # "What is verified about Loki and Grafana".
 deploy-check: install-dev
 	$(PYTHON) -m pytest tests/deploy
+
+# The Kubernetes manifests (deploy/kubernetes): every document decoded strictly into the API types,
+# the objects checked against each other, and the embedded collector configs (extracted to
+# build/k8s-configs) validated by the built collector, skipped with a message when it is not built
+# (`make collector`). Not part of `make test` yet.
+OTELCOL_VALGEN ?= $(CURDIR)/$(COLLECTOR_BIN)
+k8s-check:
+	@unformatted="$$(gofmt -l $(K8S_TEST_DIR))"; if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
+	cd $(K8S_TEST_DIR) && $(GO) vet ./... && \
+		OTELCOL_VALGEN=$(OTELCOL_VALGEN) VALGEN_K8S_CONFIG_DIR=$(CURDIR)/build/k8s-configs $(GO) test -count=1 -v ./...
