@@ -99,11 +99,13 @@ deploy-check: install-dev
 	$(PYTHON) -m pytest tests/deploy
 
 # The Kubernetes manifests (deploy/kubernetes): every document decoded strictly into the API types,
-# the objects checked against each other, and the embedded collector configs (extracted to
+# the objects checked against each other, rendered by kustomize (build/k8s-rendered.yaml) and
+# decoded again, and the embedded collector configs (extracted to
 # build/k8s-configs) validated by the built collector, skipped with a message when it is not built
 # (`make collector`). Not part of `make test` yet.
 OTELCOL_VALGEN ?= $(CURDIR)/$(COLLECTOR_BIN)
 k8s-check:
 	@unformatted="$$(gofmt -l $(K8S_TEST_DIR))"; if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 	cd $(K8S_TEST_DIR) && $(GO) vet ./... && \
-		OTELCOL_VALGEN=$(OTELCOL_VALGEN) VALGEN_K8S_CONFIG_DIR=$(CURDIR)/build/k8s-configs $(GO) test -count=1 -v ./...
+		OTELCOL_VALGEN=$(OTELCOL_VALGEN) VALGEN_K8S_CONFIG_DIR=$(CURDIR)/build/k8s-configs \
+		VALGEN_K8S_RENDERED=$(CURDIR)/build/k8s-rendered.yaml $(GO) test -count=1 -v ./...
