@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -161,7 +162,7 @@ func TestCollectorConfigsValidate(t *testing.T) {
 	for _, w := range m.workloads() {
 		pod := &w.template.Spec
 		for _, c := range pod.Containers {
-			if !contains(c.Args, "--config") {
+			if !slices.Contains(c.Args, "--config") {
 				continue
 			}
 			paths := configPaths(pod, c, extracted)
@@ -199,13 +200,4 @@ func TestCollectorConfigsValidate(t *testing.T) {
 	if validated != 2 {
 		t.Errorf("%d collector containers validated, want 2 (agent, sampler)", validated)
 	}
-}
-
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
 }

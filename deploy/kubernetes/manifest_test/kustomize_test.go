@@ -1,6 +1,7 @@
 package manifests
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -111,7 +112,7 @@ func TestKustomizeRenders(t *testing.T) {
 func metaOf(obj runtime.Object) (*metav1.ObjectMeta, error) {
 	accessor, ok := obj.(metav1.ObjectMetaAccessor)
 	if !ok {
-		return nil, os.ErrInvalid
+		return nil, fmt.Errorf("%T has no object metadata", obj)
 	}
 	return accessor.GetObjectMeta().(*metav1.ObjectMeta), nil
 }
