@@ -104,6 +104,12 @@ DROPPED_PREFIX: Final = "valgen.dropped."
 # int, summary: the other attempts of the step that ran at the same time with no common source
 # (one launch probably split into attempts; otel_valgen.splits).
 ATTEMPTS_CONCURRENT: Final = "valgen.attempts_concurrent"
+# Partial groups (otel_valgen.partials): the sampler that closed a group (str), what it knew of
+# each source (array of maps, keys FIGURE_*), and on a summary merged from partials of several
+# samplers, their names (str array). A summary's valgen.sample_count is the k it kept to.
+SAMPLER: Final = "valgen.sampler"
+SAMPLERS: Final = "valgen.samplers"
+SOURCE_FIGURES: Final = "valgen.source_figures"
 # Which integration opened a source's part, on its start and end records; absent: the plain API.
 # "verl/<verl version>": the verl integration routed the part. INTEGRATION_UNHOOKED: verl's own
 # validation table ran in the process instead (the part has no generations; UNHOOKED_REASON says

@@ -57,6 +57,7 @@ from typing import Protocol, TypeVar
 from otel_valgen import contract
 from otel_valgen._settings import DEFAULT_COUNT, DEFAULT_SEED
 from otel_valgen.balance import SourceFigures, step_balance, summary_dropped
+from otel_valgen.partials import merge_summaries, sampler_of
 from otel_valgen.reader import EndRecord, Generation, LateReport, ProgressRecord, Record, StartRecord, Summary
 from otel_valgen.sampling import LEGACY_KEY_VERSION, BottomK, GroupView, SortKey, sample_key, step_k
 from otel_valgen.splits import Footprint, concurrent_counts
@@ -66,6 +67,8 @@ __all__ = [
     "StepSelection",
     "attempt_rank",
     "choose_attempt",
+    "cut_kept",
+    "parts_k",
     "score_totals",
     "select_attempts",
     "select_steps",
@@ -169,6 +172,7 @@ class _Attempt:
     ends: dict[tuple[str, str], EndRecord] = field(default_factory=dict)
     sources_expected: int | None = None
     summary: Summary | None = None
+    parts: dict[str, Summary] = field(default_factory=dict)  # summaries by sampler (otel_valgen.partials)
     late: int = 0
     read: int = 0
     first: int | None = None
@@ -238,6 +242,26 @@ def _offer(group: _Attempt, record: Generation, count: int | None, max_count: in
         group.selector.offer(prompt_key_of(record, seed, group.key_version), order, record)
     else:
         group.selector.offer(order, record)
+
+
+def parts_k(k: int | None, parts: Iterable[Mapping[str, object]]) -> int | None:
+    """The smallest of ``k`` and the k each part's sampler kept to (``valgen.sample_count``)."""
+    asked = [k] if k is not None else []
+    asked += [value for part in parts if isinstance(value := part.get(contract.SAMPLE_COUNT), int)]
+    return min(asked) if asked else None
+
+
+def cut_kept(
+    generations: Iterable[Generation], k: int | None, kind: str, seed: int, key_version: int | None = None
+) -> list[Generation]:
+    """The bottom-``k`` of kept records (of one group's parts): by sort key, or for rollouts ``k`` prompts whole."""
+    if kind == contract.KIND_ROLLOUT:
+        view: GroupView[Generation] = GroupView(k or 0)
+        version = key_version or LEGACY_KEY_VERSION
+        for g in generations:
+            view.offer(prompt_key_of(g, seed, version), sort_key_of(g, seed, version), g)
+        return _selected(view)
+    return sorted(generations, key=lambda g: sort_key_of(g, seed, key_version))[:k]
 
 
 def _selected(selector: BottomK[Generation] | GroupView[Generation] | None) -> list[Generation]:
@@ -310,6 +334,7 @@ def score_totals(ends: Mapping[tuple[str, str], EndRecord]) -> tuple[int, float 
 def _add(group: _Attempt, record: Record, count: int | None, max_count: int | None, seed: int) -> None:
     if isinstance(record, Summary):
         group.summary = record
+        group.parts[sampler_of(record.attributes)] = record  # a sampler's repeated summary replaces its part
     elif isinstance(record, LateReport):
         group.late = max(group.late, record.late)  # cumulative counts: the largest is the latest
     elif isinstance(record, StartRecord):
@@ -381,15 +406,11 @@ def _finish(group: _Attempt, collector: bool, count: int | None, seed: int) -> S
         # second one for the same attempt (a resumed run under a repeated launch id): the union
         # of both groups' kept records, cut to the step's k by key, is the bottom-k of both.
         # group.k is the k rule over the records and --count (_offer).
-        if group.kind == contract.KIND_ROLLOUT:  # the same cut, in prompts
-            view: GroupView[Generation] = GroupView(group.k or 0)
-            for g in group.ranked.values():
-                version = group.key_version or LEGACY_KEY_VERSION
-                view.offer(prompt_key_of(g, seed, version), sort_key_of(g, seed, version), g)
-            kept = _selected(view)
-        else:
-            ranked = sorted(group.ranked.values(), key=lambda g: sort_key_of(g, seed, group.key_version))
-            kept = ranked[: group.k]
+        # Parts of the group closed by other samplers (an agent re-routed the step) merge the same way.
+        parts = [part.attributes for _, part in sorted(group.parts.items())]
+        kept = cut_kept(group.ranked.values(), parts_k(group.k, parts), group.kind, seed, group.key_version)
+        if len(parts) > 1:
+            summary = Summary(group.run_id, group.step, merge_summaries(parts, kept))
         late = group.late
         if not late and summary is not None:
             reported = summary.attributes.get("valgen.late")

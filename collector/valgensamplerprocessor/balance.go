@@ -71,16 +71,22 @@ func (s *sourceState) balance(kept int64) (seen int64, d dropCounts) {
 
 // balance is the group's seen and its dropped generations by reason (see sourceState.balance).
 func (g *group) balance() (seen int64, d dropCounts) {
-	keptBy := make(map[sourceID]int64, len(g.sources))
-	if g.kept != nil {
-		g.kept.each(func(_ sortKey, e *entry[keptRecord]) {
-			keptBy[sourceOf(e.item.record.Attributes(), e.item.resource)]++
-		})
-	}
+	keptBy := keptBySource(g)
 	for id, state := range g.sources {
 		s, sd := state.balance(keptBy[id])
 		seen += s
 		d.add(sd)
 	}
 	return seen, d
+}
+
+// keptBySource counts the group's kept records per source.
+func keptBySource(g *group) map[sourceID]int64 {
+	keptBy := make(map[sourceID]int64, len(g.sources))
+	if g.kept != nil {
+		g.kept.each(func(_ sortKey, e *entry[keptRecord]) {
+			keptBy[sourceOf(e.item.record.Attributes(), e.item.resource)]++
+		})
+	}
+	return keptBy
 }

@@ -65,6 +65,10 @@ type Config struct {
 	// and the closed-groups cache across restarts. Unset: both live in memory only and open
 	// groups are flushed downstream at shutdown.
 	Storage *component.ID `mapstructure:"storage"`
+	// SamplerID names this sampler on the summaries it emits (valgen.sampler), so that partial
+	// groups of one step closed by different samplers can be merged downstream. Unset: the
+	// host name (a StatefulSet pod's name is stable across restarts).
+	SamplerID string `mapstructure:"sampler_id"`
 
 	// prevent unkeyed literal initialization
 	_ struct{}

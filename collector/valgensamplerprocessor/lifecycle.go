@@ -204,5 +204,5 @@ func (p *samplerProcessor) closeGroup(g *group, reason string, now time.Time, ou
 	fp := g.footprint()
 	concurrent := p.concurrentAttempts(g, fp, st)
 	store.closed(g.key, p.closed.add(g.key, fp))
-	st.close(reason, appendClosed(out.add(), g, reason, concurrent, now))
+	st.close(reason, appendClosed(out.add(), g, reason, concurrent, p.samplerID, now))
 }

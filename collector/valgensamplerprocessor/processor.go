@@ -6,6 +6,7 @@ package valgensamplerprocessor // import "github.com/otel-valgen/otel-valgen/col
 import (
 	"context"
 	"fmt"
+	"os"
 	"sync"
 	"time"
 
@@ -30,6 +31,7 @@ type samplerProcessor struct {
 	telemetry *metadata.TelemetryBuilder
 	now       func() time.Time // injectable clock
 	tick      time.Duration    // how often expired groups are looked for
+	samplerID string           // valgen.sampler on the summaries (Config.SamplerID, else the host name)
 
 	mu     sync.Mutex // guards the fields below
 	groups map[string]*group
@@ -57,10 +59,22 @@ func newSamplerProcessor(cfg *Config, next consumer.Logs, set processor.Settings
 		telemetry: tb,
 		now:       time.Now,
 		tick:      tickInterval(cfg.DecisionWait),
+		samplerID: samplerID(cfg, set.ID),
 		groups:    make(map[string]*group),
 		closed:    newClosedGroups(cfg.ClosedGroupsCache),
 		store:     memoryStore{},
 	}, nil
+}
+
+// samplerID is the configured sampler_id, else the host name, else the processor's id.
+func samplerID(cfg *Config, id component.ID) string {
+	if cfg.SamplerID != "" {
+		return cfg.SamplerID
+	}
+	if host, err := os.Hostname(); err == nil && host != "" {
+		return host
+	}
+	return id.String()
 }
 
 // tickInterval checks for expired groups about ten times per decision_wait, at most once a

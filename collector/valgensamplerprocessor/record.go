@@ -59,6 +59,12 @@ const (
 	attrDroppedNotEnded    = "valgen.dropped.not_ended"
 	attrAttemptsConcurrent = "valgen.attempts_concurrent"
 
+	// Which sampler closed the group, and what it knew of each source: enough for the exporter
+	// service and show/push to merge partial groups of one step that different samplers closed
+	// (an agent re-routed the step mid-way) into the exact step (partials.go).
+	attrSampler       = "valgen.sampler"
+	attrSourceFigures = "valgen.source_figures"
+
 	// A source that ran verl's own validation table instead of otel-valgen (unhooked.go).
 	attrIntegration     = "valgen.integration"
 	attrUnhookedReason  = "valgen.unhooked_reason"

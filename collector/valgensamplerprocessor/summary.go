@@ -19,8 +19,9 @@ import (
 // from 1 and with its own resource and scope, then the group's step summary record
 // (concurrent: the other attempts of the step that ran at the same time with no common
 // source, see concurrent.go). It returns how many generation records it appended.
-func appendClosed(out plog.Logs, g *group, reason string, concurrent int64, now time.Time) int {
+func appendClosed(out plog.Logs, g *group, reason string, concurrent int64, sampler string, now time.Time) int {
 	seen, dropped := g.balance() // before the kept records move out of the group
+	keptBy := keptBySource(g)
 	var entries []entry[keptRecord]
 	if g.kept != nil {
 		entries = g.kept.sorted()
@@ -45,6 +46,8 @@ func appendClosed(out plog.Logs, g *group, reason string, concurrent int64, now 
 	lr := appendSummary(out, g, len(entries), reason, now)
 	putBalance(lr.Attributes(), seen, dropped)
 	lr.Attributes().PutInt(attrAttemptsConcurrent, concurrent)
+	lr.Attributes().PutStr(attrSampler, sampler)
+	putSourceFigures(lr.Attributes(), g, keptBy)
 	return len(entries)
 }
 
@@ -78,6 +81,9 @@ func appendSummary(out plog.Logs, g *group, kept int, reason string, now time.Ti
 	attrs.PutStr(attrKind, g.kind)
 	attrs.PutInt(attrAttemptStart, g.attemptStart)
 	attrs.PutInt(attrKept, int64(kept))
+	if g.k >= 0 { // the k the group kept to (prompts for rollouts): what a merge of partials cuts to
+		attrs.PutInt(attrSampleCount, int64(g.k))
+	}
 	if g.kind == kindRollout { // valgen.seen and valgen.kept count responses
 		prompts := 0
 		if g.kept != nil {

@@ -15,6 +15,10 @@ restarted service can rebuild the wide table it appends to. Lines written by old
 Every key includes the step's kind (``valgen.kind``): a step's validation and its rollouts are
 written under different keys, so each has its own written samples, shown attempt and rows.
 Lines without a kind (written before rollouts reached the backends) are validation.
+
+A step that came in parts (agents re-routed it between samplers, ``otel_valgen.partials``) is
+written again when a part of another sampler merges into it: each line also names the samplers
+whose parts the write held, and ``samplers`` answers with their union.
 """
 
 from __future__ import annotations
@@ -59,6 +63,7 @@ class Ledger:
     def __init__(self, state_dir: str | Path | None = None) -> None:
         self._lock = threading.Lock()
         self._committed: dict[AttemptKey, set[str]] = {}
+        self._samplers: dict[AttemptKey, set[str]] = {}
         self._shown: dict[ShownKey, ShownAttempt] = {}
         self._rows: dict[tuple[str, str], dict[int, Any]] = {}  # (group, kind) -> rows by step
         self._path = Path(state_dir) / "ledger.jsonl" if state_dir is not None else None
@@ -77,6 +82,7 @@ class Ledger:
                     key = (str(entry["group"]), int(entry["step"]), attempt, kind)
                     shown = ShownAttempt(key[2], int(entry.get("attempt_start", 0)), bool(entry.get("complete", True)))
                     self._record(key, list(entry.get("samples", [])), entry.get("row"), shown)
+                    self._samplers.setdefault(key, set()).update(map(str, entry.get("samplers", [])))
                 except (ValueError, KeyError, TypeError) as error:
                     _logger.warning("ledger %s line %d unreadable: %s", path, number, error)
 
@@ -102,6 +108,11 @@ class Ledger:
         with self._lock:
             return set(self._committed.get((group, step, attempt, kind), ()))
 
+    def samplers(self, group: str, step: int, attempt: str = "", kind: str = VALIDATION) -> frozenset[str]:
+        """The samplers whose parts of the attempt have been written (empty: none named, or not written)."""
+        with self._lock:
+            return frozenset(self._samplers.get((group, step, attempt, kind), ()))
+
     def shown(self, group: str, step: int, kind: str = VALIDATION) -> ShownAttempt | None:
         """The attempt of (group, step) of ``kind`` written as the step's data, if any."""
         with self._lock:
@@ -125,14 +136,19 @@ class Ledger:
         row: Any = None,
         shown: ShownAttempt | None = None,
         kind: str = VALIDATION,
+        samplers: frozenset[str] = frozenset(),
     ) -> None:
-        """Record a finished write of ``shown`` (default attempt "") of ``kind``; persist it with a state folder."""
+        """Record a finished write of ``shown`` (default attempt "") of ``kind``; persist it with a state folder.
+
+        ``samplers``: the samplers whose parts of the step the write held (``otel_valgen.partials``).
+        """
         shown = shown or ShownAttempt("")
         with self._lock:
             self._record((group, step, shown.attempt, kind), sample_ids, row, shown)
+            self._samplers.setdefault((group, step, shown.attempt, kind), set()).update(samplers)
             if self._path is None:
                 return
-            entry = {"group": group, "step": step, "samples": sample_ids, "row": row}
+            entry = {"group": group, "step": step, "samples": sample_ids, "row": row, "samplers": sorted(samplers)}
             entry |= {"attempt": shown.attempt, "attempt_start": shown.attempt_start, "complete": shown.complete}
             entry["kind"] = kind
             with self._path.open("a", encoding="utf-8") as handle:

@@ -16,6 +16,11 @@ so is a step whose summary names sources that ran verl's own table (``otel_valge
 Validation steps and training rollout steps (``valgen.kind``) take the same way; the service
 counts steps per kind (``validation_steps``, ``rollout_steps``) and each worker counts what
 it did in total and per kind (``kinds``).
+
+A step that came in parts (agents re-routed it between samplers, each closing a part) is
+merged as its parts arrive (``otel_valgen.exporter.parts``): each later part hands the merged
+step on again, which the backends write again or as a correction; a worker still holding an
+unwritten earlier version of the step replaces it.
 """
 
 from __future__ import annotations
@@ -32,9 +37,10 @@ from typing import Any
 from otel_valgen import contract
 from otel_valgen.exporter.backends import Backend, BackendUnavailable, StepNotWritable
 from otel_valgen.exporter.ledger import ledger_dir
+from otel_valgen.exporter.parts import StepParts
 from otel_valgen.exporter.split_watch import SplitWatch
-from otel_valgen.exporter.steps import ClosedStep, RecordCounts, assemble
-from otel_valgen.reader import Generation, split_request
+from otel_valgen.exporter.steps import ClosedStep, RecordCounts, assemble, step_as_item, step_from_item
+from otel_valgen.reader import split_request
 from otel_valgen.splits import split_warning
 from otel_valgen.unhooked import unhooked_warning
 
@@ -139,17 +145,25 @@ class BackendWorker:
         if self._spool is not None and self._spool.exists():
             items = json.loads(self._spool.read_text(encoding="utf-8"))
             self._spool.unlink()
-            self.offer([_step_from_spool(item) for item in items])
+            self.offer([step_from_item(item) for item in items])
             _logger.info("%s: queued %d spooled steps", self.name, len(items))
         self._thread = threading.Thread(target=self._run, name=f"valgen-{self.name}-writer", daemon=True)
         self._thread.start()
 
     def offer(self, steps: list[ClosedStep]) -> None:
-        """Queue steps to be written."""
+        """Queue steps to be written; a step replaces a queued version of itself not being written yet."""
         if steps:
             with self._cond:
-                self._pending.extend(steps)
+                for step in steps:
+                    self._queue(step)
                 self._cond.notify_all()
+
+    def _queue(self, step: ClosedStep) -> None:
+        for index in range(1, len(self._pending)):  # [0] may be being written
+            if self._pending[index].key == step.key and step.samplers > self._pending[index].samplers:
+                self._pending[index] = step
+                return
+        self._pending.append(step)
 
     def _run(self) -> None:
         while True:
@@ -212,7 +226,7 @@ class BackendWorker:
             _logger.error("%s: %d steps could not be written before shutdown", self.name, len(unwritten))
         elif unwritten and self._spool is not None:
             self._spool.parent.mkdir(parents=True, exist_ok=True)
-            self._spool.write_text(json.dumps([_spool_item(step) for step in unwritten]), encoding="utf-8")
+            self._spool.write_text(json.dumps([step_as_item(step) for step in unwritten]), encoding="utf-8")
             _logger.info("%s: spooled %d steps to %s", self.name, len(unwritten), self._spool)
 
 
@@ -227,6 +241,8 @@ class ServiceStats(RecordCounts):
     refused_requests: int = 0
     steps: int = 0
     split_steps: int = 0  # steps whose attempts ran at the same time with no common source
+    merged_steps: int = 0  # steps handed on again, merged with a part another sampler closed
+    parts_unmerged: int = 0  # parts whose step's other parts were no longer kept
     unhooked_steps: int = 0  # steps a source of which ran verl's own table (valgen.sources_unhooked)
 
 
@@ -240,6 +256,7 @@ class ExporterService:
         self.workers = [BackendWorker(backend, config) for backend in backends]
         self.counts = ServiceStats()
         self._splits = SplitWatch()
+        self._parts = StepParts(config.state_dir)
         self._lock = threading.Lock()
         self._stopping = False
 
@@ -263,7 +280,9 @@ class ExporterService:
             raise Unavailable(reason, self.config.retry_after_s)
         decoded = split_request(request)
         assembled = assemble(decoded.records)
+        assembled.steps = [self._parts.add(step) for step in assembled.steps]
         with self._lock:
+            self.counts.merged_steps, self.counts.parts_unmerged = self._parts.merged, self._parts.unmerged
             self.counts.add(assembled)
             self.counts.steps += len(assembled.steps)
             self.counts.rejected += decoded.rejected
@@ -328,14 +347,3 @@ def _unhooked_sources(step: ClosedStep) -> list[str]:
     """The summary's ``valgen.sources_unhooked``: sources that ran verl's own table for the step."""
     sources = step.summary.get(contract.SOURCES_UNHOOKED) if step.summary is not None else None
     return [str(source) for source in sources] if isinstance(sources, list) else []
-
-
-def _spool_item(step: ClosedStep) -> dict[str, Any]:
-    item = dataclasses.asdict(step)
-    item.pop("received_at")
-    return item
-
-
-def _step_from_spool(item: dict[str, Any]) -> ClosedStep:
-    generations = [Generation(**raw) for raw in item.pop("generations", [])]
-    return ClosedStep(**item, generations=generations, received_at=time.monotonic())

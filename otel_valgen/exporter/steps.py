@@ -16,18 +16,20 @@ are ordered by prompt, so that a prompt's responses stand side by side.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Final
 
 from otel_valgen import contract
 from otel_valgen._settings import DEFAULT_SEED
 from otel_valgen.exporter.ledger import ShownAttempt
+from otel_valgen.partials import merge_summaries, samplers_of
 from otel_valgen.reader import Generation, Record, Summary
 from otel_valgen.sampling import LEGACY_KEY_VERSION, SortKey
-from otel_valgen.selection import COMPLETE, prompt_key_of, sort_key_of
+from otel_valgen.selection import COMPLETE, cut_kept, parts_k, prompt_key_of, sort_key_of
 
 __all__ = [
     "Assembled",
@@ -36,9 +38,12 @@ __all__ = [
     "StepKey",
     "assemble",
     "attempt_facts",
+    "merge_parts",
     "names_a_run",
     "order_generations",
     "run_resource",
+    "step_as_item",
+    "step_from_item",
     "summary_scalars",
 ]
 
@@ -89,6 +94,11 @@ class ClosedStep:
     def rollout(self) -> bool:
         """Whether the step holds training rollouts (not validation generations)."""
         return self.kind == contract.KIND_ROLLOUT
+
+    @property
+    def samplers(self) -> frozenset[str]:
+        """The samplers whose parts of the group this step holds (``otel_valgen.partials``)."""
+        return samplers_of(self.summary)
 
     def shown_attempt(self) -> ShownAttempt:
         """The step's attempt as the ledgers rank it (``otel_valgen.selection.attempt_rank``)."""
@@ -269,3 +279,51 @@ def assemble(records: Iterable[tuple[Record, Mapping[str, Any]]], *, now: float 
             )
         )
     return out
+
+
+def merge_parts(parts: list[ClosedStep]) -> ClosedStep:
+    """One step from the parts of one (run, step, attempt, kind) that different samplers closed.
+
+    The kept records are the bottom-k of the parts' union (``otel_valgen.selection.cut_kept``),
+    ranked again; the summary merges the parts' counts (``otel_valgen.partials``).
+    """
+    if len(parts) == 1:
+        return parts[0]
+    union: dict[str, Generation] = {}
+    for part in parts:
+        for generation in part.generations:
+            union.setdefault(generation.sample_id, generation)
+    summaries = [part.summary for part in parts if part.summary is not None]
+    first = parts[0]
+    k = parts_k(None, summaries)
+    kept = cut_kept(union.values(), k, first.kind, DEFAULT_SEED)
+    kept = [replace(generation, rank=rank) for rank, generation in enumerate(kept, start=1)]
+    summary = merge_summaries(summaries, kept) if summaries else None
+    start, attempt_complete = attempt_facts(summary, kept)
+    return ClosedStep(
+        group_id=first.group_id,
+        step=first.step,
+        generations=order_generations(kept, first.kind),
+        resource=run_resource(part.resource for part in parts),
+        summary=summary,
+        complete=all(part.complete for part in parts),
+        reason="merged",
+        received_at=min(part.received_at for part in parts),
+        attempt=first.attempt,
+        attempt_start=start,
+        attempt_complete=attempt_complete,
+        kind=first.kind,
+    )
+
+
+def step_as_item(step: ClosedStep) -> dict[str, Any]:
+    """A step as JSON-ready data, to keep on disk (spools, parts)."""
+    item = dataclasses.asdict(step)
+    item.pop("received_at")
+    return item
+
+
+def step_from_item(item: dict[str, Any]) -> ClosedStep:
+    """A step read back from ``step_as_item``'s data (received now)."""
+    generations = [Generation(**raw) for raw in item.pop("generations", [])]
+    return ClosedStep(**item, generations=generations, received_at=time.monotonic())

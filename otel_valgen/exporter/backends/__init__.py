@@ -13,6 +13,13 @@ counted and logged with its traceback).
 Every backend writes a step's validation (``val/generations`` by default) and its training
 rollouts (``train/generations``) under different keys (``TableKeys.key``), and its ledger keeps
 the two kinds apart.
+
+A step that came in parts (``otel_valgen.partials``: agents re-routed it between samplers) is
+written again when a part from another sampler merges into it after its first write
+(``correction``). MLflow rewrites it in place (the step's artifact is replaced); the trackers
+whose past steps cannot be changed (wandb, TensorBoard, ClearML, Trackio) write the merged
+step whole under the step's key with ``CORRECTED`` appended, at the same step, so that the
+correction is visible next to what was first written.
 """
 
 from __future__ import annotations
@@ -26,18 +33,23 @@ from otel_valgen.exporter.steps import ClosedStep
 
 __all__ = [
     "BACKENDS",
+    "CORRECTED",
     "Backend",
     "BackendUnavailable",
     "StepNotWritable",
     "TableKeys",
     "commit_step",
+    "correction",
     "create_backends",
     "parse_backends",
     "superseded",
     "written_before",
+    "written_key",
 ]
 
 BACKENDS: Final = ("wandb", "mlflow", "tensorboard", "clearml", "trackio")
+CORRECTED: Final = "/corrected"
+"""Appended to a step's key where an append-only tracker writes a merged step again (``correction``)."""
 """The backends this version writes to, by the name ``--backend`` takes."""
 VALIDATION_KEY: Final = "val/generations"
 ROLLOUT_KEY: Final = "train/generations"
@@ -113,14 +125,28 @@ def superseded(backend: Backend, step: ClosedStep) -> bool:
 
 
 def written_before(backend: Backend, step: ClosedStep) -> bool:
-    """Whether a backend that writes a step whole has nothing to do: this attempt is written, or another is shown."""
-    return superseded(backend, step) or backend.ledger.is_committed(*step.key)
+    """Whether a backend that writes a step whole has nothing to do: written with all its parts, or superseded."""
+    if superseded(backend, step):
+        return True
+    return backend.ledger.is_committed(*step.key) and step.samplers <= backend.ledger.samplers(*step.key)
+
+
+def correction(backend: Backend, step: ClosedStep) -> bool:
+    """Whether ``step`` merges a part of another sampler into a step this backend has written already."""
+    return backend.ledger.is_committed(*step.key) and not step.samplers <= backend.ledger.samplers(*step.key)
+
+
+def written_key(backend: Backend, step: ClosedStep, key: str) -> str:
+    """``key``, with ``CORRECTED`` appended when the step is a correction of what was written (``correction``)."""
+    return key + CORRECTED if correction(backend, step) else key
 
 
 def commit_step(backend: Backend, step: ClosedStep) -> int:
     """Record a whole step as written in the backend's ledger; the rows it had."""
     sample_ids = [g.sample_id for g in step.generations]
-    backend.ledger.commit(step.group_id, step.step, sample_ids, shown=step.shown_attempt(), kind=step.kind)
+    backend.ledger.commit(
+        step.group_id, step.step, sample_ids, shown=step.shown_attempt(), kind=step.kind, samplers=step.samplers
+    )
     return len(sample_ids)
 
 

@@ -29,7 +29,14 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-from otel_valgen.exporter.backends import BackendUnavailable, StepNotWritable, TableKeys, commit_step, written_before
+from otel_valgen.exporter.backends import (
+    BackendUnavailable,
+    StepNotWritable,
+    TableKeys,
+    commit_step,
+    written_before,
+    written_key,
+)
 from otel_valgen.exporter.ledger import Ledger
 from otel_valgen.exporter.steps import ClosedStep, summary_scalars
 from otel_valgen.exporter.tables import extra_names, rollout_columns, rollout_rows
@@ -132,9 +139,10 @@ class ClearMLBackend:
             logger = task.get_logger()
             if step.generations:
                 title, series = (ROLLOUT_TITLE, ROLLOUT_SERIES) if step.rollout else (TITLE, SERIES)
+                series = written_key(self, step, series)
                 logger.report_table(title=title, series=series, iteration=step.step, table_plot=table_rows(step))
             if self.config.scalars:
-                key = self.config.key(step)
+                key = written_key(self, step, self.config.key(step))
                 for name, value in summary_scalars(step.summary).items():
                     logger.report_scalar(title=key, series=name, value=value, iteration=step.step)
             task.flush(wait_for_uploads=True)

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from otel_valgen.exporter.backends import BackendUnavailable, TableKeys, commit_step, written_before
+from otel_valgen.exporter.backends import BackendUnavailable, TableKeys, commit_step, written_before, written_key
 from otel_valgen.exporter.ledger import Ledger
 from otel_valgen.exporter.steps import ClosedStep, summary_scalars
 from otel_valgen.exporter.tables import markdown, rollout_markdown
@@ -129,7 +129,7 @@ class TensorBoardBackend:
                 self.config.root,
                 folder,
             )
-        key = self.config.key(step)
+        key = written_key(self, step, self.config.key(step))
         values = [self._text_value(key, rollout_markdown(step) if step.rollout else markdown(step))]
         if self.config.scalars:
             for name, value in summary_scalars(step.summary).items():

@@ -27,7 +27,14 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
-from otel_valgen.exporter.backends import BackendUnavailable, StepNotWritable, TableKeys, commit_step, written_before
+from otel_valgen.exporter.backends import (
+    BackendUnavailable,
+    StepNotWritable,
+    TableKeys,
+    commit_step,
+    written_before,
+    written_key,
+)
 from otel_valgen.exporter.ledger import Ledger
 from otel_valgen.exporter.steps import ClosedStep, summary_scalars
 from otel_valgen.exporter.tables import extra_names, rollout_dicts, rows_layout
@@ -99,7 +106,7 @@ class TrackioBackend:
         return project, name
 
     def _payload(self, step: ClosedStep) -> dict[str, Any]:
-        trackio, key = self._trackio, self.config.key(step)
+        trackio, key = self._trackio, written_key(self, step, self.config.key(step))
         traces = [
             trackio.Trace(
                 messages=[
@@ -165,7 +172,7 @@ class TrackioBackend:
                 trackio.log(payload, step=step.step)
             finally:
                 trackio.finish()
-        probe = f"{self.config.key(step)}/table" if step.generations else next(iter(payload))
+        probe = f"{written_key(self, step, self.config.key(step))}/table" if step.generations else next(iter(payload))
         if not self._stored(project, name, run.id, step.step, probe):
             reasons = "; ".join(str(w.message) for w in caught) or "not found after finish()"
             raise BackendUnavailable(f"trackio: step {step.step} was not stored in {project}/{name}: {reasons}")

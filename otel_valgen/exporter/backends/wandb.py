@@ -39,7 +39,7 @@ from typing import Any, Literal, cast
 import wandb
 
 from otel_valgen import contract
-from otel_valgen.exporter.backends import BackendUnavailable, TableKeys, superseded
+from otel_valgen.exporter.backends import CORRECTED, BackendUnavailable, TableKeys, correction, superseded
 from otel_valgen.exporter.ledger import Ledger
 from otel_valgen.exporter.steps import ClosedStep, summary_scalars
 from otel_valgen.exporter.tables import rows_layout, supports_incremental, verl_row, wide_table
@@ -175,6 +175,8 @@ class WandbBackend:
             return None
         shown = step.shown_attempt()
         target = run_ref(step, self.config.project, self.config.entity)
+        if correction(self, step):
+            return self._write_correction(target, step)
         committed = self.ledger.committed_samples(*step.key)
         new_ids = [g.sample_id for g in step.generations if g.sample_id not in committed]
         if self.config.layout == "verl" and not step.rollout:
@@ -207,8 +209,29 @@ class WandbBackend:
             self._finish(attachment)
             raise BackendUnavailable(f"cannot log to run {target.key}: {type(error).__name__}: {error}") from error
         attachment.steps += 1
-        self.ledger.commit(step.group_id, step.step, new_ids, row=row, shown=shown, kind=step.kind)
+        self.ledger.commit(
+            step.group_id, step.step, new_ids, row=row, shown=shown, kind=step.kind, samplers=step.samplers
+        )
         return added
+
+    def _write_correction(self, target: RunRef, step: ClosedStep) -> int:
+        """Log a step merged from another sampler's part whole, under its key + ``CORRECTED`` (see backends)."""
+        columns, rows = rows_layout(step, skip=set())
+        table = wandb.Table(columns=list(columns), data=rows)
+        payload = self._payload(step, table, key=self.config.key(step) + CORRECTED)
+        attachment = self._attach(target)
+        try:
+            attachment.run.log(payload)
+        except Exception as error:
+            self._runs.pop(target.key, None)
+            self._finish(attachment)
+            raise BackendUnavailable(f"cannot log to run {target.key}: {type(error).__name__}: {error}") from error
+        attachment.steps += 1
+        sample_ids = [g.sample_id for g in step.generations]
+        self.ledger.commit(
+            step.group_id, step.step, sample_ids, shown=step.shown_attempt(), kind=step.kind, samplers=step.samplers
+        )
+        return len(rows)
 
     def _rows_table(self, target: RunRef, kind: str, columns: list[str], rows: list[list[Any]]) -> Any:
         """The rows layout's table of ``kind`` with ``rows`` added: incremental where wandb supports it."""
@@ -227,8 +250,8 @@ class WandbBackend:
         attachment.tables[kind] = table
         return table
 
-    def _payload(self, step: ClosedStep, table: Any) -> dict[str, Any]:
-        key = self.config.key(step)
+    def _payload(self, step: ClosedStep, table: Any, key: str | None = None) -> dict[str, Any]:
+        key = key or self.config.key(step)
         payload: dict[str, Any] = {self.config.step_metric: step.step, key: table}
         if self.config.scalars:
             for name, value in summary_scalars(step.summary).items():

@@ -1,0 +1,274 @@
+"""User story: a step re-routed mid-way between samplers is still written exact, or says what is missing.
+
+A job's step (two sources, every generation a record) is written by the embedded sink, then
+routed in two parts as an agent does when its ring changes mid-step: the start records and the
+first half of the generations to sampler A, the rest with the end records to sampler B (built
+collectors, ``collector.yaml`` + ``sampler.yaml``). Both samplers export to the exporter service
+(MLflow on a real tracking server, and TensorBoard). The oracle is ``otel-valgen show``'s
+selection over the job's own records: what one sampler would have kept and counted.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from otel_valgen import contract
+from otel_valgen.exporter.backends import create_backends
+from otel_valgen.exporter.backends.mlflow import MlflowConfig
+from otel_valgen.exporter.backends.tensorboard import TensorBoardConfig
+from otel_valgen.exporter.server import ExporterServer
+from otel_valgen.exporter.service import ExporterService, ServiceConfig
+from otel_valgen.reader import read_paths
+from otel_valgen.selection import StepSelection, select_steps
+from tests.e2e import harness
+from tests.e2e.harness import Collector, StandIn, wait_for
+from tests.e2e.partial_job import K
+from tests.exporter.mlflow_server import MlflowServer
+from tests.exporter.tensorboard_files import read_texts
+from tests.support.ports import free_port
+from tests.support.require import require_module
+
+mlflow = require_module("mlflow", "mlflow (its tracking server) is not installed; pip install -e '.[dev]'")
+REPO = Path(__file__).resolve().parents[2]
+KEY = "val/generations"
+DECISION_WAIT = "2s"
+# A sampler whose part of a step has announced sources that never end there (their end records
+# went to the new owner) closes it at max_step_duration (6 h by default; short here).
+MAX_STEP_DURATION = "6s"
+
+
+@pytest.fixture(scope="module")
+def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowServer]:
+    """One tracking server for the module (starting one takes seconds)."""
+    server = MlflowServer(tmp_path_factory.mktemp("mlflow"))
+    server.start()
+    yield server
+    server.stop()
+
+
+@dataclass
+class Stack:
+    """Two samplers exporting to one exporter service (MLflow and TensorBoard)."""
+
+    home: Path
+    samplers: dict[str, Collector]
+    ports: dict[str, tuple[int, int, int, int]]
+    env: dict[str, str]
+    boards: Path
+    service: ExporterService | None = None
+    server: ExporterServer | None = None
+
+    def start_sampler(self, name: str) -> Collector:
+        """Start (or restart, on its stored state and ports) the sampler ``name``."""
+        env = self.env | {"VALGEN_SAMPLER_ID": name}
+        configs = ["collector.yaml", "sampler.yaml"]
+        collector = harness.launch_collector(self.home / name, name, configs, env, self.ports[name])
+        collector.wait_ready(collector.healthy)
+        self.samplers[name] = collector
+        return collector
+
+    def stats(self) -> dict[str, Any]:
+        """The exporter service's counters."""
+        assert self.service is not None
+        return self.service.stats()
+
+    def written(self, backend: str) -> int:
+        """Steps the backend has written (first writes and rewrites)."""
+        return int(self.stats()["backends"][backend]["written_steps"])
+
+
+@pytest.fixture
+def stack(tmp_path: Path, loki_stand_in: StandIn) -> Iterator[Stack]:
+    """Samplers a and b on loopback and the exporter service they export to."""
+    grpc = free_port()
+    env = {
+        "VALGEN_WANDB_EXPORTER_ENDPOINT": f"127.0.0.1:{grpc}",
+        "VALGEN_LOKI_OTLP_ENDPOINT": loki_stand_in.endpoint,
+        "VALGEN_DECISION_WAIT": DECISION_WAIT,
+        "VALGEN_MAX_STEP_DURATION": MAX_STEP_DURATION,
+    }
+    ports = {name: (free_port(), free_port(), free_port(), free_port()) for name in ("a", "b")}
+    stack = Stack(tmp_path, {}, ports, env, tmp_path / "boards")
+    yield stack
+    for collector in stack.samplers.values():
+        if collector.process.poll() is None:
+            collector.stop()
+    if stack.server is not None and stack.service is not None:
+        stack.server.stop(1)
+        stack.service.stop()
+
+
+def start_exporter(stack: Stack, mlflow_server: MlflowServer) -> None:
+    """The exporter service on the gRPC port the samplers export to."""
+    configs = {
+        "mlflow": MlflowConfig(tracking_uri=mlflow_server.uri),
+        "tensorboard": TensorBoardConfig(root=str(stack.boards)),
+    }
+    state = stack.home / "exporter"
+    backends = create_backends(["mlflow", "tensorboard"], str(state), configs)
+    service = ExporterService(ServiceConfig(state_dir=str(state), retry_after_s=1.0), backends)
+    server = ExporterServer(service, http=None, grpc_address=stack.env["VALGEN_WANDB_EXPORTER_ENDPOINT"])
+    service.start()
+    server.start()
+    stack.service, stack.server = service, server
+
+
+def job_records(folder: Path, run_id: str, step: int, mlflow_run: str) -> list[dict[str, Any]]:
+    """Run the job (embedded sink); its OTLP/JSON requests, in the order it wrote them."""
+    env = {"PATH": str(Path(sys.executable).parent), "MLFLOW_RUN_ID": mlflow_run, "HOME": str(folder)}
+    subprocess.run(
+        [sys.executable, "-m", "tests.e2e.partial_job", str(folder / "raw"), run_id, str(step)],
+        cwd=REPO,
+        env=env,
+        check=True,
+        timeout=120,
+    )
+    lines = [line for path in sorted((folder / "raw").glob("*.jsonl")) for line in path.read_text().splitlines()]
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+def split_in_two(requests: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any], int]:
+    """Two requests: the start records and the first half of the generations; then the rest.
+
+    Returns them and how many generation records the first holds.
+    """
+    items = [
+        (resource_logs["resource"], scope_logs.get("scope", {}), record)
+        for request in requests
+        for resource_logs in request["resourceLogs"]
+        for scope_logs in resource_logs["scopeLogs"]
+        for record in scope_logs["logRecords"]
+    ]
+    generations = [item for item in items if item[2].get("eventName") == contract.EVENT_GENERATION]
+    first = {id(item[2]) for item in generations[: len(generations) // 2]}
+    first |= {id(item[2]) for item in items if item[2].get("eventName") == contract.EVENT_VALIDATION_START}
+
+    def request(chosen: list[tuple[Any, Any, Any]]) -> dict[str, Any]:
+        return {
+            "resourceLogs": [
+                {"resource": resource, "scopeLogs": [{"scope": scope, "logRecords": [record]}]}
+                for resource, scope, record in chosen
+            ]
+        }
+
+    part_a = [item for item in items if id(item[2]) in first]
+    part_b = [item for item in items if id(item[2]) not in first]
+    return request(part_a), request(part_b), len(generations) // 2
+
+
+def post(collector: Collector, request: dict[str, Any]) -> None:
+    """Send one OTLP/JSON request to a sampler's OTLP/HTTP receiver."""
+    body = json.dumps(request).encode()
+    call = urllib.request.Request(
+        f"http://{collector.http_endpoint}/v1/logs", body, {"Content-Type": "application/json"}, method="POST"
+    )
+    with urllib.request.urlopen(call, timeout=10) as response:
+        assert response.status == 200
+
+
+def oracle(folder: Path) -> StepSelection:
+    """The step as one sampler would keep and count it: ``show``'s selection over the job's own records."""
+    (selection,) = select_steps(read_paths(sorted((folder / "raw").glob("*.jsonl")), lambda _: None))
+    return selection
+
+
+def mlflow_step(server: MlflowServer, run_id: str, step: int, folder: Path) -> tuple[list[str], dict[str, float]]:
+    """The step's artifact's sample ids, and the latest value of each of its summary metrics."""
+    client = mlflow.MlflowClient(server.uri)
+    rows = json.loads(Path(client.download_artifacts(run_id, f"val_step{step}.json", str(folder))).read_text())
+    metrics = {}
+    for name in ("seen", "kept", "missing"):
+        history = client.get_metric_history(run_id, f"{KEY}/{name}")
+        metrics[name] = max(history, key=lambda m: (m.timestamp, m.value)).value if history else -1.0
+    return [row["sample_id"] for row in rows], metrics
+
+
+def shown(stack: Stack) -> StepSelection:
+    """``otel-valgen show`` over every sampler's file output."""
+    paths = [collector.file_path for collector in stack.samplers.values() if collector.file_path.exists()]
+    (selection,) = select_steps(read_paths(paths, lambda _: None))
+    return selection
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("case", ["both_alive", "killed_and_restarted"])
+def test_a_step_in_two_parts_is_written_exact(case: str, stack: Stack, mlflow_server: MlflowServer) -> None:
+    """The parts of two samplers merge: MLflow is rewritten, TensorBoard gets a marked correction, show agrees."""
+    client = mlflow.MlflowClient(mlflow_server.uri)
+    mlflow_run = client.create_run(client.get_experiment_by_name("Default").experiment_id).info.run_id
+    requests = job_records(stack.home, "rerouted", 7, mlflow_run)
+    expected = oracle(stack.home)
+    start_exporter(stack, mlflow_server)
+    a, b = stack.start_sampler("a"), stack.start_sampler("b")
+    first, rest, _ = split_in_two(requests)
+
+    post(a, first)
+    if case == "killed_and_restarted":
+        a.process.kill()  # SIGKILL: the part lives on in a's stored state only
+        a.process.wait(10)
+    else:  # a's part is written before b's arrives: the case a rewrite or correction is for
+        wait_for(lambda: stack.written("mlflow") == 1 and stack.written("tensorboard") == 1, 30, "a's part written")
+    post(b, rest)
+    if case == "killed_and_restarted":
+        wait_for(lambda: stack.written("mlflow") == 1, 30, "b's part written")
+        stack.start_sampler("a")  # resumes its open group from storage and closes it
+    wait_for(lambda: stack.written("mlflow") == 2 and stack.written("tensorboard") == 2, 60, "the merged step")
+
+    expected_ids = [g.sample_id for g in expected.generations]
+    assert len(expected_ids) == K
+    ids, metrics = mlflow_step(mlflow_server, mlflow_run, 7, stack.home / "download")
+    assert ids == expected_ids, "MLflow's artifact is rewritten with the exact bottom-k"
+    assert metrics == {"seen": float(expected.seen), "kept": float(K), "missing": 0.0}
+    corrected = read_texts(stack.boards / "otel-valgen" / "rerouted", f"{KEY}/corrected")
+    assert list(corrected) == [7], "TensorBoard cannot change a past step: the merged step is a marked correction"
+    assert [f"{g.input}@7" in corrected[7] for g in expected.generations] == [True] * K
+    assert corrected[7].count("### Sample") == K
+    assert list(read_texts(stack.boards / "otel-valgen" / "rerouted", KEY)) == [7]
+    assert stack.stats()["merged_steps"] == 1
+
+    selection = shown(stack)
+    assert [g.sample_id for g in selection.generations] == expected_ids
+    assert (selection.seen, selection.complete) == (expected.seen, True)
+    assert selection.summary is not None
+    assert selection.summary[contract.SAMPLERS] == ["a", "b"]
+    assert selection.summary[contract.MISSING] == 0
+    assert selection.score_mean == pytest.approx(expected.score_mean)
+
+
+@pytest.mark.timeout(180)
+def test_a_part_lost_for_good_is_named_missing(stack: Stack, mlflow_server: MlflowServer) -> None:
+    """A sampler killed with its stored state gone: the step is written once, with exactly what is missing."""
+    client = mlflow.MlflowClient(mlflow_server.uri)
+    mlflow_run = client.create_run(client.get_experiment_by_name("Default").experiment_id).info.run_id
+    requests = job_records(stack.home, "lost", 9, mlflow_run)
+    expected = oracle(stack.home)
+    start_exporter(stack, mlflow_server)
+    a, b = stack.start_sampler("a"), stack.start_sampler("b")
+    first, rest, lost = split_in_two(requests)
+    post(a, first)
+    a.process.kill()
+    a.process.wait(10)
+    shutil.rmtree(stack.home / "a")  # its volume is gone too
+    del stack.samplers["a"]
+    post(b, rest)
+    wait_for(lambda: stack.written("mlflow") == 1 and stack.written("tensorboard") == 1, 60, "b's part written")
+
+    _, metrics = mlflow_step(mlflow_server, mlflow_run, 9, stack.home / "download")
+    assert metrics == {"seen": float(expected.seen), "kept": float(K), "missing": float(lost)}
+    selection = shown(stack)
+    assert selection.summary is not None
+    assert selection.summary[contract.MISSING] == lost
+    assert selection.summary[contract.CLOSED_REASON] != "complete"
+    assert selection.seen == expected.seen
+    assert selection.complete is False
+    assert stack.stats()["merged_steps"] == 0
