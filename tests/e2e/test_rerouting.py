@@ -16,21 +16,17 @@ import subprocess
 import sys
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from otel_valgen import contract
-from otel_valgen.exporter.backends import create_backends
 from otel_valgen.exporter.backends.mlflow import MlflowConfig
 from otel_valgen.exporter.backends.tensorboard import TensorBoardConfig
-from otel_valgen.exporter.server import ExporterServer
-from otel_valgen.exporter.service import ExporterService, ServiceConfig
 from otel_valgen.reader import read_paths
 from otel_valgen.selection import StepSelection, select_steps
-from tests.e2e import harness
+from tests.e2e.cluster import Cluster, cluster_env
 from tests.e2e.harness import Collector, StandIn, wait_for
 from tests.e2e.partial_job import K
 from tests.exporter.mlflow_server import MlflowServer
@@ -56,71 +52,21 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowSe
     server.stop()
 
 
-@dataclass
-class Stack:
-    """Two samplers exporting to one exporter service (MLflow and TensorBoard)."""
-
-    home: Path
-    samplers: dict[str, Collector]
-    ports: dict[str, tuple[int, int, int, int]]
-    env: dict[str, str]
-    boards: Path
-    service: ExporterService | None = None
-    server: ExporterServer | None = None
-
-    def start_sampler(self, name: str) -> Collector:
-        """Start (or restart, on its stored state and ports) the sampler ``name``."""
-        env = self.env | {"VALGEN_SAMPLER_ID": name}
-        configs = ["collector.yaml", "sampler.yaml"]
-        collector = harness.launch_collector(self.home / name, name, configs, env, self.ports[name])
-        collector.wait_ready(collector.healthy)
-        self.samplers[name] = collector
-        return collector
-
-    def stats(self) -> dict[str, Any]:
-        """The exporter service's counters."""
-        assert self.service is not None
-        return self.service.stats()
-
-    def written(self, backend: str) -> int:
-        """Steps the backend has written (first writes and rewrites)."""
-        return int(self.stats()["backends"][backend]["written_steps"])
-
-
 @pytest.fixture
-def stack(tmp_path: Path, loki_stand_in: StandIn) -> Iterator[Stack]:
-    """Samplers a and b on loopback and the exporter service they export to."""
-    grpc = free_port()
-    env = {
-        "VALGEN_WANDB_EXPORTER_ENDPOINT": f"127.0.0.1:{grpc}",
-        "VALGEN_LOKI_OTLP_ENDPOINT": loki_stand_in.endpoint,
-        "VALGEN_DECISION_WAIT": DECISION_WAIT,
-        "VALGEN_MAX_STEP_DURATION": MAX_STEP_DURATION,
-    }
-    ports = {name: (free_port(), free_port(), free_port(), free_port()) for name in ("a", "b")}
-    stack = Stack(tmp_path, {}, ports, env, tmp_path / "boards")
-    yield stack
-    for collector in stack.samplers.values():
-        if collector.process.poll() is None:
-            collector.stop()
-    if stack.server is not None and stack.service is not None:
-        stack.server.stop(1)
-        stack.service.stop()
+def stack(tmp_path: Path, loki_stand_in: StandIn) -> Iterator[Cluster]:
+    """An empty cluster on loopback: the test starts the samplers and the exporter service."""
+    cluster = Cluster(tmp_path, cluster_env(free_port(), loki_stand_in.endpoint, DECISION_WAIT, MAX_STEP_DURATION))
+    yield cluster
+    cluster.stop()
 
 
-def start_exporter(stack: Stack, mlflow_server: MlflowServer) -> None:
-    """The exporter service on the gRPC port the samplers export to."""
+def start_exporter(stack: Cluster, mlflow_server: MlflowServer) -> None:
+    """The exporter service, writing to MLflow on ``mlflow_server`` and to TensorBoard."""
     configs = {
         "mlflow": MlflowConfig(tracking_uri=mlflow_server.uri),
-        "tensorboard": TensorBoardConfig(root=str(stack.boards)),
+        "tensorboard": TensorBoardConfig(root=str(stack.home / "boards")),
     }
-    state = stack.home / "exporter"
-    backends = create_backends(["mlflow", "tensorboard"], str(state), configs)
-    service = ExporterService(ServiceConfig(state_dir=str(state), retry_after_s=1.0), backends)
-    server = ExporterServer(service, http=None, grpc_address=stack.env["VALGEN_WANDB_EXPORTER_ENDPOINT"])
-    service.start()
-    server.start()
-    stack.service, stack.server = service, server
+    stack.start_exporter(["mlflow", "tensorboard"], configs)
 
 
 def job_records(folder: Path, run_id: str, step: int, mlflow_run: str) -> list[dict[str, Any]]:
@@ -193,16 +139,16 @@ def mlflow_step(server: MlflowServer, run_id: str, step: int, folder: Path) -> t
     return [row["sample_id"] for row in rows], metrics
 
 
-def shown(stack: Stack) -> StepSelection:
+def shown(stack: Cluster) -> StepSelection:
     """``otel-valgen show`` over every sampler's file output."""
-    paths = [collector.file_path for collector in stack.samplers.values() if collector.file_path.exists()]
+    paths = [collector.file_path for collector in stack.collectors.values() if collector.file_path.exists()]
     (selection,) = select_steps(read_paths(paths, lambda _: None))
     return selection
 
 
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("case", ["both_alive", "killed_and_restarted"])
-def test_a_step_in_two_parts_is_written_exact(case: str, stack: Stack, mlflow_server: MlflowServer) -> None:
+def test_a_step_in_two_parts_is_written_exact(case: str, stack: Cluster, mlflow_server: MlflowServer) -> None:
     """The parts of two samplers merge: MLflow is rewritten, TensorBoard gets a marked correction, show agrees."""
     client = mlflow.MlflowClient(mlflow_server.uri)
     mlflow_run = client.create_run(client.get_experiment_by_name("Default").experiment_id).info.run_id
@@ -229,11 +175,11 @@ def test_a_step_in_two_parts_is_written_exact(case: str, stack: Stack, mlflow_se
     ids, metrics = mlflow_step(mlflow_server, mlflow_run, 7, stack.home / "download")
     assert ids == expected_ids, "MLflow's artifact is rewritten with the exact bottom-k"
     assert metrics == {"seen": float(expected.seen), "kept": float(K), "missing": 0.0}
-    corrected = read_texts(stack.boards / "otel-valgen" / "rerouted", f"{KEY}/corrected")
+    corrected = read_texts((stack.home / "boards") / "otel-valgen" / "rerouted", f"{KEY}/corrected")
     assert list(corrected) == [7], "TensorBoard cannot change a past step: the merged step is a marked correction"
     assert [f"{g.input}@7" in corrected[7] for g in expected.generations] == [True] * K
     assert corrected[7].count("### Sample") == K
-    assert list(read_texts(stack.boards / "otel-valgen" / "rerouted", KEY)) == [7]
+    assert list(read_texts((stack.home / "boards") / "otel-valgen" / "rerouted", KEY)) == [7]
     assert stack.stats()["merged_steps"] == 1
 
     selection = shown(stack)
@@ -246,7 +192,7 @@ def test_a_step_in_two_parts_is_written_exact(case: str, stack: Stack, mlflow_se
 
 
 @pytest.mark.timeout(180)
-def test_a_part_lost_for_good_is_named_missing(stack: Stack, mlflow_server: MlflowServer) -> None:
+def test_a_part_lost_for_good_is_named_missing(stack: Cluster, mlflow_server: MlflowServer) -> None:
     """A sampler killed with its stored state gone: the step is written once, with exactly what is missing."""
     client = mlflow.MlflowClient(mlflow_server.uri)
     mlflow_run = client.create_run(client.get_experiment_by_name("Default").experiment_id).info.run_id
@@ -259,7 +205,7 @@ def test_a_part_lost_for_good_is_named_missing(stack: Stack, mlflow_server: Mlfl
     a.process.kill()
     a.process.wait(10)
     shutil.rmtree(stack.home / "a")  # its volume is gone too
-    del stack.samplers["a"]
+    del stack.collectors["a"]
     post(b, rest)
     wait_for(lambda: stack.written("mlflow") == 1 and stack.written("tensorboard") == 1, 60, "b's part written")
 

@@ -1,0 +1,79 @@
+"""Parts of one step closed by two samplers: the service merges them, across a restart of its own."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from otel_valgen import contract
+from otel_valgen.exporter.backends import create_backends
+from otel_valgen.exporter.backends.tensorboard import TensorBoardConfig
+from otel_valgen.exporter.service import ExporterService, ServiceConfig
+from otel_valgen.otlp_json import to_otlp_json
+from tests.support.otlp_values import any_value
+
+from .conftest import _attrs, generation, request, summary, wait_for, written
+from .tensorboard_files import read_scalars, read_texts
+
+KEY = "val/generations"
+K = 4  # the conftest's generations ask for 4; s{i} has sample key 1000 + i
+
+
+def part(sampler: str, ids: list[int], *, ended: bool) -> Any:
+    """One sampler's part of run ``parts`` step 3: generations ``ids`` (ranked) and its summary.
+
+    The one source (trainer) saw 6 generations and emitted them all; its end record reached the
+    sampler when ``ended``.
+    """
+    kept = sorted(ids)[:K]
+    logs = [generation("parts", 3, i, rank=rank) for rank, i in enumerate(kept, start=1)]
+    closing = summary("parts", 3, len(kept), seen=6 if ended else len(ids), closed_reason="wait")
+    figure = {"source": "trainer@", "announced": True, "ended": ended, "received": len(ids), "kept": len(kept)}
+    if ended:
+        figure |= {"seen": 6, "emitted": 6, "score.count": 6, "score.sum": 3.0}
+    closing.attributes.extend(_attrs({contract.SAMPLER: sampler, contract.SAMPLE_COUNT: K}))
+    closing.attributes.add(key=contract.SOURCE_FIGURES, value=any_value([figure]))
+    return request(*logs, closing)
+
+
+def service(state: Path, boards: Path) -> ExporterService:
+    """A started service writing to TensorBoard under ``boards``, its state in ``state``."""
+    backends = create_backends(["tensorboard"], str(state), {"tensorboard": TensorBoardConfig(root=str(boards))})
+    running = ExporterService(ServiceConfig(state_dir=str(state), retry_after_s=0.5), backends)
+    running.start()
+    return running
+
+
+def test_a_later_part_merges_into_a_marked_correction_across_a_restart(tmp_path: Path) -> None:
+    """Part a is written as it is; part b, after a restart, merges with it into the exact step, marked corrected."""
+    state, boards = tmp_path / "state", tmp_path / "boards"
+    first = service(state, boards)
+    first.accept(to_otlp_json(part("a", [0, 2, 4], ended=False)))
+    wait_for(lambda: written(first, "tensorboard") == 1)
+    first.stop()
+
+    second = service(state, boards)  # the parts are kept in the state folder
+    second.accept(to_otlp_json(part("b", [1, 3, 5], ended=True)))
+    wait_for(lambda: written(second, "tensorboard") == 1)
+    second.stop()
+    assert second.stats()["merged_steps"] == 1
+
+    folder = boards / "otel-valgen" / "parts"
+    assert read_texts(folder, KEY)[3].count("### Sample") == 3, "part a as it came"
+    corrected = read_texts(folder, f"{KEY}/corrected")[3]
+    assert [f"**Input:** q{i}\n" in corrected for i in range(6)] == [True] * K + [False] * 2
+    assert read_scalars(folder, f"{KEY}/corrected/seen") == {3: 6.0}
+    assert read_scalars(folder, f"{KEY}/corrected/missing") == {3: 0.0}
+    assert read_scalars(folder, f"{KEY}/corrected/score_mean") == {3: 0.5}
+
+
+def test_a_part_sent_again_by_its_sampler_is_not_written_twice(tmp_path: Path) -> None:
+    """The collector retries a request: the same sampler's part replaces itself and nothing is written again."""
+    running = service(tmp_path / "state", tmp_path / "boards")
+    for _ in range(2):
+        running.accept(to_otlp_json(part("a", [0, 1, 2, 3, 4], ended=True)))
+    wait_for(running.idle)
+    running.stop()
+    counts = running.stats()
+    assert (counts["merged_steps"], counts["backends"]["tensorboard"]["written_steps"]) == (0, 1)
+    assert counts["backends"]["tensorboard"]["unchanged_steps"] == 1
