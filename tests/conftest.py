@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,30 @@ def pytest_configure(config: pytest.Config) -> None:
     """Pass ``--require-all`` on as ``VALGEN_REQUIRE_ALL=1`` (subprocesses of the tests see it too)."""
     if config.getoption("--require-all"):
         os.environ[REQUIRE_ALL] = "1"
+
+
+_exit_status: int | None = None
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Keep the run's exit status for ``pytest_unconfigure``."""
+    global _exit_status
+    _exit_status = int(exitstatus)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """End the process with the run's status once pytest has reported, skipping interpreter teardown.
+
+    A full run once passed every test and then died with SIGSEGV while the interpreter tore down
+    the native libraries the suite loads (torch, tokenizers, grpc, Ray's), exit 139, no test
+    failed. The results are all reported by now, so the process ends here, as pytest would.
+    """
+    if _exit_status is not None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(_exit_status)
 
 
 # Every variable of the settings table, so that no test inherits the machine's configuration.

@@ -47,7 +47,7 @@ from typing import Any, ClassVar, Final
 import otel_valgen as vg
 from otel_valgen import _identity, _integration, _process, _stats, contract
 from otel_valgen._env import OTEL_VALGEN_ROLLOUT_COUNT, OTEL_VALGEN_VERL, env_bool
-from otel_valgen.integrations import _trainer_step, verl_rollouts
+from otel_valgen.integrations import _trainer_step
 
 __all__ = ["ValGenerationsMixin", "ValidationGenerationsLogger", "install", "log_val_generations"]
 
@@ -539,6 +539,9 @@ def _patch_rollouts(cls: type, hook: _RolloutHook) -> None:
 @_process.never_raise(None)
 def _send_rollouts(method: str, signature: inspect.Signature, trainer: Any, args: Any, kwargs: Any) -> None:
     """Send the batch of one call of a hooked method; nothing (not even binding) while rollouts are off."""
+    # Imported here: it needs numpy, which verl brings and a plain otel-valgen install does not.
+    from otel_valgen.integrations import verl_rollouts
+
     if not verl_rollouts.rollouts_on():
         return
     bound = signature.bind(trainer, *args, **kwargs).arguments

@@ -7,7 +7,6 @@ tests never clash with a collector or a Loki already running on the default port
 from __future__ import annotations
 
 import os
-import socket
 import time
 import urllib.error
 import urllib.request
@@ -21,6 +20,7 @@ from opentelemetry.proto.common.v1 import common_pb2
 from opentelemetry.proto.logs.v1 import logs_pb2
 
 from tests.support.otlp_http import OtlpHttpStandIn, otlp_http_stand_in
+from tests.support.ports import free_port
 from tests.support.process import ServerProcess, launch
 from tests.support.require import require_or_skip
 
@@ -39,13 +39,6 @@ def require_collector() -> Path:
         COLLECTOR_BIN.is_file(), f"{COLLECTOR_BIN.relative_to(REPO)} is absent; build it with `make collector`"
     )
     return COLLECTOR_BIN
-
-
-def free_port() -> int:
-    """A free TCP port on 127.0.0.1."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -24,19 +23,13 @@ from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
 from otel_valgen.otlp_json import to_otlp_json
 from tests.support.otlp_grpc import otlp_grpc_stand_in
 from tests.support.otlp_http import otlp_http_stand_in
+from tests.support.ports import free_port
 from tests.support.process import ServerProcess, launch
 
 REPO = Path(__file__).resolve().parents[2]
 COLLECTOR_BIN = REPO / "build" / "otelcol-valgen"
 AUTH_FEATURE_GATE = "confmap.enableMergeAppendOption"
 CONFIG_DIR = REPO / "collector-config"
-
-
-def free_port() -> int:
-    """A free ephemeral TCP port on 127.0.0.1."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass

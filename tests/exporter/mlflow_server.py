@@ -4,19 +4,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import sys
 import urllib.request
 from pathlib import Path
 
+from tests.support.ports import free_port
 from tests.support.process import ServerProcess, launch
-
-
-def free_port() -> int:
-    """A loopback port that is free now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class MlflowServer:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +14,7 @@ from click.testing import CliRunner
 import otel_valgen.exporter as package
 from otel_valgen.otlp_json import to_otlp_json
 from otel_valgen.tools.exporter_commands import exporter_command, push_command, wandb_exporter_command
+from tests.support.ports import free_port
 
 from .conftest import ROLLOUT_KEY, both_kinds, post_protobuf, step_request, wait_for
 from .tensorboard_files import read_texts
@@ -55,15 +55,9 @@ def test_push_command_backfills_files(wandb_dir: Path, tmp_path: Path) -> None:
     assert len(read_run(wandb_dir, "cli-push").tables("val/generations")[0][1]["data"]) == 3
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def test_service_process_sigterm_flushes_and_exits_cleanly(wandb_dir: Path, tmp_path: Path) -> None:
     """The service as a process writes received steps in each backend and, on SIGTERM, exits 0."""
-    port = _free_port()
+    port = free_port()
     state = tmp_path / "state"
     code = "from otel_valgen.tools.exporter_commands import exporter_command as c; c()"
     args = ["--http", f"127.0.0.1:{port}", "--grpc", "", "--layout", "verl", "--state-dir", str(state)]

@@ -8,7 +8,6 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import socket
 import subprocess
 import sys
 import urllib.request
@@ -27,6 +26,7 @@ from otel_valgen.exporter.service import ExporterService, ServiceConfig
 from otel_valgen.reader import read_paths
 from otel_valgen.selection import select_steps
 from tests.e2e.harness import records_of_json
+from tests.support.ports import free_port
 from tests.support.require import require_or_skip
 
 from .conftest import ROLLOUT_KEY, wait_for, written
@@ -46,13 +46,6 @@ def _require_collector() -> None:
         BINARY.exists() and CONFIG.exists(),
         f"end-to-end test needs the built collector at {BINARY} and {CONFIG}; build it with `make collector`",
     )
-
-
-def free_port() -> int:
-    """A loopback port that is free now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class Exporter:

@@ -1,0 +1,38 @@
+"""Loopback ports for the servers tests start, never handed out twice in one test process."""
+
+from __future__ import annotations
+
+import random
+import socket
+import threading
+
+# Below Linux's ephemeral range (32768-60999), so no outgoing connection or bind-to-0 can take a port
+# between the test choosing it and the server binding it; above Ray's worker ports (10002-19999).
+_LOW, _HIGH = 20000, 32767
+_handed_out: set[int] = set()
+_lock = threading.Lock()
+_random = random.Random()
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on and no earlier call of this process returned.
+
+    Binding to port 0 twice can return the same port when the first server has not bound it yet, which
+    once made a collector's health_check and OTLP receiver collide (CI at 1c0b0fe).
+    """
+    with _lock:
+        for _ in range(1000):
+            port = _random.randint(_LOW, _HIGH)
+            if port not in _handed_out and _bindable(port):
+                _handed_out.add(port)
+                return port
+    raise RuntimeError(f"no free loopback port in {_LOW}-{_HIGH}")
