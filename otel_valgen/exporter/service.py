@@ -15,7 +15,8 @@ attempts ran at the same time with no common source (one launch split into attem
 so is a step whose summary names sources that ran verl's own table (``otel_valgen.unhooked``).
 Validation steps and training rollout steps (``valgen.kind``) take the same way; the service
 counts steps per kind (``validation_steps``, ``rollout_steps``) and each worker counts what
-it did in total and per kind (``kinds``).
+it did in total and per kind (``kinds``). These counters are the only ones: ``stats()`` reads
+them for the log line at shutdown and ``otel_valgen.exporter.metrics`` for ``/metrics``.
 """
 
 from __future__ import annotations
@@ -91,6 +92,8 @@ class WorkerStats(KindStats):
     """What one backend did with the steps it was given: in total, and per kind (``kinds``)."""
 
     outages: int = 0
+    spooled: int = 0  # steps written to the spool at stop, unwritten
+    requeued: int = 0  # steps taken from the spool at start, queued again
     # Every kind present from the start: stats() may copy the dict while the writer thread counts.
     kinds: dict[str, KindStats] = field(default_factory=lambda: {kind: KindStats() for kind in sorted(contract.KINDS)})
 
@@ -130,6 +133,15 @@ class BackendWorker:
         with self._cond:
             return len(self._pending)
 
+    def oldest_pending_age(self) -> float:
+        """Seconds since the oldest step waiting to be written was received (0 when none waits).
+
+        A step queued again from the spool counts from the start that queued it.
+        """
+        with self._cond:
+            oldest = min((step.received_at for step in self._pending), default=None)
+        return 0.0 if oldest is None else max(0.0, time.monotonic() - oldest)
+
     def full(self) -> bool:
         """Whether the queue holds ``max_pending_steps``."""
         return self.pending >= self._config.max_pending_steps
@@ -140,6 +152,7 @@ class BackendWorker:
             items = json.loads(self._spool.read_text(encoding="utf-8"))
             self._spool.unlink()
             self.offer([_step_from_spool(item) for item in items])
+            self.stats.requeued += len(items)
             _logger.info("%s: queued %d spooled steps", self.name, len(items))
         self._thread = threading.Thread(target=self._run, name=f"valgen-{self.name}-writer", daemon=True)
         self._thread.start()
@@ -213,6 +226,7 @@ class BackendWorker:
         elif unwritten and self._spool is not None:
             self._spool.parent.mkdir(parents=True, exist_ok=True)
             self._spool.write_text(json.dumps([_spool_item(step) for step in unwritten]), encoding="utf-8")
+            self.stats.spooled += len(unwritten)
             _logger.info("%s: spooled %d steps to %s", self.name, len(unwritten), self._spool)
 
 
@@ -224,7 +238,10 @@ class ServiceStats(RecordCounts):
     """
 
     rejected: int = 0
-    refused_requests: int = 0
+    accepted_requests: int = 0
+    refused_requests: int = 0  # answered Unavailable (HTTP 503, gRPC UNAVAILABLE)
+    malformed_requests: int = 0  # not an OTLP logs request (HTTP 4xx, gRPC INVALID_ARGUMENT)
+    failed_requests: int = 0  # an unexpected error (HTTP 500)
     steps: int = 0
     split_steps: int = 0  # steps whose attempts ran at the same time with no common source
     unhooked_steps: int = 0  # steps a source of which ran verl's own table (valgen.sources_unhooked)
@@ -256,7 +273,7 @@ class ExporterService:
             MalformedPayload: the request is not an OTLP logs request.
 
         """
-        reason = self._refusal()
+        reason = self.refusal()
         if reason:
             with self._lock:
                 self.counts.refused_requests += 1
@@ -264,6 +281,7 @@ class ExporterService:
         decoded = split_request(request)
         assembled = assemble(decoded.records)
         with self._lock:
+            self.counts.accepted_requests += 1
             self.counts.add(assembled)
             self.counts.steps += len(assembled.steps)
             self.counts.rejected += decoded.rejected
@@ -285,7 +303,19 @@ class ExporterService:
             worker.offer(assembled.steps)
         return Outcome(accepted=len(decoded.records), rejected=decoded.rejected, message=decoded.message)
 
-    def _refusal(self) -> str:
+    def count_request(self, outcome: str) -> None:
+        """Count a request the front ends answered with an error: ``malformed`` (also from ``accept``) or ``failed``."""
+        with self._lock:
+            name = f"{outcome}_requests"
+            setattr(self.counts, name, getattr(self.counts, name) + 1)
+
+    @property
+    def stopping(self) -> bool:
+        """Whether ``stop`` was called: requests are refused from then on."""
+        return self._stopping
+
+    def refusal(self) -> str:
+        """Why a request would be refused now ('' when taken): stopping, every backend failing, or one full."""
         if self._stopping:
             return "shutting down"
         if all(worker.failing for worker in self.workers):
@@ -318,7 +348,12 @@ class ExporterService:
         with self._lock:
             counts = dataclasses.asdict(self.counts)
         counts["backends"] = {
-            worker.name: {**dataclasses.asdict(worker.stats), "pending": worker.pending, "failing": worker.failing}
+            worker.name: {
+                **dataclasses.asdict(worker.stats),
+                "pending": worker.pending,
+                "oldest_pending_s": worker.oldest_pending_age(),
+                "failing": worker.failing,
+            }
             for worker in self.workers
         }
         return counts
