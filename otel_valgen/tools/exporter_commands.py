@@ -246,12 +246,11 @@ def _serve(options: dict[str, Any]) -> None:
     metrics = MetricsServer(service, options["metrics_address"]) if options["metrics_address"] else None
     service.start()
     try:
-        if metrics is not None:
-            metrics.start()
         server.start()
+        if metrics is not None:  # after the OTLP front ends: /readyz is not 200 before they listen
+            metrics.start()
     except ListenError as error:
-        if metrics is not None:
-            metrics.stop()
+        server.stop()
         service.stop(teardown=False)
         option = {"metrics": "--metrics-address"}.get(error.protocol, f"--{error.protocol}")
         raise OperationalError(
