@@ -28,7 +28,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from otel_valgen import contract
 from otel_valgen.exporter.backends import Backend, BackendUnavailable, StepNotWritable
@@ -303,16 +303,11 @@ class ExporterService:
             worker.offer(assembled.steps)
         return Outcome(accepted=len(decoded.records), rejected=decoded.rejected, message=decoded.message)
 
-    def count_request(self, outcome: str) -> None:
+    def count_request(self, outcome: Literal["malformed", "failed"]) -> None:
         """Count a request the front ends answered with an error: ``malformed`` (also from ``accept``) or ``failed``."""
         with self._lock:
             name = f"{outcome}_requests"
             setattr(self.counts, name, getattr(self.counts, name) + 1)
-
-    @property
-    def stopping(self) -> bool:
-        """Whether ``stop`` was called: requests are refused from then on."""
-        return self._stopping
 
     def refusal(self) -> str:
         """Why a request would be refused now ('' when taken): stopping, every backend failing, or one full."""
