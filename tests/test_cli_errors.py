@@ -71,6 +71,16 @@ REPRODUCTIONS = {
         1,
         ["cannot listen on 127.0.0.1:{port}", "pass --http a free HOST:PORT"],
     ),
+    "exporter --metrics-address bogus": (
+        ["exporter", "--metrics-address", "bogus"],
+        2,
+        ["'--metrics-address'", "HOST:PORT"],
+    ),
+    "exporter with its metrics address in use": (
+        ["exporter", "--http", "127.0.0.1:0", "--grpc", "", "--state-dir", "", "--metrics-address", "127.0.0.1:{port}"],
+        1,
+        ["metrics cannot listen on 127.0.0.1:{port}", "pass --metrics-address a free HOST:PORT"],
+    ),
     "show a missing path": (["show", "/nonexistent"], 2, ["'/nonexistent' does not exist"]),
     "push a missing path": (["push", "/nonexistent"], 2, ["'/nonexistent' does not exist"]),
     "resend a missing path": (["resend", "/nonexistent", "--endpoint", "http://x"], 2, ["does not exist"]),

@@ -112,17 +112,20 @@ class _Handler(BaseHTTPRequestHandler):
         reply_type = "application/json" if as_json else "application/x-protobuf"
         length = int(self.headers.get("Content-Length") or 0)
         if length > MAX_BODY_BYTES:
+            self.service.count_request("malformed")
             self.close_connection = True
             self._send(413, _status(_GRPC_INVALID_ARGUMENT, "body too large", as_json=as_json), reply_type)
             return
         body = self.rfile.read(length)
         if content_type not in ("application/x-protobuf", "application/protobuf", "application/json"):
+            self.service.count_request("malformed")
             self._send(415, _status(_GRPC_INVALID_ARGUMENT, f"unsupported {content_type!r}", as_json=False), reply_type)
             return
         try:
             raw = decode_body(body, self.headers.get("Content-Encoding"))
             outcome = self.service.accept(parse_request(raw, json_body=as_json))
         except MalformedPayload as error:
+            self.service.count_request("malformed")
             _logger.warning("malformed request from %s: %s", self.address_string(), error)
             self._send(400, _status(_GRPC_INVALID_ARGUMENT, str(error), as_json=as_json), reply_type)
             return
@@ -131,6 +134,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(503, _status(_GRPC_UNAVAILABLE, str(error), as_json=as_json), reply_type, {"Retry-After": retry})
             return
         except Exception:
+            self.service.count_request("failed")
             _logger.exception("request failed")
             self._send(500, _status(13, "internal error", as_json=as_json), reply_type)
             return
@@ -151,9 +155,13 @@ def _grpc_handler(service: ExporterService) -> Any:
         try:
             outcome = service.accept(parse_request(body, json_body=False))
         except MalformedPayload as error:
+            service.count_request("malformed")
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
         except Unavailable as error:
             context.abort(grpc.StatusCode.UNAVAILABLE, str(error))
+        except Exception:
+            service.count_request("failed")
+            raise
         return _response(outcome, as_json=False)
 
     method = grpc.unary_unary_rpc_method_handler(export)  # bytes in, bytes out

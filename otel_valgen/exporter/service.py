@@ -15,7 +15,8 @@ attempts ran at the same time with no common source (one launch split into attem
 so is a step whose summary names sources that ran verl's own table (``otel_valgen.unhooked``).
 Validation steps and training rollout steps (``valgen.kind``) take the same way; the service
 counts steps per kind (``validation_steps``, ``rollout_steps``) and each worker counts what
-it did in total and per kind (``kinds``).
+it did in total and per kind (``kinds``). These counters are the only ones: ``stats()`` reads
+them for the log line at shutdown and ``otel_valgen.exporter.metrics`` for ``/metrics``.
 
 A step that came in parts (agents re-routed it between samplers, each closing a part) is
 merged as its parts arrive (``otel_valgen.exporter.parts``): each later part hands the merged
@@ -32,7 +33,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from otel_valgen import contract
 from otel_valgen.exporter.backends import Backend, BackendUnavailable, StepNotWritable
@@ -97,6 +98,8 @@ class WorkerStats(KindStats):
     """What one backend did with the steps it was given: in total, and per kind (``kinds``)."""
 
     outages: int = 0
+    spooled: int = 0  # steps written to the spool at stop, unwritten
+    requeued: int = 0  # steps taken from the spool at start, queued again
     # Every kind present from the start: stats() may copy the dict while the writer thread counts.
     kinds: dict[str, KindStats] = field(default_factory=lambda: {kind: KindStats() for kind in sorted(contract.KINDS)})
 
@@ -136,6 +139,15 @@ class BackendWorker:
         with self._cond:
             return len(self._pending)
 
+    def oldest_pending_age(self) -> float:
+        """Seconds since the oldest step waiting to be written was received (0 when none waits).
+
+        A step queued again from the spool counts from the start that queued it.
+        """
+        with self._cond:
+            oldest = min((step.received_at for step in self._pending), default=None)
+        return 0.0 if oldest is None else max(0.0, time.monotonic() - oldest)
+
     def full(self) -> bool:
         """Whether the queue holds ``max_pending_steps``."""
         return self.pending >= self._config.max_pending_steps
@@ -146,6 +158,7 @@ class BackendWorker:
             items = json.loads(self._spool.read_text(encoding="utf-8"))
             self._spool.unlink()
             self.offer([step_from_item(item) for item in items])
+            self.stats.requeued += len(items)
             _logger.info("%s: queued %d spooled steps", self.name, len(items))
         self._thread = threading.Thread(target=self._run, name=f"valgen-{self.name}-writer", daemon=True)
         self._thread.start()
@@ -227,6 +240,7 @@ class BackendWorker:
         elif unwritten and self._spool is not None:
             self._spool.parent.mkdir(parents=True, exist_ok=True)
             self._spool.write_text(json.dumps([step_as_item(step) for step in unwritten]), encoding="utf-8")
+            self.stats.spooled += len(unwritten)
             _logger.info("%s: spooled %d steps to %s", self.name, len(unwritten), self._spool)
 
 
@@ -238,7 +252,10 @@ class ServiceStats(RecordCounts):
     """
 
     rejected: int = 0
-    refused_requests: int = 0
+    accepted_requests: int = 0
+    refused_requests: int = 0  # answered Unavailable (HTTP 503, gRPC UNAVAILABLE)
+    malformed_requests: int = 0  # not an OTLP logs request (HTTP 4xx, gRPC INVALID_ARGUMENT)
+    failed_requests: int = 0  # an unexpected error (HTTP 500)
     steps: int = 0
     split_steps: int = 0  # steps whose attempts ran at the same time with no common source
     merged_steps: int = 0  # steps handed on again, merged with a part another sampler closed
@@ -273,7 +290,7 @@ class ExporterService:
             MalformedPayload: the request is not an OTLP logs request.
 
         """
-        reason = self._refusal()
+        reason = self.refusal()
         if reason:
             with self._lock:
                 self.counts.refused_requests += 1
@@ -283,6 +300,7 @@ class ExporterService:
         assembled.steps = [self._parts.add(step) for step in assembled.steps]
         with self._lock:
             self.counts.merged_steps, self.counts.parts_unmerged = self._parts.merged, self._parts.unmerged
+            self.counts.accepted_requests += 1
             self.counts.add(assembled)
             self.counts.steps += len(assembled.steps)
             self.counts.rejected += decoded.rejected
@@ -304,7 +322,14 @@ class ExporterService:
             worker.offer(assembled.steps)
         return Outcome(accepted=len(decoded.records), rejected=decoded.rejected, message=decoded.message)
 
-    def _refusal(self) -> str:
+    def count_request(self, outcome: Literal["malformed", "failed"]) -> None:
+        """Count a request the front ends answered with an error: ``malformed`` (also from ``accept``) or ``failed``."""
+        with self._lock:
+            name = f"{outcome}_requests"
+            setattr(self.counts, name, getattr(self.counts, name) + 1)
+
+    def refusal(self) -> str:
+        """Why a request would be refused now ('' when taken): stopping, every backend failing, or one full."""
         if self._stopping:
             return "shutting down"
         if all(worker.failing for worker in self.workers):
@@ -337,7 +362,12 @@ class ExporterService:
         with self._lock:
             counts = dataclasses.asdict(self.counts)
         counts["backends"] = {
-            worker.name: {**dataclasses.asdict(worker.stats), "pending": worker.pending, "failing": worker.failing}
+            worker.name: {
+                **dataclasses.asdict(worker.stats),
+                "pending": worker.pending,
+                "oldest_pending_s": worker.oldest_pending_age(),
+                "failing": worker.failing,
+            }
             for worker in self.workers
         }
         return counts

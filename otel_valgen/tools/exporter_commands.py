@@ -184,6 +184,14 @@ def _exporter_command(name: str, summary: str) -> click.Command:
         callback=_address,
         help="OTLP/gRPC address ('' = off).",
     )
+    @click.option(
+        "--metrics-address",
+        envvar="VALGEN_EXPORTER_METRICS_ADDRESS",
+        default="",
+        callback=_address,
+        help="Prometheus /metrics, /healthz and /readyz on HOST:PORT of their own; off unless given "
+        "[env: VALGEN_EXPORTER_METRICS_ADDRESS].",
+    )
     @_tracker_options
     @click.option(
         "--state-dir",
@@ -219,6 +227,7 @@ def _serve(options: dict[str, Any]) -> None:
     state_dir, max_runs, log_level = options["state_dir"], options["max_runs"], options["log_level"]
     retry_after, max_pending_steps = options["retry_after"], options["max_pending_steps"]
     from otel_valgen.exporter.backends import create_backends
+    from otel_valgen.exporter.metrics import MetricsServer
     from otel_valgen.exporter.server import ExporterServer, ListenError
     from otel_valgen.exporter.service import ExporterService, ServiceConfig
 
@@ -234,16 +243,22 @@ def _serve(options: dict[str, Any]) -> None:
         ) from error
     service = ExporterService(config, backends)
     server = ExporterServer(service, http=http_address or None, grpc_address=grpc_address or None)
+    metrics = MetricsServer(service, options["metrics_address"]) if options["metrics_address"] else None
     service.start()
     try:
         server.start()
+        if metrics is not None:  # after the OTLP front ends: /readyz is not 200 before they listen
+            metrics.start()
     except ListenError as error:
+        server.stop()
         service.stop(teardown=False)
+        option = {"metrics": "--metrics-address"}.get(error.protocol, f"--{error.protocol}")
         raise OperationalError(
-            str(error), f"stop the process that listens there, or pass --{error.protocol} a free HOST:PORT ('' = off)"
+            str(error), f"stop the process that listens there, or pass {option} a free HOST:PORT ('' = off)"
         ) from error
     click.echo(
-        f"exporter: http={http_address or 'off'} grpc={grpc_address or 'off'} backends={','.join(options['backends'])}",
+        f"exporter: http={http_address or 'off'} grpc={grpc_address or 'off'} "
+        f"metrics={options['metrics_address'] or 'off'} backends={','.join(options['backends'])}",
         err=True,
     )
     done = threading.Event()
@@ -256,7 +271,9 @@ def _serve(options: dict[str, Any]) -> None:
     signal.signal(signal.SIGINT, _stop)
     done.wait()
     server.stop()
-    service.stop()
+    service.stop()  # /readyz answers 503 from here on
+    if metrics is not None:
+        metrics.stop()
     click.echo(f"exporter stopped: {service.stats()}", err=True)
 
 

@@ -107,6 +107,21 @@ def test_every_published_port_is_on_loopback(name: str, model: dict[str, Any]) -
     assert sorted(published["collector"]) == ["127.0.0.1:4317:4317", "127.0.0.1:4318:4318"]
 
 
+def test_the_exporter_serves_its_metrics_on_the_compose_network_only() -> None:
+    """The exporter service's --metrics-address listens in its container, exposed to the network, never published."""
+    services = compose.resolved(ENV)["services"]
+    exporters = [
+        (name, spec)
+        for name, spec in services.items()
+        if any(str(arg).startswith("--metrics-address=") for arg in spec.get("command", []))
+    ]
+    assert len(exporters) == 1
+    name, spec = exporters[0]
+    assert "--metrics-address=0.0.0.0:4419" in spec["command"]
+    assert "4419" in [str(port) for port in spec["expose"]]
+    assert "ports" not in spec, f"{name} publishes no port"
+
+
 def test_collector_listens_inside_its_container_and_reaches_the_services_by_name() -> None:
     """The collector listens on 0.0.0.0 in its container and exports to wandb-exporter and loki."""
     env = compose.resolved(ENV)["services"]["collector"]["environment"]

@@ -215,9 +215,14 @@ def test_steps_held_at_shutdown_are_spooled_and_written_after_the_restart(wandb_
     wait_for(lambda: first.service.stats()["backends"]["wandb"]["failing"])
     first.stop()
     assert (state / "wandb" / "spool.json").exists()
+    assert first.service.stats()["backends"]["wandb"]["spooled"] == 2
     second = Running(state_dir=state)
     wait_for(lambda: written(second.service) == 2)
     second.stop()
+    assert (
+        second.service.stats()["backends"]["wandb"]["requeued"],
+        second.service.stats()["backends"]["wandb"]["spooled"],
+    ) == (2, 0)
     assert not (state / "wandb" / "spool.json").exists()
     assert sorted((row[0], row[1]) for row in rows_of(wandb_dir, "sp")) == [(4, "s000"), (4, "s001")]
     assert rows_of(wandb_dir, "sp", ROLLOUT_KEY) == rollout_rows(4)
