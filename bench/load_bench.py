@@ -4,7 +4,7 @@ A local Ray cluster runs 8 emitting actors; each step, together they validate 20
 generations of about 4 KB (k = 64), for 5 steps. Records go over OTLP/HTTP through a
 byte-counting TCP proxy to ``build/otelcol-valgen`` running the shipped
 ``collector-config/collector.yaml``, which exports to its file output, to the real
-``otel-valgen wandb-exporter`` (wandb offline, rows layout) and to a Loki stand-in.
+``otel-valgen exporter`` (wandb offline, rows layout) and to a Loki stand-in.
 
 Printed per mode (presampling on, then off): generations/s emitted, time from each step's end
 to its wandb table, peak RSS of the emitting actors, the collector and the exporter, bytes on
@@ -199,7 +199,7 @@ def main() -> None:
         grpc_port = harness.free_port()
         exporter_env = {**os.environ, "WANDB_MODE": "offline", "WANDB_DIR": str(home / "wandb"), "WANDB_SILENT": "true"}
         exporter = subprocess.Popen(
-            [sys.executable, "-m", "otel_valgen.tools.cli", "wandb-exporter", "--grpc", f"127.0.0.1:{grpc_port}",
+            [sys.executable, "-m", "otel_valgen.tools.cli", "exporter", "--grpc", f"127.0.0.1:{grpc_port}",
              "--http", "", "--layout", "rows", "--wandb-mode", "offline", "--state-dir", str(state_dir),
              "--project", "load-bench"],
             env=exporter_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -209,7 +209,7 @@ def main() -> None:
             "collector",
             ["collector.yaml"],
             {
-                "VALGEN_WANDB_EXPORTER_ENDPOINT": f"127.0.0.1:{grpc_port}",
+                "VALGEN_TRACKER_EXPORTER_ENDPOINT": f"127.0.0.1:{grpc_port}",
                 "VALGEN_LOKI_OTLP_ENDPOINT": loki.endpoint,
                 "VALGEN_DECISION_WAIT": "60s",
                 "VALGEN_MEMORY_LIMIT_MIB": "2048",

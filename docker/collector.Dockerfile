@@ -32,6 +32,7 @@ RUN echo 'valgen:x:10001:' >>/etc/group \
     && chown -R valgen:valgen /var/lib/otelcol-valgen
 COPY --from=build /src/build/otelcol-valgen /usr/local/bin/otelcol-valgen
 COPY collector-config/ /etc/otelcol-valgen/
+COPY --chmod=0755 docker/collector-entrypoint.sh /usr/local/bin/collector-entrypoint
 # Inside a container the collector must listen on every interface of its own network
 # namespace; which host addresses reach it is decided by the published ports (compose
 # publishes on 127.0.0.1 only). The persistent queue ($VALGEN_STATE_DIR/queue) and the file
@@ -49,5 +50,6 @@ VOLUME ["/var/lib/otelcol-valgen/state", "/var/lib/otelcol-valgen/files"]
 EXPOSE 4317 4318 13133 8888
 HEALTHCHECK --interval=10s --timeout=3s --start-period=10s --retries=3 \
     CMD ["wget", "-q", "-O", "/dev/null", "http://127.0.0.1:13133/"]
-ENTRYPOINT ["/usr/local/bin/otelcol-valgen"]
+# The entrypoint warns about deprecated variables (VALGEN_WANDB_EXPORTER_*), then execs otelcol-valgen.
+ENTRYPOINT ["/usr/local/bin/collector-entrypoint"]
 CMD ["--config", "/etc/otelcol-valgen/collector.yaml"]

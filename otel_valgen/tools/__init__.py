@@ -1,7 +1,7 @@
 """The ``otel-valgen`` command line (``pip install otel-valgen[cli]``): demo, show, resend, push.
 
 The tools wing: it uses the library (reading and selecting records) and launches the exporter
-service (``otel-valgen wandb-exporter``); neither of them imports it.
+service (``otel-valgen exporter``); neither of them imports it.
 """
 
 from __future__ import annotations

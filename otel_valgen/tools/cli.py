@@ -1,4 +1,4 @@
-"""The ``otel-valgen`` command line: ``demo``, ``show``, and (with wandb) ``wandb-exporter``, ``push``.
+"""The ``otel-valgen`` command line: ``demo``, ``show``, and (with wandb) ``exporter``, ``push``.
 
 Results go to stdout; progress and errors to stderr. Exit codes: 0 success; 1 an operational
 error, or some input could not be read (the rest was still used); 2 usage error; 3 nothing

@@ -91,7 +91,7 @@ def images() -> Iterator[Images]:
     built = Images(
         docker=docker,
         collector=f"{TAG}/collector:{uuid.uuid4().hex[:8]}",
-        exporter=f"{TAG}/wandb-exporter:{uuid.uuid4().hex[:8]}",
+        exporter=f"{TAG}/tracker-exporter:{uuid.uuid4().hex[:8]}",
         standin=f"{TAG}/standin:{uuid.uuid4().hex[:8]}",
     )
     build = [docker, "build", "--quiet", "--network", "host"]
@@ -110,7 +110,7 @@ def images() -> Iterator[Images]:
             [
                 *build,
                 *("--build-arg", f"PYTHON_IMAGE={BASE_IMAGE}"),
-                *("-f", "docker/wandb-exporter.Dockerfile", "-t", built.exporter, "."),
+                *("-f", "docker/tracker-exporter.Dockerfile", "-t", built.exporter, "."),
             ],
             env=buildkit,
             timeout_s=1800,

@@ -108,7 +108,7 @@ def collector(
         "VALGEN_STATE_DIR": str(workdir / "state"),
         "VALGEN_FILE_PATH": str(file_path),
         # Nothing listens there: the wandb export only queues, which is all these tests need.
-        "VALGEN_WANDB_EXPORTER_ENDPOINT": f"127.0.0.1:{free_port()}",
+        "VALGEN_TRACKER_EXPORTER_ENDPOINT": f"127.0.0.1:{free_port()}",
         "VALGEN_LOKI_OTLP_ENDPOINT": f"http://127.0.0.1:{free_port()}/otlp",
         "VALGEN_BATCH_TIMEOUT": "200ms",
         **env,

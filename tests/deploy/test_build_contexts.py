@@ -99,13 +99,14 @@ def test_contexts_send_what_the_dockerfiles_copy() -> None:
     assert "collector/builder-config.yaml" in collector
     assert "collector/build.sh" in collector
     assert "collector-config/collector.yaml" in collector
+    assert "docker/collector-entrypoint.sh" in collector
     assert not [p for p in collector if p.endswith("_test.go") or "/testdata/" in p or p.startswith("build/")]
-    exporter = context_files(DOCKER / "wandb-exporter.Dockerfile")
+    exporter = context_files(DOCKER / "tracker-exporter.Dockerfile")
     assert {
         "pyproject.toml",
         "README.md",
         "requirements/exporter.lock",
-        "docker/wandb-exporter-entrypoint.sh",
+        "docker/tracker-exporter-entrypoint.sh",
         "otel_valgen/tools/cli.py",
     } <= set(exporter)
     assert not [
@@ -141,10 +142,10 @@ def test_collector_build_stage_makes_a_static_binary_from_its_context(tmp_path: 
     assert subprocess.run(validate, capture_output=True, timeout=60, check=False).returncode == 0
 
 
-def test_wandb_exporter_context_builds_the_package(tmp_path: Path) -> None:
+def test_tracker_exporter_context_builds_the_package(tmp_path: Path) -> None:
     """The exporter context alone is enough to build this package's wheel (the image then installs it with pip)."""
     context = tmp_path / "context"
-    copy_context(DOCKER / "wandb-exporter.Dockerfile", context)
+    copy_context(DOCKER / "tracker-exporter.Dockerfile", context)
     result = subprocess.run(
         [
             sys.executable,

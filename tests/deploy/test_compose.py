@@ -123,12 +123,25 @@ def test_the_exporter_serves_its_metrics_on_the_compose_network_only() -> None:
 
 
 def test_collector_listens_inside_its_container_and_reaches_the_services_by_name() -> None:
-    """The collector listens on 0.0.0.0 in its container and exports to wandb-exporter and loki."""
+    """The collector listens on 0.0.0.0 in its container and exports to tracker-exporter and loki."""
     env = compose.resolved(ENV)["services"]["collector"]["environment"]
     assert env["VALGEN_OTLP_GRPC_ENDPOINT"] == "0.0.0.0:4317"
     assert env["VALGEN_OTLP_HTTP_ENDPOINT"] == "0.0.0.0:4318"
-    assert env["VALGEN_WANDB_EXPORTER_ENDPOINT"] == "wandb-exporter:4417"
+    assert env["VALGEN_TRACKER_EXPORTER_ENDPOINT"] == "tracker-exporter:4417"
     assert env["VALGEN_LOKI_OTLP_ENDPOINT"] == "http://loki:3100/otlp"
+
+
+def test_the_deprecated_service_name_still_resolves_to_the_exporter() -> None:
+    """`wandb-exporter`, the exporter service's former name, is its network alias; the volume keeps its name."""
+    model = compose.resolved(ENV)
+    services = model["services"]
+    assert "wandb-exporter" not in services
+    exporter = services["tracker-exporter"]
+    assert exporter["networks"] == {"default": {"aliases": ["wandb-exporter"]}}
+    assert "wandb-exporter:/var/lib/valgen-exporter" in exporter["volumes"]
+    assert "wandb-exporter" in model["volumes"]
+    collector = services["collector"]["environment"]
+    assert "VALGEN_WANDB_EXPORTER_ENDPOINT" not in collector, "the collector is configured with the current name"
 
 
 def test_state_is_kept_in_named_volumes() -> None:
@@ -163,7 +176,7 @@ def test_health_checks_and_start_order() -> None:
         assert spec.get("healthcheck", {}).get("test"), f"{name} has no health check"
     assert services["collector"]["depends_on"] == {
         "loki": {"condition": "service_healthy"},
-        "wandb-exporter": {"condition": "service_healthy"},
+        "tracker-exporter": {"condition": "service_healthy"},
     }
     assert services["grafana"]["depends_on"] == {"loki": {"condition": "service_healthy"}}
 
@@ -180,11 +193,11 @@ def test_images_are_pinned_and_built_from_this_repository() -> None:
 
 def test_wandb_key_comes_only_from_the_environment() -> None:
     """WANDB_API_KEY is passed through from the environment, empty by default, and no file holds a key."""
-    raw = compose.load(compose.COMPOSE)["services"]["wandb-exporter"]
+    raw = compose.load(compose.COMPOSE)["services"]["tracker-exporter"]
     assert raw["environment"]["WANDB_API_KEY"] == "${WANDB_API_KEY:-}"
     assert "env_file" not in raw
     assert "secrets" not in raw
-    assert compose.resolved(ENV)["services"]["wandb-exporter"]["environment"]["WANDB_API_KEY"] == ""
+    assert compose.resolved(ENV)["services"]["tracker-exporter"]["environment"]["WANDB_API_KEY"] == ""
 
 
 def test_collector_mounts_the_shipped_configs() -> None:

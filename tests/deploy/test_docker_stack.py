@@ -114,23 +114,23 @@ def _wait_for_summaries(stack: Stack, tmp: Path, steps: tuple[int, ...]) -> list
 
 def test_every_service_turns_healthy_in_dependency_order(stack: Stack) -> None:
     """Each health check passes; the collector starts after Loki and the exporter are healthy, Grafana after Loki."""
-    containers = {name: stack.inspect(name) for name in ("collector", "wandb-exporter", "loki", "grafana")}
+    containers = {name: stack.inspect(name) for name in ("collector", "tracker-exporter", "loki", "grafana")}
     for name, container in containers.items():
         assert container["State"]["Health"]["Status"] == "healthy", name
     collector_start = _started(containers["collector"])
     assert collector_start >= _first_healthy(containers["loki"])
-    assert collector_start >= _first_healthy(containers["wandb-exporter"])
+    assert collector_start >= _first_healthy(containers["tracker-exporter"])
     assert _started(containers["grafana"]) >= _first_healthy(containers["loki"])
     assert urllib.request.urlopen(stack.url("VALGEN_GRAFANA_PORT", "/api/health"), timeout=5).status == 200
 
 
 def test_every_published_port_is_on_loopback(stack: Stack) -> None:
     """Docker publishes the stack's ports on 127.0.0.1 only; the exporter publishes none."""
-    for name in ("collector", "wandb-exporter", "loki", "grafana"):
+    for name in ("collector", "tracker-exporter", "loki", "grafana"):
         bindings = stack.inspect(name)["NetworkSettings"]["Ports"] or {}
         hosts = {binding["HostIp"] for published in bindings.values() if published for binding in published}
         assert hosts <= {"127.0.0.1"}, (name, bindings)
-        if name == "wandb-exporter":
+        if name == "tracker-exporter":
             assert not hosts
 
 
@@ -166,7 +166,7 @@ def test_exporter_volume_holds_the_offline_run_with_k_rows_per_step(stack: Stack
 
     def tables() -> list[tuple[int, dict[str, Any]]]:
         try:
-            copied = stack.copy_out("wandb-exporter", f"{EXPORTER_DIR}/wandb", tmp_path / "exporter" / "wandb")
+            copied = stack.copy_out("tracker-exporter", f"{EXPORTER_DIR}/wandb", tmp_path / "exporter" / "wandb")
             return read_run(copied.parent, job.run_id).tables("val/generations")
         except (OSError, ValueError, AssertionError):
             return []  # not written yet
@@ -230,7 +230,7 @@ def test_containers_run_as_their_users_and_write_their_volumes(stack: Stack) -> 
     """The collector and the exporter run as uid 10001 and can write every volume they mount."""
     volumes = {
         "collector": ["/var/lib/otelcol-valgen/state", "/var/lib/otelcol-valgen/files"],
-        "wandb-exporter": [EXPORTER_DIR],
+        "tracker-exporter": [EXPORTER_DIR],
     }
     for service, paths in volumes.items():
         assert stack.inspect(service)["Config"]["User"] == "10001:10001"

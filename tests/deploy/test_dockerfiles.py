@@ -16,7 +16,8 @@ from tests.support.require import missing
 REPO = Path(__file__).resolve().parents[2]
 DOCKER = REPO / "docker"
 DOCKERFILES = sorted(DOCKER.glob("*.Dockerfile"))
-ENTRYPOINT = DOCKER / "wandb-exporter-entrypoint.sh"
+ENTRYPOINT = DOCKER / "tracker-exporter-entrypoint.sh"
+COLLECTOR_ENTRYPOINT = DOCKER / "collector-entrypoint.sh"
 
 
 def _instructions(path: Path) -> list[tuple[str, str]]:
@@ -33,7 +34,7 @@ def _instructions(path: Path) -> list[tuple[str, str]]:
 
 def test_both_images_have_a_dockerfile() -> None:
     """docker/ holds the collector's and the wandb exporter's Dockerfiles, each with its own ignore file."""
-    assert [p.name for p in DOCKERFILES] == ["collector.Dockerfile", "wandb-exporter.Dockerfile"]
+    assert [p.name for p in DOCKERFILES] == ["collector.Dockerfile", "tracker-exporter.Dockerfile"]
     for dockerfile in DOCKERFILES:
         assert dockerfile.with_name(dockerfile.name + ".dockerignore").is_file()
 
@@ -93,19 +94,19 @@ def test_collector_image_paths_match_its_environment() -> None:
     assert "VALGEN_FILE_PATH=/var/lib/otelcol-valgen/files/valgen.jsonl" in env
 
 
-def test_wandb_exporter_image_installs_this_package_with_the_exporter_extra() -> None:
+def test_tracker_exporter_image_installs_this_package_with_the_exporter_extra() -> None:
     """The exporter image installs the hash-checked exporter lock, then this package, into a venv it copies."""
-    steps = _instructions(DOCKER / "wandb-exporter.Dockerfile")
+    steps = _instructions(DOCKER / "tracker-exporter.Dockerfile")
     runs = [args for keyword, args in steps if keyword == "RUN"]
     assert any("pip install --require-hashes -r requirements/exporter.lock" in args for args in runs)
     assert any('pip install --no-deps ".[exporter]"' in args for args in runs)
     assert not any("WANDB_API_KEY" in args for _, args in steps), "the key is a run-time secret"
-    ignored = (DOCKER / "wandb-exporter.Dockerfile.dockerignore").read_text(encoding="utf-8").split()
+    ignored = (DOCKER / "tracker-exporter.Dockerfile.dockerignore").read_text(encoding="utf-8").split()
     assert {
         "!pyproject.toml",
         "!requirements/exporter.lock",
         "!otel_valgen/",
-        "!docker/wandb-exporter-entrypoint.sh",
+        "!docker/tracker-exporter-entrypoint.sh",
     } <= set(ignored)
 
 
@@ -143,8 +144,67 @@ def test_exporter_uses_wandb_when_a_key_is_given(tmp_path: Path) -> None:
 
 def test_entrypoint_is_executable_in_the_image() -> None:
     """The entrypoint is copied with mode 0755, whatever the checkout's file mode."""
-    steps = _instructions(DOCKER / "wandb-exporter.Dockerfile")
+    steps = _instructions(DOCKER / "tracker-exporter.Dockerfile")
     assert (
         "COPY",
-        "--chmod=0755 docker/wandb-exporter-entrypoint.sh /usr/local/bin/wandb-exporter-entrypoint",
+        "--chmod=0755 docker/tracker-exporter-entrypoint.sh /usr/local/bin/tracker-exporter-entrypoint",
     ) in steps
+
+
+def _run_collector_entrypoint(tmp_path: Path, env: dict[str, str]) -> tuple[str, str]:
+    """Run the collector's entrypoint with a fake `otelcol-valgen` that prints its arguments: (stdout, stderr)."""
+    fake = tmp_path / "bin" / "otelcol-valgen"
+    fake.parent.mkdir(exist_ok=True)
+    fake.write_text('#!/bin/sh\necho "args=$*"\n', encoding="utf-8")
+    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    result = subprocess.run(
+        ["sh", str(COLLECTOR_ENTRYPOINT), "--config", "/etc/otelcol-valgen/collector.yaml"],
+        env={"PATH": f"{fake.parent}:{os.environ['PATH']}", **env},
+        capture_output=True,
+        text=True,
+        timeout=10,
+        check=True,
+    )
+    return result.stdout.strip(), result.stderr.strip()
+
+
+def test_collector_entrypoint_warns_about_the_deprecated_exporter_variables(tmp_path: Path) -> None:
+    """VALGEN_WANDB_EXPORTER_* set: a deprecation line naming the replacement; the collector starts all the same."""
+    assert _run_collector_entrypoint(tmp_path, {}) == ("args=--config /etc/otelcol-valgen/collector.yaml", "")
+    assert _run_collector_entrypoint(tmp_path, {"VALGEN_TRACKER_EXPORTER_ENDPOINT": "x:4417"})[1] == ""
+    out, err = _run_collector_entrypoint(tmp_path, {"VALGEN_WANDB_EXPORTER_ENDPOINT": "x:4417"})
+    assert out == "args=--config /etc/otelcol-valgen/collector.yaml"
+    assert err == (
+        "collector: VALGEN_WANDB_EXPORTER_ENDPOINT is deprecated, set VALGEN_TRACKER_EXPORTER_ENDPOINT instead"
+        " (using VALGEN_WANDB_EXPORTER_ENDPOINT for now)"
+    )
+    both = {"VALGEN_WANDB_EXPORTER_INSECURE": "false", "VALGEN_TRACKER_EXPORTER_INSECURE": "true"}
+    assert _run_collector_entrypoint(tmp_path, both)[1] == (
+        "collector: VALGEN_WANDB_EXPORTER_INSECURE is deprecated and ignored, VALGEN_TRACKER_EXPORTER_INSECURE is set"
+    )
+
+
+def test_collector_image_starts_through_its_entrypoint() -> None:
+    """The collector image copies the entrypoint executable and starts through it; its context sends it."""
+    steps = _instructions(DOCKER / "collector.Dockerfile")
+    assert ("COPY", "--chmod=0755 docker/collector-entrypoint.sh /usr/local/bin/collector-entrypoint") in steps
+    assert ("ENTRYPOINT", '["/usr/local/bin/collector-entrypoint"]') in steps
+    assert "exec otelcol-valgen " in COLLECTOR_ENTRYPOINT.read_text(encoding="utf-8")
+    ignored = (DOCKER / "collector.Dockerfile.dockerignore").read_text(encoding="utf-8").split()
+    assert "!docker/collector-entrypoint.sh" in ignored
+
+
+def test_collector_entrypoint_hands_the_old_exporter_queue_to_the_new_id(tmp_path: Path) -> None:
+    """The queue file of otlp_grpc/wandb becomes otlp_grpc/trackers' once; an existing new queue is never replaced."""
+    queue = tmp_path / "state" / "queue"
+    queue.mkdir(parents=True)
+    (queue / "exporter_otlp_grpc_wandb_logs").write_bytes(b"old")
+    env = {"VALGEN_STATE_DIR": str(tmp_path / "state")}
+    _, err = _run_collector_entrypoint(tmp_path, env)
+    assert "moved the otlp_grpc/wandb sending queue to otlp_grpc/trackers" in err
+    assert sorted(p.name for p in queue.iterdir()) == ["exporter_otlp_grpc_trackers_logs"]
+    assert (queue / "exporter_otlp_grpc_trackers_logs").read_bytes() == b"old"
+    (queue / "exporter_otlp_grpc_wandb_logs").write_bytes(b"older")
+    assert _run_collector_entrypoint(tmp_path, env)[1] == ""
+    assert (queue / "exporter_otlp_grpc_trackers_logs").read_bytes() == b"old"
+    assert (queue / "exporter_otlp_grpc_wandb_logs").read_bytes() == b"older"

@@ -35,7 +35,7 @@ class Cluster:
     @property
     def exporter_endpoint(self) -> str:
         """Where the samplers export to (the exporter service's OTLP/gRPC address)."""
-        return self.env["VALGEN_WANDB_EXPORTER_ENDPOINT"]
+        return self.env["VALGEN_TRACKER_EXPORTER_ENDPOINT"]
 
     def start_exporter(self, backends: list[str], configs: dict[str, Any]) -> ExporterService:
         """The exporter service on the samplers' export address, its state in ``home/exporter``."""
@@ -87,7 +87,7 @@ class Cluster:
 def cluster_env(exporter_port: int, loki_endpoint: str, decision_wait: str, max_step_duration: str) -> dict[str, str]:
     """What every collector of a cluster is started with."""
     return {
-        "VALGEN_WANDB_EXPORTER_ENDPOINT": f"127.0.0.1:{exporter_port}",
+        "VALGEN_TRACKER_EXPORTER_ENDPOINT": f"127.0.0.1:{exporter_port}",
         "VALGEN_LOKI_OTLP_ENDPOINT": loki_endpoint,
         "VALGEN_DECISION_WAIT": decision_wait,
         "VALGEN_MAX_STEP_DURATION": max_step_duration,

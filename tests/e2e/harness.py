@@ -200,7 +200,7 @@ def bench_collector(state: Path, decision_wait: str) -> Iterator[tuple[Collector
     """
     with wandb_stand_in() as wandb, loki_stand_in() as loki:
         env = {
-            "VALGEN_WANDB_EXPORTER_ENDPOINT": wandb.endpoint,
+            "VALGEN_TRACKER_EXPORTER_ENDPOINT": wandb.endpoint,
             "VALGEN_LOKI_OTLP_ENDPOINT": loki.endpoint,
             "VALGEN_DECISION_WAIT": decision_wait,
             "VALGEN_LOG_LEVEL": "warn",

@@ -38,7 +38,7 @@ def test_auth_overlay_rejects_requests_without_the_token(
         ["collector.yaml", "auth.yaml"],
         {
             "VALGEN_AUTH_TOKEN": TOKEN,
-            "VALGEN_WANDB_EXPORTER_ENDPOINT": wandb_stand_in.endpoint,
+            "VALGEN_TRACKER_EXPORTER_ENDPOINT": wandb_stand_in.endpoint,
             "VALGEN_LOKI_OTLP_ENDPOINT": loki_stand_in.endpoint,
         },
     )

@@ -40,7 +40,7 @@ def collector(tmp_path: Path) -> Iterator[RunningCollector]:
     overlay.write_text(OVERLAY, encoding="utf-8")
     started = Collectors(tmp_path / "collectors")
     env = {
-        "VALGEN_WANDB_EXPORTER_ENDPOINT": f"127.0.0.1:{free_port()}",
+        "VALGEN_TRACKER_EXPORTER_ENDPOINT": f"127.0.0.1:{free_port()}",
         "VALGEN_LOKI_OTLP_ENDPOINT": f"http://127.0.0.1:{free_port()}/otlp",
     }
     try:

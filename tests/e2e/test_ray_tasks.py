@@ -51,7 +51,7 @@ def collector(start_collector: StartCollector) -> Iterator[Collector]:
         "collector",
         ["collector.yaml"],
         {
-            "VALGEN_WANDB_EXPORTER_ENDPOINT": "127.0.0.1:9",  # unused here: the file output is read
+            "VALGEN_TRACKER_EXPORTER_ENDPOINT": "127.0.0.1:9",  # unused here: the file output is read
             "VALGEN_LOKI_OTLP_ENDPOINT": "http://127.0.0.1:9/otlp",
             "VALGEN_DECISION_WAIT": "1s",
             "VALGEN_MAX_STEP_DURATION": "60s",

@@ -110,7 +110,7 @@ def test_extra_columns_and_score_statistics_reach_every_output(
         "collector",
         ["collector.yaml"],
         {
-            "VALGEN_WANDB_EXPORTER_ENDPOINT": wandb_stand_in.endpoint,
+            "VALGEN_TRACKER_EXPORTER_ENDPOINT": wandb_stand_in.endpoint,
             "VALGEN_LOKI_OTLP_ENDPOINT": loki_stand_in.endpoint,
             # No sources_expected: the step closes complete after this much silence, once every
             # part arrived (with it, the first block-less part would complete the step early).

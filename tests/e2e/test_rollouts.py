@@ -67,7 +67,7 @@ def test_rollouts_of_a_split_step_keep_k_whole_prompts(
         "collector",
         ["collector.yaml"],
         {
-            "VALGEN_WANDB_EXPORTER_ENDPOINT": wandb_stand_in.endpoint,
+            "VALGEN_TRACKER_EXPORTER_ENDPOINT": wandb_stand_in.endpoint,
             "VALGEN_LOKI_OTLP_ENDPOINT": loki_stand_in.endpoint,
             "VALGEN_DECISION_WAIT": "2s",  # block-less parts announce no sources_expected: closed by silence
         },

@@ -17,7 +17,7 @@ def test_agent_routes_each_step_to_one_sampler(
 ) -> None:
     """All records of a step meet at one sampler, which closes it as complete; destinations see it once."""
     sampler_env = {
-        "VALGEN_WANDB_EXPORTER_ENDPOINT": wandb_stand_in.endpoint,
+        "VALGEN_TRACKER_EXPORTER_ENDPOINT": wandb_stand_in.endpoint,
         "VALGEN_LOKI_OTLP_ENDPOINT": loki_stand_in.endpoint,
         "VALGEN_DECISION_WAIT": "60s",
     }

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from otel_valgen.sampling import SortKey, bottom_k, sample_key
+from tests.e2e import harness
 from tests.e2e.conftest import StartCollector
 from tests.e2e.harness import StandIn, records_of_file, wait_for
 from tests.e2e.steps import SEED, K, assert_destination, by_step, emit_steps
@@ -26,7 +27,7 @@ def test_each_destination_gets_the_bottom_k_of_every_step(
         "collector",
         ["collector.yaml"],
         {
-            "VALGEN_WANDB_EXPORTER_ENDPOINT": wandb_stand_in.endpoint,
+            "VALGEN_TRACKER_EXPORTER_ENDPOINT": wandb_stand_in.endpoint,
             "VALGEN_LOKI_OTLP_ENDPOINT": loki_stand_in.endpoint,
             "VALGEN_DECISION_WAIT": "60s",  # steps must close as complete, not by waiting
         },
@@ -50,7 +51,7 @@ def test_shutdown_stores_open_steps_and_a_restart_completes_them_once(
 ) -> None:
     """A step open at shutdown is stored (file_storage), not flushed; after a restart it completes, once."""
     env = {
-        "VALGEN_WANDB_EXPORTER_ENDPOINT": wandb_stand_in.endpoint,
+        "VALGEN_TRACKER_EXPORTER_ENDPOINT": wandb_stand_in.endpoint,
         "VALGEN_LOKI_OTLP_ENDPOINT": loki_stand_in.endpoint,
         "VALGEN_DECISION_WAIT": "10m",
     }
@@ -83,3 +84,34 @@ def test_shutdown_stores_open_steps_and_a_restart_completes_them_once(
         assert summary["valgen.kept"] == K, name
         assert summary["valgen.sources"] == 2, name
         assert summary["valgen.sources_expected"] == 2, name
+
+
+def test_the_deprecated_exporter_variable_still_routes_the_steps(
+    start_collector: StartCollector,
+    wandb_stand_in: StandIn,
+    loki_stand_in: StandIn,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Only VALGEN_WANDB_EXPORTER_ENDPOINT set: collector.yaml falls back to it; set as well, the new name wins."""
+    monkeypatch.delenv("VALGEN_TRACKER_EXPORTER_ENDPOINT", raising=False)
+    monkeypatch.delenv("VALGEN_WANDB_EXPORTER_ENDPOINT", raising=False)
+    plan = {3: {"trainer": 5}}
+    old_only = {
+        "VALGEN_WANDB_EXPORTER_ENDPOINT": wandb_stand_in.endpoint,
+        "VALGEN_LOKI_OTLP_ENDPOINT": loki_stand_in.endpoint,
+        "VALGEN_DECISION_WAIT": "60s",
+    }
+    collector = start_collector("old-name", ["collector.yaml"], old_only)
+    expected = emit_steps(f"http://{collector.http_endpoint}", False, plan)
+    wait_for(lambda: 3 in by_step(wandb_stand_in.records())[1], 30, "step 3 at the deprecated variable's endpoint")
+    assert_destination("exporter service", wandb_stand_in.records(), expected, plan)
+    assert collector.stop() == 0
+
+    with harness.wandb_stand_in() as current:
+        both = {**old_only, "VALGEN_TRACKER_EXPORTER_ENDPOINT": current.endpoint}
+        collector = start_collector("both-names", ["collector.yaml"], both)
+        plan = {4: {"trainer": 5}}
+        expected = emit_steps(f"http://{collector.http_endpoint}", False, plan)
+        wait_for(lambda: 4 in by_step(current.records())[1], 30, "step 4 at VALGEN_TRACKER_EXPORTER_ENDPOINT")
+        assert_destination("exporter service", current.records(), expected, plan)
+        assert 4 not in by_step(wandb_stand_in.records())[1], "the deprecated variable won over the new one"

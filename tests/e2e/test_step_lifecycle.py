@@ -98,7 +98,7 @@ def collector(start_collector: StartCollector, request: pytest.FixtureRequest) -
         "collector",
         ["collector.yaml"],
         {
-            "VALGEN_WANDB_EXPORTER_ENDPOINT": "127.0.0.1:9",  # unused here: the file output is read
+            "VALGEN_TRACKER_EXPORTER_ENDPOINT": "127.0.0.1:9",  # unused here: the file output is read
             "VALGEN_LOKI_OTLP_ENDPOINT": "http://127.0.0.1:9/otlp",
             "VALGEN_DECISION_WAIT": WAIT,
             "VALGEN_MAX_STEP_DURATION": MAX_STEP,

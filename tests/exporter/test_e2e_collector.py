@@ -73,7 +73,7 @@ def collector(tmp_path: Path) -> Iterator[tuple[str, int]]:
     """The built collector on loopback ports, exporting to a gRPC port for this service."""
     wandb_port, http_port, grpc_port, health = free_port(), free_port(), free_port(), free_port()
     env = os.environ | {
-        "VALGEN_WANDB_EXPORTER_ENDPOINT": f"127.0.0.1:{wandb_port}",
+        "VALGEN_TRACKER_EXPORTER_ENDPOINT": f"127.0.0.1:{wandb_port}",
         "VALGEN_OTLP_HTTP_ENDPOINT": f"127.0.0.1:{http_port}",
         "VALGEN_OTLP_GRPC_ENDPOINT": f"127.0.0.1:{grpc_port}",
         "VALGEN_HEALTH_ENDPOINT": f"127.0.0.1:{health}",

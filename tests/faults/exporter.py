@@ -1,4 +1,4 @@
-"""Run the real ``otel-valgen wandb-exporter`` service as a process, offline, on a loopback port."""
+"""Run the real ``otel-valgen exporter`` service as a process, offline, on a loopback port."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from tests.e2e.harness import REPO
 
 @dataclass
 class ExporterProcess:
-    """A running ``otel-valgen wandb-exporter`` (offline) and where it keeps its state and log."""
+    """A running ``otel-valgen exporter`` (offline) and where it keeps its state and log."""
 
     process: subprocess.Popen[bytes]
     grpc_endpoint: str
@@ -58,7 +58,7 @@ class ExporterProcess:
 def start_exporter(
     grpc_endpoint: str, state_dir: Path, wandb_dir: Path, log_path: Path, env: dict[str, str]
 ) -> ExporterProcess:
-    """Start ``otel-valgen wandb-exporter --grpc ENDPOINT --layout rows`` in offline mode, its own process group."""
+    """Start ``otel-valgen exporter --grpc ENDPOINT --layout rows`` in offline mode, its own process group."""
     full_env = {
         **os.environ,
         "WANDB_MODE": "offline",
@@ -68,7 +68,7 @@ def start_exporter(
         "PYTHONPATH": str(REPO),
         **env,
     }
-    args = [sys.executable, "-m", "otel_valgen.tools.cli", "wandb-exporter", "--grpc", grpc_endpoint, "--http", ""]
+    args = [sys.executable, "-m", "otel_valgen.tools.cli", "exporter", "--grpc", grpc_endpoint, "--http", ""]
     args += ["--layout", "rows", "--state-dir", str(state_dir), "--wandb-mode", "offline", "--retry-after", "1"]
     with log_path.open("ab") as log:
         process = subprocess.Popen(

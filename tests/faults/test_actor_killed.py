@@ -69,7 +69,7 @@ def cluster(collectors: Collectors, wandb_stand_in: StandIn, loki_stand_in: Stan
     collector = collectors.start(
         "c",
         {
-            "VALGEN_WANDB_EXPORTER_ENDPOINT": wandb_stand_in.endpoint,
+            "VALGEN_TRACKER_EXPORTER_ENDPOINT": wandb_stand_in.endpoint,
             "VALGEN_LOKI_OTLP_ENDPOINT": loki_stand_in.endpoint,
             "VALGEN_DECISION_WAIT": "2s",
             "VALGEN_MAX_STEP_DURATION": MAX_STEP,
@@ -156,7 +156,7 @@ def test_summary_counts_a_source_that_sent_records_but_never_ended_as_missing(
     collector = collectors.start(
         "c",
         {
-            "VALGEN_WANDB_EXPORTER_ENDPOINT": wandb_stand_in.endpoint,
+            "VALGEN_TRACKER_EXPORTER_ENDPOINT": wandb_stand_in.endpoint,
             "VALGEN_LOKI_OTLP_ENDPOINT": loki_stand_in.endpoint,
             "VALGEN_DECISION_WAIT": "2s",
             "VALGEN_MAX_STEP_DURATION": MAX_STEP,

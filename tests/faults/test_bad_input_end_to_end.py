@@ -65,7 +65,7 @@ def _collector(collectors: Collectors, wandb: StandIn, loki: StandIn) -> Running
     return collectors.start(
         "c",
         {
-            "VALGEN_WANDB_EXPORTER_ENDPOINT": wandb.endpoint,
+            "VALGEN_TRACKER_EXPORTER_ENDPOINT": wandb.endpoint,
             "VALGEN_LOKI_OTLP_ENDPOINT": loki.endpoint,
             "VALGEN_COUNT": str(K),
             "VALGEN_DECISION_WAIT": "2s",

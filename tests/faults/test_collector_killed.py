@@ -62,7 +62,7 @@ def _assert_once(name: str, records: list[Record], step: int, want: list[str], r
 
 def _env(wandb_endpoint: str, loki: StandIn) -> dict[str, str]:
     return {
-        "VALGEN_WANDB_EXPORTER_ENDPOINT": wandb_endpoint,
+        "VALGEN_TRACKER_EXPORTER_ENDPOINT": wandb_endpoint,
         "VALGEN_LOKI_OTLP_ENDPOINT": loki.endpoint,
         "VALGEN_DECISION_WAIT": "2s",
         "VALGEN_COUNT": str(K),

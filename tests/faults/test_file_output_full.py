@@ -34,7 +34,7 @@ def test_full_disk_at_the_file_output_leaves_wandb_and_loki_working_and_is_visib
     collector = collectors.start(
         "c",
         {
-            "VALGEN_WANDB_EXPORTER_ENDPOINT": wandb_stand_in.endpoint,
+            "VALGEN_TRACKER_EXPORTER_ENDPOINT": wandb_stand_in.endpoint,
             "VALGEN_LOKI_OTLP_ENDPOINT": loki_stand_in.endpoint,
             "VALGEN_FILE_PATH": str(full / "valgen.jsonl"),
             "VALGEN_COUNT": str(K),
@@ -62,7 +62,7 @@ def test_full_disk_at_the_file_output_leaves_wandb_and_loki_working_and_is_visib
     )
     values = collector.metrics()
     assert metric_sum(values, "otelcol_exporter_sent_log_records", exporter="file") == 0
-    assert metric_sum(values, "otelcol_exporter_send_failed_log_records", exporter="otlp_grpc/wandb") == 0
+    assert metric_sum(values, "otelcol_exporter_send_failed_log_records", exporter="otlp_grpc/trackers") == 0
     assert metric_sum(values, "otelcol_exporter_send_failed_log_records", exporter="otlp_http/loki") == 0
     log = collector.log_path.read_text(encoding="utf-8")
     assert "no space left on device" in log

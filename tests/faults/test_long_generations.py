@@ -26,7 +26,7 @@ def test_a_batch_of_long_generations_reaches_the_collector_over_http(
     collector = collectors.start(
         "c",
         {
-            "VALGEN_WANDB_EXPORTER_ENDPOINT": wandb_stand_in.endpoint,
+            "VALGEN_TRACKER_EXPORTER_ENDPOINT": wandb_stand_in.endpoint,
             "VALGEN_LOKI_OTLP_ENDPOINT": loki_stand_in.endpoint,
         },
     )

@@ -56,7 +56,7 @@ def _auth_args() -> list[str]:
 
 def _collector(collectors: Collectors, wandb: StandIn, loki: StandIn, configs: list[str]) -> RunningCollector:
     env = {
-        "VALGEN_WANDB_EXPORTER_ENDPOINT": wandb.endpoint,
+        "VALGEN_TRACKER_EXPORTER_ENDPOINT": wandb.endpoint,
         "VALGEN_LOKI_OTLP_ENDPOINT": loki.endpoint,
         "VALGEN_AUTH_TOKEN": TOKEN,
         "VALGEN_DECISION_WAIT": "2s",
@@ -135,7 +135,7 @@ def test_no_secret_appears_in_any_log_or_file_the_pipeline_writes(
         "c",
         {
             **secrets_env,
-            "VALGEN_WANDB_EXPORTER_ENDPOINT": exporter_endpoint,
+            "VALGEN_TRACKER_EXPORTER_ENDPOINT": exporter_endpoint,
             "VALGEN_LOKI_OTLP_ENDPOINT": loki_stand_in.endpoint,
             "VALGEN_LOG_LEVEL": "debug",
         },

@@ -1,7 +1,7 @@
-"""User story: the wandb exporter service is down for a while; the collector keeps running.
+"""User story: the exporter service is down for a while; the collector keeps running.
 
 The collector's persistent sending queue holds the sampled steps; when the real
-``otel-valgen wandb-exporter`` (offline wandb) comes up, every step's table arrives once.
+``otel-valgen exporter`` (offline wandb) comes up, every step's table arrives once.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def test_tables_arrive_once_each_after_the_wandb_exporter_returns(
     collector = collectors.start(
         "c",
         {
-            "VALGEN_WANDB_EXPORTER_ENDPOINT": exporter_endpoint,
+            "VALGEN_TRACKER_EXPORTER_ENDPOINT": exporter_endpoint,
             "VALGEN_LOKI_OTLP_ENDPOINT": loki_stand_in.endpoint,
             "VALGEN_DECISION_WAIT": "30s",
             "VALGEN_COUNT": str(K),
@@ -52,7 +52,7 @@ def test_tables_arrive_once_each_after_the_wandb_exporter_returns(
     wait_for(lambda: set(STEPS) <= set(by_step(file_records(collector.file_path))[1]), 20, "steps sampled")
     # The collector's export to the absent service has failed (logged) and is queued for retry.
     wait_for(
-        lambda: "otlp_grpc/wandb" in collector.log_path.read_text(encoding="utf-8"),
+        lambda: "otlp_grpc/trackers" in collector.log_path.read_text(encoding="utf-8"),
         20,
         "the collector to log its failed export to the absent wandb exporter",
     )

@@ -83,7 +83,7 @@ def collector(tmp_path: Path) -> Iterator[harness.Collector]:
         tmp_path,
         "collector",
         ["collector.yaml"],
-        {"VALGEN_WANDB_EXPORTER_ENDPOINT": "127.0.0.1:9", "VALGEN_LOKI_OTLP_ENDPOINT": "http://127.0.0.1:9/otlp"},
+        {"VALGEN_TRACKER_EXPORTER_ENDPOINT": "127.0.0.1:9", "VALGEN_LOKI_OTLP_ENDPOINT": "http://127.0.0.1:9/otlp"},
     )
     yield started
     started.stop()

@@ -1,7 +1,7 @@
 """One OTLP/gRPC logs server on loopback, for every suite that needs a stand-in.
 
 It stands in for the collector (the SDK's gRPC exporter talks to it) and for the exporter
-service (the collector's ``otlp_grpc/wandb`` exporter talks to it), keeping every
+service (the collector's ``otlp_grpc/trackers`` exporter talks to it), keeping every
 ``ExportLogsServiceRequest`` it accepted.
 """
 

@@ -59,7 +59,7 @@ def job(
             "collector",
             ["collector.yaml"],
             {
-                "VALGEN_WANDB_EXPORTER_ENDPOINT": wandb_stand_in.endpoint,
+                "VALGEN_TRACKER_EXPORTER_ENDPOINT": wandb_stand_in.endpoint,
                 "VALGEN_LOKI_OTLP_ENDPOINT": loki_stand_in.endpoint,
                 "VALGEN_DECISION_WAIT": "10s",  # twice the 5 s progress interval (docs/configuration.md)
             },

@@ -58,7 +58,7 @@ def _launch(
             "collector",
             ["collector.yaml"],
             {
-                "VALGEN_WANDB_EXPORTER_ENDPOINT": wandb_stand_in.endpoint,
+                "VALGEN_TRACKER_EXPORTER_ENDPOINT": wandb_stand_in.endpoint,
                 "VALGEN_LOKI_OTLP_ENDPOINT": loki_stand_in.endpoint,
                 # docs/configuration.md: at least twice the jobs' progress interval (5 s). v1's validation
                 # runs verl's agent-loop actors and takes longer than 2 s: a shorter wait cuts it off.

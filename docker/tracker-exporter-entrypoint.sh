@@ -5,6 +5,6 @@
 set -eu
 if [ -z "${WANDB_API_KEY:-}" ] && [ -z "${WANDB_MODE:-}" ]; then
   export WANDB_MODE=offline
-  echo "wandb-exporter: WANDB_API_KEY is not set; writing offline runs under ${WANDB_DIR:-.}" >&2
+  echo "tracker-exporter: WANDB_API_KEY is not set; writing offline runs under ${WANDB_DIR:-.}" >&2
 fi
 exec otel-valgen exporter "$@"

@@ -1,10 +1,11 @@
-# The otel-valgen wandb exporter service (`otel-valgen wandb-exporter`): receives the sampled
-# generations from the collector over OTLP and writes them into their wandb runs.
+# The otel-valgen exporter service (`otel-valgen exporter`): receives the sampled generations
+# from the collector over OTLP and writes them into their runs in wandb, MLflow, TensorBoard,
+# ClearML and/or Trackio. (Formerly wandb-exporter.Dockerfile, image otel-valgen/wandb-exporter.)
 #
 # Build from the repository root:
-#   docker build -f docker/wandb-exporter.Dockerfile -t otel-valgen/wandb-exporter:0.1.0 .
+#   docker build -f docker/tracker-exporter.Dockerfile -t otel-valgen/tracker-exporter:0.1.0 .
 # The wandb API key is read from WANDB_API_KEY at run time; no key is ever baked in. Without
-# a key the service writes offline runs (see wandb-exporter-entrypoint.sh).
+# a key the service writes offline runs (see tracker-exporter-entrypoint.sh).
 # Base images are pinned by tag; pin them by digest in production (see docs/deployment.md).
 # The base is a build arg, so that a machine without a registry can pass an image of its own
 # (the tests pass one made by tools/docker/base-images.sh): any Debian-like image with
@@ -31,7 +32,7 @@ RUN groupadd --system --gid 10001 valgen \
     && mkdir -p /var/lib/valgen-exporter \
     && chown valgen:valgen /var/lib/valgen-exporter
 COPY --from=build /opt/venv /opt/venv
-COPY --chmod=0755 docker/wandb-exporter-entrypoint.sh /usr/local/bin/wandb-exporter-entrypoint
+COPY --chmod=0755 docker/tracker-exporter-entrypoint.sh /usr/local/bin/tracker-exporter-entrypoint
 # Everything wandb writes goes to the volume: the user has no home (wandb's staging files
 # default to ~/.local/share/wandb, which the first run in a container found unwritable).
 # Listen on every interface of the container's own network namespace; compose does not
@@ -48,5 +49,5 @@ VOLUME ["/var/lib/valgen-exporter"]
 EXPOSE 4417 4418
 HEALTHCHECK --interval=10s --timeout=3s --start-period=20s --retries=3 \
     CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:4418/healthz', timeout=2)"]
-ENTRYPOINT ["/usr/local/bin/wandb-exporter-entrypoint"]
+ENTRYPOINT ["/usr/local/bin/tracker-exporter-entrypoint"]
 CMD ["--grpc", "0.0.0.0:4417", "--http", "0.0.0.0:4418", "--state-dir", "/var/lib/valgen-exporter/state"]
