@@ -13,6 +13,8 @@ fi
 
 # auth.yaml fails fast without a token; a placeholder lets the overlay itself be validated.
 export VALGEN_AUTH_TOKEN="${VALGEN_AUTH_TOKEN:-validate-only-token}"
+# The resolver overlays need the samplers' name (validate builds the pipelines).
+export VALGEN_SAMPLER_SERVICE="${VALGEN_SAMPLER_SERVICE:-samplers.otel-valgen}"
 
 # Each line is one collector invocation: the --config files it merges, in order.
 configs=(
@@ -22,6 +24,8 @@ configs=(
   "collector-config/collector.yaml collector-config/auth.yaml"
   "collector-config/collector.yaml collector-config/sampler.yaml collector-config/auth.yaml"
   "collector-config/agent.yaml collector-config/auth.yaml"
+  "collector-config/agent.yaml collector-config/agent-dns.yaml"
+  "collector-config/agent.yaml collector-config/agent-k8s.yaml"
 )
 status=0
 for set in "${configs[@]}"; do

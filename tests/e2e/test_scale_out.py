@@ -39,3 +39,27 @@ def test_agent_routes_each_step_to_one_sampler(
             owner[step].add(sampler.name)
     assert all(len(names) == 1 for names in owner.values()), dict(owner)
     assert {name for names in owner.values() for name in names} == {s.name for s in samplers}
+
+
+def test_agent_with_the_dns_resolver_routes_to_the_samplers_the_name_resolves_to(
+    start_collector: StartCollector, wandb_stand_in: StandIn, loki_stand_in: StandIn
+) -> None:
+    """agent.yaml + agent-dns.yaml: the agent resolves VALGEN_SAMPLER_SERVICE and every step reaches a sampler.
+
+    On loopback the name (localhost) resolves to one address, so one sampler gets every step; a
+    headless Service resolves to every sampler (docs/deployment.md, Kubernetes).
+    """
+    sampler_env = {
+        "VALGEN_TRACKER_EXPORTER_ENDPOINT": wandb_stand_in.endpoint,
+        "VALGEN_LOKI_OTLP_ENDPOINT": loki_stand_in.endpoint,
+        "VALGEN_DECISION_WAIT": "60s",
+    }
+    sampler = start_collector("sampler", ["collector.yaml", "sampler.yaml"], sampler_env)
+    port = sampler.grpc_endpoint.rsplit(":", 1)[1]
+    agent_env = {"VALGEN_SAMPLER_SERVICE": "localhost", "VALGEN_SAMPLER_PORT": port}
+    agent = start_collector("agent", ["agent.yaml", "agent-dns.yaml"], agent_env)
+    plan = {step: PLAN[step] for step in (1, 2, 3)}
+
+    expected = emit_steps(f"http://{agent.http_endpoint}", True, plan)
+    wait_for(lambda: len(by_step(wandb_stand_in.records())[1]) == len(plan), 30, "a summary of every step")
+    assert_destination("wandb", wandb_stand_in.records(), expected, plan)
