@@ -91,7 +91,7 @@ test-py:
 
 # Installs everything this project needs (the locked Python packages, the collector build, Docker
 # and its tools) and runs every check, the compose stack among them.
-test: install-dev collector docker lint typecheck go-lint go-test test-py
+test: install-dev collector docker lint typecheck go-lint go-test k8s-check test-py
 
 # Deployment checks (tests/deploy) only. No Loki or Grafana is built: see docs/deployment.md,
 # "What is verified about Loki and Grafana".
@@ -102,7 +102,7 @@ deploy-check: install-dev
 # the objects checked against each other, rendered by kustomize (build/k8s-rendered.yaml) and
 # decoded again, and the embedded collector configs (extracted to
 # build/k8s-configs) validated by the built collector, skipped with a message when it is not built
-# (`make collector`). Not part of `make test` yet.
+# (`make collector`). Part of `make test`.
 OTELCOL_VALGEN ?= $(CURDIR)/$(COLLECTOR_BIN)
 k8s-check:
 	@unformatted="$$(gofmt -l $(K8S_TEST_DIR))"; if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi

@@ -7,6 +7,8 @@ from collections.abc import Sequence
 from rich.console import Console
 from rich.table import Table
 
+from otel_valgen import contract
+from otel_valgen.partials import samplers_of
 from otel_valgen.reader import ExtraValue
 from otel_valgen.selection import StepSelection
 
@@ -35,6 +37,12 @@ def render_tables(selections: Sequence[StepSelection], console: Console, width: 
             title += f" · attempt {selection.attempt} (of {selection.attempts})"
         if selection.late:
             title += f" · {selection.late} late"
+        samplers = sorted(samplers_of(selection.summary))
+        if len(samplers) > 1:  # a re-routed step, closed in parts (otel_valgen.partials)
+            title += f" · merged from samplers {', '.join(samplers)}"
+        missing = selection.summary.get(contract.MISSING) if selection.summary else None
+        if isinstance(missing, int) and missing > 0:
+            title += f" · {missing} missing"
         table = Table(title=title, show_lines=False)
         table.add_column("#", justify="right", min_width=2, no_wrap=True)
         table.add_column("source", overflow="ellipsis", no_wrap=True, max_width=14)

@@ -140,10 +140,21 @@ def mlflow_step(server: MlflowServer, run_id: str, step: int, folder: Path) -> t
 
 
 def shown(stack: Cluster) -> StepSelection:
-    """``otel-valgen show`` over every sampler's file output."""
-    paths = [collector.file_path for collector in stack.collectors.values() if collector.file_path.exists()]
-    (selection,) = select_steps(read_paths(paths, lambda _: None))
+    """``otel-valgen show``'s selection over every sampler's file output."""
+    (selection,) = select_steps(read_paths(sampler_files(stack), lambda _: None))
     return selection
+
+
+def sampler_files(stack: Cluster) -> list[Path]:
+    """Every sampler's file output so far."""
+    return [collector.file_path for collector in stack.collectors.values() if collector.file_path.exists()]
+
+
+def show_command(stack: Cluster) -> str:
+    """What ``otel-valgen show`` prints over every sampler's file output."""
+    args = [sys.executable, "-m", "otel_valgen.tools", "show", *map(str, sampler_files(stack))]
+    env = {"PATH": str(Path(sys.executable).parent), "COLUMNS": "250", "HOME": str(stack.home)}
+    return subprocess.run(args, capture_output=True, text=True, check=True, env=env, timeout=60).stdout
 
 
 @pytest.mark.timeout(180)
@@ -189,6 +200,7 @@ def test_a_step_in_two_parts_is_written_exact(case: str, stack: Cluster, mlflow_
     assert selection.summary[contract.SAMPLERS] == ["a", "b"]
     assert selection.summary[contract.MISSING] == 0
     assert selection.score_mean == pytest.approx(expected.score_mean)
+    assert "merged from samplers a, b" in show_command(stack)
 
 
 @pytest.mark.timeout(180)
@@ -217,4 +229,5 @@ def test_a_part_lost_for_good_is_named_missing(stack: Cluster, mlflow_server: Ml
     assert selection.summary[contract.CLOSED_REASON] != "complete"
     assert selection.seen == expected.seen
     assert selection.complete is False
+    assert f"{lost} missing" in show_command(stack)
     assert stack.stats()["merged_steps"] == 0
