@@ -12,8 +12,9 @@ from otel_valgen.exporter.service import ExporterService, ServiceConfig
 from otel_valgen.otlp_json import to_otlp_json
 from tests.support.otlp_values import any_value
 
-from .conftest import _attrs, generation, request, summary, wait_for, written
+from .conftest import _attrs, generation, request, summary, wait_for, wandb_backend, written
 from .tensorboard_files import read_scalars, read_texts
+from .wandb_files import read_run
 
 KEY = "val/generations"
 K = 4  # the conftest's generations ask for 4; s{i} has sample key 1000 + i
@@ -77,3 +78,20 @@ def test_a_part_sent_again_by_its_sampler_is_not_written_twice(tmp_path: Path) -
     counts = running.stats()
     assert (counts["merged_steps"], counts["backends"]["tensorboard"]["written_steps"]) == (0, 1)
     assert counts["backends"]["tensorboard"]["unchanged_steps"] == 1
+
+
+def test_wandb_writes_the_merged_step_as_a_corrected_table(wandb_dir: Path, tmp_path: Path) -> None:
+    """Wandb cannot change a past step: part a's rows stay, the merged step is logged whole under <key>/corrected."""
+    running = ExporterService(ServiceConfig(state_dir=str(tmp_path), retry_after_s=0.5), [wandb_backend()])
+    running.start()
+    running.accept(to_otlp_json(part("a", [0, 2, 4], ended=False)))
+    wait_for(lambda: written(running) == 1)
+    running.accept(to_otlp_json(part("b", [1, 3, 5], ended=True)))
+    wait_for(lambda: written(running) == 2)
+    running.stop()
+    files = read_run(wandb_dir, "parts")
+    ((_, first),) = files.tables(KEY)
+    ((step, corrected),) = files.tables(f"{KEY}/corrected")
+    assert [row[1] for row in first["data"]] == ["s000", "s002", "s004"]
+    assert step == 3
+    assert [row[1] for row in corrected["data"]] == ["s000", "s001", "s002", "s003"]
