@@ -70,6 +70,11 @@ class Cluster:
         assert self.service is not None
         return self.service.stats()
 
+    def idle(self) -> bool:
+        """Whether the exporter service has written everything it received."""
+        assert self.service is not None
+        return self.service.idle()
+
     def written(self, backend: str) -> int:
         """Steps the backend has written (first writes and rewrites)."""
         return int(self.stats()["backends"][backend]["written_steps"])

@@ -12,7 +12,8 @@ import pytest
 
 from tests.e2e import harness
 from tests.e2e.harness import Collector, StandIn
-from tests.support.require import require_or_skip
+from tests.exporter.mlflow_server import MlflowServer
+from tests.support.require import require_module, require_or_skip
 
 StartCollector = Callable[[str, list[str], dict[str, str]], Collector]
 
@@ -53,3 +54,13 @@ def start_collector(tmp_path: Path) -> Iterator[StartCollector]:
     yield start
     for collector in reversed(started):
         collector.stop()
+
+
+@pytest.fixture(scope="session")
+def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowServer]:
+    """A real MLflow tracking server, one for the session (starting one takes seconds)."""
+    require_module("mlflow", "mlflow (its tracking server) is not installed; pip install -e '.[dev]'")
+    server = MlflowServer(tmp_path_factory.mktemp("mlflow"))
+    server.start()
+    yield server
+    server.stop()

@@ -43,15 +43,6 @@ DECISION_WAIT = "2s"
 MAX_STEP_DURATION = "6s"
 
 
-@pytest.fixture(scope="module")
-def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowServer]:
-    """One tracking server for the module (starting one takes seconds)."""
-    server = MlflowServer(tmp_path_factory.mktemp("mlflow"))
-    server.start()
-    yield server
-    server.stop()
-
-
 @pytest.fixture
 def stack(tmp_path: Path, loki_stand_in: StandIn) -> Iterator[Cluster]:
     """An empty cluster on loopback: the test starts the samplers and the exporter service."""
