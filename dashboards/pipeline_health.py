@@ -53,6 +53,10 @@ STEPS_HELD_LIMIT = EXPORTER + "steps_held_limit"
 OLDEST_HELD_AGE = EXPORTER + "oldest_held_step_age_seconds"
 BACKEND_UP = EXPORTER + "backend_up"
 
+# A metric of the collector appears at its first change (no late record yet: no series), so its
+# panels say so rather than "No data"; the exporter's series exist from its start.
+NOT_COUNTED = "None counted yet (or the collector is not scraped)"
+
 INTRO = """\
 The pipeline's own metrics, from Prometheus (the **prometheus** variable): the sampler's, from
 the collector's telemetry (`otelcol_valgen_sampler_*`, port 8888), and the exporter service's
@@ -79,9 +83,15 @@ def query(ref_id: str, expr: str, legend: str) -> prometheus.Dataquery:
 
 
 def chart(
-    panel_id: int, title: str, description: str, position: GridPos, unit: str, *queries: prometheus.Dataquery
+    panel_id: int,
+    title: str,
+    description: str,
+    position: GridPos,
+    unit: str,
+    *queries: prometheus.Dataquery,
+    no_value: str | None = None,
 ) -> timeseries.Panel:
-    """A time series panel of Prometheus queries, from 0 up."""
+    """A time series panel of Prometheus queries, from 0 up; `no_value` is shown while they return nothing."""
     panel = (
         timeseries.Panel()
         .id(panel_id)
@@ -101,6 +111,8 @@ def chart(
     )
     for each in queries:
         panel.with_target(each)
+    if no_value is not None:
+        panel.no_value(no_value)
     return panel
 
 
@@ -142,10 +154,13 @@ def panels(top: int, first_id: int) -> list[Builder[dashboard_models.Panel]]:
             next(ids),
             "Sampler: open groups",
             f"{GROUPS_OPEN}: steps (groups) the sampler holds open, per collector instance. It should fall back "
-            "to 0 after each validation; a steady rise means steps that never end (see closed by reason).",
+            "to 0 after each validation; a steady rise means steps that never end (see closed by reason). The "
+            "collector exposes it once a group stays open past the request that opened it (a step sent whole in "
+            "one request opens and closes at once): until then there is no series, and no open group.",
             grid(0, y, 8, 8),
             "none",
             query("A", aggregated("sum", GROUPS_OPEN, ("instance",)), "{{instance}}"),
+            no_value=NOT_COUNTED,
         ),
         chart(
             next(ids),
@@ -155,6 +170,7 @@ def panels(top: int, first_id: int) -> list[Builder[dashboard_models.Panel]]:
             grid(8, y, 8, 8),
             "cps",
             query("A", per_second(GROUPS_CLOSED, ("reason",)), "{{reason}}"),
+            no_value=NOT_COUNTED,
         ),
         chart(
             next(ids),
@@ -164,6 +180,7 @@ def panels(top: int, first_id: int) -> list[Builder[dashboard_models.Panel]]:
             grid(16, y, 8, 8),
             "cps",
             query("A", per_second(RECORDS_LATE), "late"),
+            no_value=NOT_COUNTED,
         ),
         chart(
             next(ids),
@@ -173,6 +190,7 @@ def panels(top: int, first_id: int) -> list[Builder[dashboard_models.Panel]]:
             grid(0, y + 8, 8, 8),
             "cps",
             query("A", per_second(RECORDS_DROPPED, ("reason",)), "{{reason}}"),
+            no_value=NOT_COUNTED,
         ),
         chart(
             next(ids),
