@@ -17,6 +17,25 @@ from grafana_foundation_sdk.models.dashboard import DataTransformerConfig, Dynam
 DATASOURCE_VARIABLE = "loki"
 DEFAULT_DATASOURCE_UID = "valgen-loki"
 LOKI = DataSourceRef(type_val="loki", uid=f"${{{DATASOURCE_VARIABLE}}}")
+# The Prometheus datasource of the "Pipeline health" row (the collector's and the exporter
+# service's own metrics), chosen the same way; the compose stack provisions this uid
+# (docker/grafana/provisioning/datasources/prometheus.yaml).
+PROMETHEUS_VARIABLE = "prometheus"
+DEFAULT_PROMETHEUS_UID = "valgen-prometheus"
+PROMETHEUS = DataSourceRef(type_val="prometheus", uid=f"${{{PROMETHEUS_VARIABLE}}}")
+
+
+def per_second(metric: str, by: tuple[str, ...] = (), matchers: str = "") -> str:
+    """PromQL: the per-second rate of counter `metric` (every series, optionally only `matchers`), summed `by`."""
+    grouping = f" by ({', '.join(by)})" if by else ""
+    selector = f"{metric}{{{matchers}}}" if matchers else metric
+    return f"sum{grouping} (rate({selector}[$__rate_interval]))"
+
+
+def aggregated(function: str, metric: str, by: tuple[str, ...] = ()) -> str:
+    """PromQL: gauge `metric` aggregated with `function` (sum, max, min) `by` the given labels."""
+    grouping = f" by ({', '.join(by)})" if by else ""
+    return f"{function}{grouping} ({metric})"
 
 
 def extract_label_fields() -> DataTransformerConfig:

@@ -1,5 +1,8 @@
 """The "Validation generations" dashboard: what the sampler kept, read from Loki.
 
+Its last row, "Pipeline health" (dashboards/pipeline_health.py), reads the collector's and the
+exporter service's own metrics from Prometheus instead.
+
 Built with grafana-foundation-sdk's builders (dashboard, table, bar chart and text panels,
 Loki queries, variables); dashboards/parts.py has what the SDK leaves free-form.
 
@@ -53,7 +56,7 @@ from grafana_foundation_sdk.models.dashboard import (
 from grafana_foundation_sdk.models.loki import LokiQueryType, QueryEditorMode
 from grafana_foundation_sdk.models.text import TextMode
 
-from dashboards import parts
+from dashboards import parts, pipeline_health
 from dashboards.parts import LOKI
 from otel_valgen import contract
 
@@ -127,7 +130,7 @@ def summary_count(field: str) -> str:
     )
 
 
-VARIABLE_NAMES = [parts.DATASOURCE_VARIABLE, "service", "run", "step", "sample"]
+VARIABLE_NAMES = [parts.DATASOURCE_VARIABLE, "service", "run", "step", "sample", parts.PROMETHEUS_VARIABLE]
 WIDE_TEXT = [parts.wrap_text(), parts.min_width(320)]
 
 
@@ -274,7 +277,7 @@ def textbox(name: str, label: str, description: str) -> dashboard_builders.TextB
 
 
 def variables() -> list[Builder[dashboard_models.VariableModel]]:
-    """Datasource, service (an index label), run, step and prompt (structured metadata)."""
+    """Datasource, service (an index label), run, step and prompt (structured metadata); Prometheus last."""
     datasource = (
         dashboard_builders.DatasourceVariable(parts.DATASOURCE_VARIABLE)
         .label("Loki")
@@ -302,6 +305,7 @@ def variables() -> list[Builder[dashboard_models.VariableModel]]:
         textbox("run", "run", f"Regular expression over {RUN_ID}, the training run."),
         textbox("step", "step", f"Regular expression over {STEP}, the trainer's step."),
         textbox("sample", "prompt", f"Regular expression over {SAMPLE_ID}, one prompt's response."),
+        pipeline_health.variable(),
     ]
 
 
@@ -547,6 +551,9 @@ def rollout_panels(top: int) -> list[Builder[dashboard_models.Panel]]:
     ]
 
 
+PIPELINE_TOP = 66
+
+
 def dashboard() -> dashboard_models.Dashboard:
     """The whole dashboard, as grafana-foundation-sdk's model."""
     builder = (
@@ -554,9 +561,10 @@ def dashboard() -> dashboard_models.Dashboard:
         .uid(UID)
         .description(
             "Validation generations (prompt, output, score) and training rollouts (prompts with all their "
-            "responses) sampled per step by otel-valgen, from Loki."
+            "responses) sampled per step by otel-valgen, from Loki; the pipeline's health (the sampler's and the "
+            "exporter service's metrics) from Prometheus."
         )
-        .tags(["otel-valgen", "loki"])
+        .tags(["otel-valgen", "loki", "prometheus"])
         .readonly()
         .tooltip(DashboardCursorSync.CROSSHAIR)
         .refresh("1m")
@@ -566,5 +574,9 @@ def dashboard() -> dashboard_models.Dashboard:
         .variables(variables())
     )
     for panel in panels():
+        builder.with_panel(panel)
+    # Below the rollouts (which end at grid row 66): the pipeline's own metrics, from Prometheus.
+    builder.with_row(pipeline_health.row(top=PIPELINE_TOP, row_id=11))
+    for panel in pipeline_health.panels(top=PIPELINE_TOP + 1, first_id=12):
         builder.with_panel(panel)
     return builder.build()

@@ -19,7 +19,7 @@ from tests.support.require import require_module
 
 REPO = Path(__file__).resolve().parents[2]
 ENV = {"GF_SECURITY_ADMIN_PASSWORD": "s3cret-for-test", "VALGEN_AUTH_TOKEN": "t0ken-for-test"}
-PINNED_TAG = re.compile(r"^[\w./-]+:\d+\.\d+\.\d+$")
+PINNED_TAG = re.compile(r"^[\w./-]+:v?\d+\.\d+\.\d+$")  # prom/prometheus tags are vX.Y.Z
 
 
 def _models() -> list[tuple[str, dict[str, Any]]]:
@@ -161,7 +161,8 @@ def test_state_is_kept_in_named_volumes() -> None:
     assert collector[collector_env["VALGEN_STATE_DIR"]] == "collector-queue"
     assert collector[str(Path(collector_env["VALGEN_FILE_PATH"]).parent)] == "collector-files"
     assert mounts("loki")["/loki"] == "loki-data"
-    assert {"collector-queue", "collector-files", "loki-data"} <= set(model["volumes"])
+    assert mounts("prometheus")["/prometheus"] == "prometheus-data"
+    assert {"collector-queue", "collector-files", "loki-data", "prometheus-data"} <= set(model["volumes"])
     for service, spec in services.items():
         for volume in spec.get("volumes", []):
             source = volume.split(":")[0]
@@ -178,7 +179,10 @@ def test_health_checks_and_start_order() -> None:
         "loki": {"condition": "service_healthy"},
         "tracker-exporter": {"condition": "service_healthy"},
     }
-    assert services["grafana"]["depends_on"] == {"loki": {"condition": "service_healthy"}}
+    assert services["grafana"]["depends_on"] == {
+        "loki": {"condition": "service_healthy"},
+        "prometheus": {"condition": "service_healthy"},
+    }
 
 
 def test_images_are_pinned_and_built_from_this_repository() -> None:

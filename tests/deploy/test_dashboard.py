@@ -45,9 +45,11 @@ def dashboard() -> dict[str, Any]:
 
 
 def _targets(dashboard: dict[str, Any]) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
+    """Every Loki query (the Prometheus queries of the pipeline-health row: tests/deploy/test_pipeline_health.py)."""
     for panel in dashboard["panels"]:
         for target in panel.get("targets", []):
-            yield panel, target
+            if target["datasource"]["type"] != "prometheus":
+                yield panel, target
 
 
 def _columns(panel: dict[str, Any]) -> set[str]:
@@ -85,9 +87,10 @@ def test_layout_and_identity(dashboard: dict[str, Any]) -> None:
 
 
 def test_variables_for_service_run_and_step(dashboard: dict[str, Any]) -> None:
-    """Variables: the Loki datasource, service (an index label), run, step and prompt; queries use no other."""
+    """Variables: the Loki datasource, service (an index label), run, step, prompt, and Prometheus; no other."""
     variables = {variable["name"]: variable for variable in dashboard["templating"]["list"]}
-    assert list(variables) == ["loki", "service", "run", "step", "sample"]
+    assert list(variables) == ["loki", "service", "run", "step", "sample", "prometheus"]
+    assert variables["prometheus"]["type"] == "datasource"
     assert variables["loki"]["type"] == "datasource"
     assert variables["service"]["query"]["label"] == "service_name"
     for name in ("run", "step", "sample"):

@@ -1,7 +1,7 @@
 """User story: `docker compose up` of docker/docker-compose.yml, for real, and a job on the host.
 
 Our images are built from their Dockerfiles on local base images, the stack runs with the
-stand-ins of tests/deploy/compose.standins.yml for Loki and Grafana, and a training process on
+stand-ins of tests/deploy/compose.standins.yml for Loki, Grafana and Prometheus, and a training process on
 this host sends its steps to the collector's published loopback port. The tests run in file
 order on one stack: the restart and auth checks come last because they recreate the collector.
 """
@@ -21,11 +21,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
 
 from tests.deploy import harness, loki_model
 from tests.deploy.docker_stack import Images, Stack, images
 from tests.deploy.steps import Job, expected_ids, run_job, send_part
+from tests.deploy.test_pipeline_health import promql
 
 # The first test also builds the images: a cold build of the collector image compiles the whole
 # distribution (minutes on 2 cores), far beyond the suite's default per-test timeout.
@@ -113,24 +115,27 @@ def _wait_for_summaries(stack: Stack, tmp: Path, steps: tuple[int, ...]) -> list
 
 
 def test_every_service_turns_healthy_in_dependency_order(stack: Stack) -> None:
-    """Each health check passes; the collector starts after Loki and the exporter are healthy, Grafana after Loki."""
-    containers = {name: stack.inspect(name) for name in ("collector", "tracker-exporter", "loki", "grafana")}
+    """Every health check passes; the collector starts after Loki and the exporter, Grafana after Loki, Prometheus."""
+    containers = {
+        name: stack.inspect(name) for name in ("collector", "tracker-exporter", "loki", "prometheus", "grafana")
+    }
     for name, container in containers.items():
         assert container["State"]["Health"]["Status"] == "healthy", name
     collector_start = _started(containers["collector"])
     assert collector_start >= _first_healthy(containers["loki"])
     assert collector_start >= _first_healthy(containers["tracker-exporter"])
     assert _started(containers["grafana"]) >= _first_healthy(containers["loki"])
+    assert _started(containers["grafana"]) >= _first_healthy(containers["prometheus"])
     assert urllib.request.urlopen(stack.url("VALGEN_GRAFANA_PORT", "/api/health"), timeout=5).status == 200
 
 
 def test_every_published_port_is_on_loopback(stack: Stack) -> None:
-    """Docker publishes the stack's ports on 127.0.0.1 only; the exporter publishes none."""
-    for name in ("collector", "tracker-exporter", "loki", "grafana"):
+    """Docker publishes the stack's ports on 127.0.0.1 only; the exporter and Prometheus publish none."""
+    for name in ("collector", "tracker-exporter", "loki", "prometheus", "grafana"):
         bindings = stack.inspect(name)["NetworkSettings"]["Ports"] or {}
         hosts = {binding["HostIp"] for published in bindings.values() if published for binding in published}
         assert hosts <= {"127.0.0.1"}, (name, bindings)
-        if name == "tracker-exporter":
+        if name in ("tracker-exporter", "prometheus"):
             assert not hosts
 
 
@@ -224,6 +229,45 @@ def test_loki_received_the_labels_and_metadata_the_docs_promise(stack: Stack, jo
         assert line["output"].startswith("At step ")
     summaries = [e for e in entries() if "valgen_closed_reason" in e.metadata]
     assert {int(e.metadata["valgen_step"]) for e in summaries} >= set(job.steps)
+
+
+# A sampler metric appears at its first change: the job sends no late or invalid record, and
+# each of its steps opens and completes within one request, so the open groups never change
+# between requests (the row shows "None counted yet" for these).
+NOT_YET_COUNTED = {
+    "otelcol_valgen_sampler_records_late",
+    "otelcol_valgen_sampler_records_dropped",
+    "otelcol_valgen_sampler_groups_open",
+}
+
+
+def test_prometheus_reaches_every_scrape_target_with_the_dashboards_names(stack: Stack, job: Job) -> None:
+    """From the prometheus container, each target of prometheus.yml serves /metrics with the row's metric names."""
+    config = yaml.safe_load((harness.REPO / "docker" / "prometheus" / "prometheus.yml").read_text(encoding="utf-8"))
+    targets = [
+        target for scrape in config["scrape_configs"] for s in scrape["static_configs"] for target in s["targets"]
+    ]
+    dashboard = json.loads(
+        (harness.REPO / "docker" / "grafana" / "dashboards" / "validation-generations.json").read_text()
+    )
+    wanted = {
+        name
+        for panel in dashboard["panels"]
+        for target in panel.get("targets", [])
+        if target["datasource"]["type"] == "prometheus"
+        for name in promql(target["expr"]).metrics
+    }
+    served: set[str] = set()
+
+    def scraped_all() -> bool:
+        for target in targets:
+            text = stack.exec("prometheus", "wget", "-q", "-O", "-", f"http://{target}/metrics")
+            served.update(line.split("{")[0].split(" ")[0] for line in text.splitlines() if not line.startswith("#"))
+        return wanted - served <= NOT_YET_COUNTED
+
+    harness.wait_for(scraped_all, 60, f"the dashboard's metric names at {targets}")
+    assert wanted - served <= NOT_YET_COUNTED, sorted(wanted - served)
+    assert "otelcol_valgen_sampler_groups_closed" in served, "the job's steps closed"
 
 
 def test_containers_run_as_their_users_and_write_their_volumes(stack: Stack) -> None:

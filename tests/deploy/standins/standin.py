@@ -1,4 +1,4 @@
-"""Stand-ins for Loki and Grafana in the compose stack tests: the HTTP endpoints the stack uses.
+"""Stand-ins for Loki, Grafana and Prometheus in the compose stack tests: the HTTP endpoints the stack uses.
 
 Their official images cannot be pulled on the test machines, so tests/deploy/compose.standins.yml
 runs this script in their place (python3 only, standard library):
@@ -6,6 +6,8 @@ runs this script in their place (python3 only, standard library):
   standin.py loki     :3100  GET /ready; POST /otlp/v1/logs (OTLP/HTTP protobuf, as Loki takes
                              it) kept in memory and listed by GET /standin/requests
   standin.py grafana  :3000  GET /api/health
+  standin.py prometheus  :9090  GET /-/ready, /-/healthy (the stack test fetches the scrape
+                             targets from inside this container, where Prometheus would)
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ class Handler(BaseHTTPRequestHandler):
         elif self.service == "loki" and self.path == "/standin/requests":
             with _lock:
                 self._reply(200, json.dumps(_received).encode())
+        elif self.service == "prometheus" and self.path in ("/-/ready", "/-/healthy"):
+            self._reply(200, b"Prometheus Server is Ready.\n", "text/plain")
         elif self.service == "grafana" and self.path == "/api/health":
             self._reply(200, json.dumps({"database": "ok", "version": "stand-in"}).encode())
         else:
@@ -68,7 +72,7 @@ class Handler(BaseHTTPRequestHandler):
 def main() -> None:
     """Serve the named stand-in on all interfaces of its container, at its service's port."""
     service = sys.argv[1]
-    port = {"loki": 3100, "grafana": 3000}[service]
+    port = {"loki": 3100, "grafana": 3000, "prometheus": 9090}[service]
     Handler.service = service
     ThreadingHTTPServer(("0.0.0.0", port), Handler).serve_forever()
 
