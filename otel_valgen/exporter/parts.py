@@ -36,7 +36,8 @@ class StepParts:
         self.merged = 0  # steps handed on merged from parts of several samplers
         self.unmerged = 0  # parts of a step no longer kept (older than max_steps), handed on alone
         self._parts: OrderedDict[StepKey, dict[str, ClosedStep]] = OrderedDict()
-        self._forgotten: set[StepKey] = set()
+        self._forgotten: OrderedDict[StepKey, None] = OrderedDict()  # the last steps forgotten, to warn
+        self._appended = 0  # lines appended to the file since it was last compacted
         self._lock = threading.Lock()
         self._path = Path(state_dir) / "parts.jsonl" if state_dir is not None else None
         if self._path is not None:
@@ -63,31 +64,47 @@ class StepParts:
                     )
                 parts = self._parts[step.key] = {}
             self._parts.move_to_end(step.key)
+            new = sampler not in parts  # else its sampler sent it again (a retried request)
             parts[sampler] = step
             self._append(step)
             while len(self._parts) > self.max_steps:
                 old, _ = self._parts.popitem(last=False)
-                self._forgotten.add(old)
+                self._forgotten[old] = None
+                if len(self._forgotten) > 4 * self.max_steps:
+                    self._forgotten.popitem(last=False)
             if len(parts) == 1:
                 return step
-            self.merged += 1
+            if new:
+                self.merged += 1
+                _logger.info(
+                    "run %s step %d (%s): merged the parts of samplers %s",
+                    step.group_id,
+                    step.step,
+                    step.kind,
+                    ", ".join(sorted(parts)),
+                )
             ordered = [parts[name] for name in sorted(parts)]
-        merged = merge_parts(ordered)
-        _logger.info(
-            "run %s step %d (%s): merged the parts of samplers %s",
-            step.group_id,
-            step.step,
-            step.kind,
-            ", ".join(sorted(parts)),
-        )
-        return merged
+        return merge_parts(ordered)
 
     def _append(self, step: ClosedStep) -> None:
         if self._path is None:
             return
+        if self._appended >= 2 * self.max_steps:  # keep the file about as large as what is kept
+            self._compact(self._path)
         self._path.parent.mkdir(parents=True, exist_ok=True)
         with self._path.open("a", encoding="utf-8") as handle:
             handle.write(json.dumps(step_as_item(step)) + "\n")
+        self._appended += 1
+
+    def _compact(self, path: Path) -> None:
+        """Rewrite the file with the parts kept now."""
+        compacted = path.with_suffix(".tmp")
+        with compacted.open("w", encoding="utf-8") as handle:
+            for parts in self._parts.values():
+                for step in parts.values():
+                    handle.write(json.dumps(step_as_item(step)) + "\n")
+        compacted.replace(path)
+        self._appended = 0
 
     def _load(self, path: Path) -> None:
         if not path.exists():
@@ -103,9 +120,4 @@ class StepParts:
                 self._parts.move_to_end(step.key)
                 while len(self._parts) > self.max_steps:
                     self._parts.popitem(last=False)
-        compacted = path.with_suffix(".tmp")
-        with compacted.open("w", encoding="utf-8") as handle:
-            for parts in self._parts.values():
-                for step in parts.values():
-                    handle.write(json.dumps(step_as_item(step)) + "\n")
-        compacted.replace(path)
+        self._compact(path)

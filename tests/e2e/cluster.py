@@ -7,6 +7,7 @@ exporter service runs in the test process, with the backends the test asks for.
 
 from __future__ import annotations
 
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ class Cluster:
     ports: dict[str, tuple[int, int, int, int]] = field(default_factory=dict)
     service: ExporterService | None = None
     server: ExporterServer | None = None
+    jobs: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
     @property
     def exporter_endpoint(self) -> str:
@@ -80,7 +82,11 @@ class Cluster:
         return int(self.stats()["backends"][backend]["written_steps"])
 
     def stop(self) -> None:
-        """Stop every collector still running, then the exporter service."""
+        """Kill the jobs still running, stop every collector still running, then the exporter service."""
+        for job in self.jobs:
+            if job.poll() is None:
+                job.kill()
+                job.wait(10)
         for collector in self.collectors.values():
             if collector.process.poll() is None:
                 collector.stop()

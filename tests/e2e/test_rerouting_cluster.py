@@ -84,6 +84,7 @@ def start_jobs(cluster: Cluster, go: Path, mlflow_run: str) -> list[subprocess.P
         endpoint = f"http://{cluster.collectors[agent].http_endpoint}"
         args = [sys.executable, "-m", "tests.e2e.rerouting_job", endpoint, "cluster", source, steps, str(go)]
         jobs.append(subprocess.Popen(args, cwd=REPO, env=env))
+    cluster.jobs += jobs  # killed at teardown if a failure leaves them paused
     return jobs
 
 
@@ -107,7 +108,7 @@ def open_groups(cluster: Cluster, sampler: str) -> float:
 def received(cluster: Cluster, sampler: str) -> float:
     """The generation records the sampler has received (its own telemetry)."""
     values = metrics(cluster.collectors[sampler].metrics_port)
-    return metric_sum(values, "otelcol_valgen_sampler_records_received_total")
+    return metric_sum(values, "otelcol_valgen_sampler_records_received")
 
 
 def wait_first_halves(cluster: Cluster, samplers: list[str]) -> dict[str, float]:

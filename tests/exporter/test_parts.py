@@ -8,8 +8,11 @@ from typing import Any
 from otel_valgen import contract
 from otel_valgen.exporter.backends import create_backends
 from otel_valgen.exporter.backends.tensorboard import TensorBoardConfig
+from otel_valgen.exporter.parts import StepParts
 from otel_valgen.exporter.service import ExporterService, ServiceConfig
+from otel_valgen.exporter.steps import assemble
 from otel_valgen.otlp_json import to_otlp_json
+from otel_valgen.reader import split_request
 from tests.support.otlp_values import any_value
 
 from .conftest import _attrs, generation, request, summary, wait_for, wandb_backend, written
@@ -95,3 +98,20 @@ def test_wandb_writes_the_merged_step_as_a_corrected_table(wandb_dir: Path, tmp_
     assert [row[1] for row in first["data"]] == ["s000", "s002", "s004"]
     assert step == 3
     assert [row[1] for row in corrected["data"]] == ["s000", "s001", "s002", "s003"]
+
+
+def test_the_parts_file_keeps_about_what_is_kept(tmp_path: Path) -> None:
+    """Only the last ``max_steps`` steps' parts are kept: the file is compacted, and a restart reads them back."""
+    parts = StepParts(tmp_path, max_steps=2)
+    for step in range(10):
+        message = part("a", [0, 1], ended=True)
+        for record in message.resource_logs[0].scope_logs[0].log_records:
+            for attribute in record.attributes:
+                if attribute.key == contract.STEP:
+                    attribute.value.int_value = step
+        (closed,) = assemble(split_request(to_otlp_json(message)).records).steps
+        parts.add(closed)
+    lines = (tmp_path / "parts.jsonl").read_text().splitlines()
+    assert len(lines) <= 2 * 2 + 1
+    again = StepParts(tmp_path, max_steps=2)
+    assert [key[1] for key in again._parts] == [8, 9]
