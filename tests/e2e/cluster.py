@@ -67,6 +67,12 @@ class Cluster:
         hosts = ", ".join(self.collectors[sampler].grpc_endpoint for sampler in samplers)
         return self._start(name, ["agent.yaml"], {"VALGEN_SAMPLER_HOSTS": f"[{hosts}]"})
 
+    def kill(self, name: str) -> None:
+        """SIGKILL the collector ``name``: what it holds lives on in its stored state only."""
+        process = self.collectors[name].process
+        process.kill()
+        process.wait(10)
+
     def stats(self) -> dict[str, Any]:
         """The exporter service's counters."""
         assert self.service is not None

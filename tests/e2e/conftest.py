@@ -64,3 +64,12 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowSe
     server.start()
     yield server
     server.stop()
+
+
+@pytest.fixture
+def mlflow_run(mlflow_server: MlflowServer) -> str:
+    """A new MLflow run: the training job's, named to the exporter by MLFLOW_RUN_ID."""
+    import mlflow
+
+    client = mlflow.MlflowClient(mlflow_server.uri)
+    return str(client.create_run(client.get_experiment_by_name("Default").experiment_id).info.run_id)

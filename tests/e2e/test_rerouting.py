@@ -103,6 +103,17 @@ def split_in_two(requests: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[s
     return request(part_a), request(part_b), len(generations) // 2
 
 
+def routed_step(
+    stack: Cluster, mlflow_server: MlflowServer, mlflow_run: str, run_id: str, step: int
+) -> tuple[StepSelection, tuple[dict[str, Any], dict[str, Any], int]]:
+    """The job's step, its oracle, and its two parts; the exporter service and samplers a and b started."""
+    requests = job_records(stack.home, run_id, step, mlflow_run)
+    start_exporter(stack, mlflow_server)
+    stack.start_sampler("a")
+    stack.start_sampler("b")
+    return oracle(stack.home), split_in_two(requests)
+
+
 def post(collector: Collector, request: dict[str, Any]) -> None:
     """Send one OTLP/JSON request to a sampler's OTLP/HTTP receiver."""
     body = json.dumps(request).encode()
@@ -150,20 +161,16 @@ def show_command(stack: Cluster) -> str:
 
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("case", ["both_alive", "killed_and_restarted"])
-def test_a_step_in_two_parts_is_written_exact(case: str, stack: Cluster, mlflow_server: MlflowServer) -> None:
+def test_a_step_in_two_parts_is_written_exact(
+    case: str, stack: Cluster, mlflow_server: MlflowServer, mlflow_run: str
+) -> None:
     """The parts of two samplers merge: MLflow is rewritten, TensorBoard gets a marked correction, show agrees."""
-    client = mlflow.MlflowClient(mlflow_server.uri)
-    mlflow_run = client.create_run(client.get_experiment_by_name("Default").experiment_id).info.run_id
-    requests = job_records(stack.home, "rerouted", 7, mlflow_run)
-    expected = oracle(stack.home)
-    start_exporter(stack, mlflow_server)
-    a, b = stack.start_sampler("a"), stack.start_sampler("b")
-    first, rest, _ = split_in_two(requests)
+    expected, (first, rest, _) = routed_step(stack, mlflow_server, mlflow_run, "rerouted", 7)
+    a, b = stack.collectors["a"], stack.collectors["b"]
 
     post(a, first)
     if case == "killed_and_restarted":
-        a.process.kill()  # SIGKILL: the part lives on in a's stored state only
-        a.process.wait(10)
+        stack.kill("a")
     else:  # a's part is written before b's arrives: the case a rewrite or correction is for
         wait_for(lambda: stack.written("mlflow") == 1 and stack.written("tensorboard") == 1, 30, "a's part written")
     post(b, rest)
@@ -195,21 +202,14 @@ def test_a_step_in_two_parts_is_written_exact(case: str, stack: Cluster, mlflow_
 
 
 @pytest.mark.timeout(180)
-def test_a_part_lost_for_good_is_named_missing(stack: Cluster, mlflow_server: MlflowServer) -> None:
+def test_a_part_lost_for_good_is_named_missing(stack: Cluster, mlflow_server: MlflowServer, mlflow_run: str) -> None:
     """A sampler killed with its stored state gone: the step is written once, with exactly what is missing."""
-    client = mlflow.MlflowClient(mlflow_server.uri)
-    mlflow_run = client.create_run(client.get_experiment_by_name("Default").experiment_id).info.run_id
-    requests = job_records(stack.home, "lost", 9, mlflow_run)
-    expected = oracle(stack.home)
-    start_exporter(stack, mlflow_server)
-    a, b = stack.start_sampler("a"), stack.start_sampler("b")
-    first, rest, lost = split_in_two(requests)
-    post(a, first)
-    a.process.kill()
-    a.process.wait(10)
+    expected, (first, rest, lost) = routed_step(stack, mlflow_server, mlflow_run, "lost", 9)
+    post(stack.collectors["a"], first)
+    stack.kill("a")
     shutil.rmtree(stack.home / "a")  # its volume is gone too
     del stack.collectors["a"]
-    post(b, rest)
+    post(stack.collectors["b"], rest)
     wait_for(lambda: stack.written("mlflow") == 1 and stack.written("tensorboard") == 1, 60, "b's part written")
 
     _, metrics = mlflow_step(mlflow_server, mlflow_run, 9, stack.home / "download")

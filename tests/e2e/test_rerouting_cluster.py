@@ -46,13 +46,6 @@ DECISION_WAIT, MAX_STEP_DURATION = "2s", "20s"
 
 
 @pytest.fixture
-def mlflow_run(mlflow_server: MlflowServer) -> str:
-    """A new MLflow run: the training job's, named to the exporter by MLFLOW_RUN_ID."""
-    client = mlflow.MlflowClient(mlflow_server.uri)
-    return str(client.create_run(client.get_experiment_by_name("Default").experiment_id).info.run_id)
-
-
-@pytest.fixture
 def cluster(tmp_path: Path, loki_stand_in: StandIn, mlflow_server: MlflowServer) -> Iterator[Cluster]:
     """Samplers s0-s2, agents a0 and a1 routing to them, and the exporter service (MLflow, TensorBoard)."""
     running = Cluster(tmp_path, cluster_env(free_port(), loki_stand_in.endpoint, DECISION_WAIT, MAX_STEP_DURATION))
@@ -184,8 +177,7 @@ def test_a_sampler_lost_for_good_leaves_its_steps_naming_what_is_missing(
     jobs = start_jobs(cluster, go, mlflow_run)
     open_by = wait_first_halves(cluster, ["s0", "s1", "s2"])
     lost = max(open_by, key=lambda name: open_by[name])
-    cluster.collectors[lost].process.kill()
-    cluster.collectors[lost].process.wait(10)
+    cluster.kill(lost)
     survivors = [name for name in ("s0", "s1", "s2") if name != lost]
     reroute(cluster, survivors)
     finish(cluster, jobs, go)
@@ -214,8 +206,7 @@ def test_a_sampler_killed_and_restarted_on_its_volume_merges_its_parts(
     jobs = start_jobs(cluster, go, mlflow_run)
     open_by = wait_first_halves(cluster, ["s0", "s1", "s2"])
     killed = max(open_by, key=lambda name: open_by[name])
-    cluster.collectors[killed].process.kill()
-    cluster.collectors[killed].process.wait(10)
+    cluster.kill(killed)
     reroute(cluster, [name for name in ("s0", "s1", "s2") if name != killed])
     finish(cluster, jobs, go)
     cluster.start_sampler(killed)
