@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
 from opentelemetry.proto.common.v1 import common_pb2
@@ -150,3 +151,11 @@ def post_logs(endpoint: str, headers: dict[str, str]) -> int:
             return int(response.status)
     except urllib.error.HTTPError as error:
         return int(error.code)
+
+
+def loki_targets(dashboard: dict[str, Any]) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
+    """(panel, target) of every Loki query of the dashboard (test_pipeline_health.py checks the Prometheus ones)."""
+    for panel in dashboard["panels"]:
+        for target in panel.get("targets", []):
+            if target["datasource"]["type"] != "prometheus":
+                yield panel, target

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import random
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -42,14 +41,6 @@ def dashboard() -> dict[str, Any]:
     """The committed dashboard JSON."""
     loaded: dict[str, Any] = json.loads(DASHBOARD_FILE.read_text(encoding="utf-8"))
     return loaded
-
-
-def _targets(dashboard: dict[str, Any]) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
-    """Every Loki query (the Prometheus queries of the pipeline-health row: tests/deploy/test_pipeline_health.py)."""
-    for panel in dashboard["panels"]:
-        for target in panel.get("targets", []):
-            if target["datasource"]["type"] != "prometheus":
-                yield panel, target
 
 
 def _columns(panel: dict[str, Any]) -> set[str]:
@@ -95,7 +86,7 @@ def test_variables_for_service_run_and_step(dashboard: dict[str, Any]) -> None:
     assert variables["service"]["query"]["label"] == "service_name"
     for name in ("run", "step", "sample"):
         assert variables[name]["type"] == "textbox", "structured metadata cannot be listed by Loki's label API"
-    for panel, target in _targets(dashboard):
+    for panel, target in harness.loki_targets(dashboard):
         used = set(VARIABLE.findall(target["expr"])) | set(VARIABLE.findall(panel["title"]))
         assert used <= set(variables) | BUILTIN_VARIABLES, panel["title"]
         assert target["datasource"] == {"type": "loki", "uid": "${loki}"}
@@ -104,7 +95,7 @@ def test_variables_for_service_run_and_step(dashboard: dict[str, Any]) -> None:
 def test_queries_select_streams_by_index_labels_only(dashboard: dict[str, Any]) -> None:
     """Every stream selector uses only labels that loki.yaml indexes; run and step are filtered as metadata."""
     index_labels = {loki_model.normalize(name) for name in loki_model.index_label_attributes()}
-    for panel, target in _targets(dashboard):
+    for panel, target in harness.loki_targets(dashboard):
         selectors = re.findall(r"\{([^}]*)\}", target["expr"].replace("${", "$("))
         assert selectors, panel["title"]
         for selector in selectors:
@@ -176,7 +167,7 @@ VALUES = {"service": ".+", "run": "run-1", "step": "100", "sample": "abc/0"}
 
 def _queries(dashboard: dict[str, Any]) -> list[tuple[str, str]]:
     """(panel title, query with the variables filled in) of every target."""
-    return [(panel["title"], substitute(target["expr"], **VALUES)) for panel, target in _targets(dashboard)]
+    return [(panel["title"], substitute(target["expr"], **VALUES)) for panel, target in harness.loki_targets(dashboard)]
 
 
 def _record_attributes() -> set[str]:
@@ -391,7 +382,7 @@ def _run_query(expr: str, entries: list[loki_model.Entry], **values: str) -> lis
 
 def test_every_panel_with_a_query_is_of_one_kind_or_the_late_panel(dashboard: dict[str, Any]) -> None:
     """A new panel must say which kind it shows (by being listed above) before the kind tests cover it."""
-    titles = [panel["title"] for panel, _ in _targets(dashboard)]
+    titles = [panel["title"] for panel, _ in harness.loki_targets(dashboard)]
     for title in titles:
         assert sum(title.startswith(part) for part in (*VALIDATION_PANELS, *ROLLOUT_PANELS, "Late")) == 1, title
 
