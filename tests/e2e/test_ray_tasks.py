@@ -46,14 +46,17 @@ def validate_share(step: int, batches: list[list[str]]) -> int:
 
 @pytest.fixture
 def collector(start_collector: StartCollector) -> Iterator[Collector]:
-    """The built collector (decision_wait 1 s) and a local Ray cluster whose workers send to it."""
+    """The built collector (decision_wait 5 s) and a local Ray cluster whose workers send to it."""
     running = start_collector(
         "collector",
         ["collector.yaml"],
         {
             "VALGEN_TRACKER_EXPORTER_ENDPOINT": "127.0.0.1:9",  # unused here: the file output is read
             "VALGEN_LOKI_OTLP_ENDPOINT": "http://127.0.0.1:9/otlp",
-            "VALGEN_DECISION_WAIT": "1s",
+            # Block-less parts of a step more than decision_wait apart may find it closed (README): the
+            # wait must cover Ray's gaps between tasks on a loaded machine (1 s did not, with two CI
+            # runs on 2 cores: 49 of 120 generations made the step).
+            "VALGEN_DECISION_WAIT": "5s",
             "VALGEN_MAX_STEP_DURATION": "60s",
         },
     )
