@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 
 from grafana_foundation_sdk.models.common import DataSourceRef
-from grafana_foundation_sdk.models.dashboard import DataTransformerConfig, DynamicConfigValue
+from grafana_foundation_sdk.models.dashboard import DataTransformerConfig, DynamicConfigValue, GridPos
 
 # The Loki datasource is chosen by a dashboard variable, so that the dashboard also works in a
 # Grafana whose Loki datasource has another uid; the compose stack provisions this uid.
@@ -126,3 +126,8 @@ def link_to_variable(title: str, variable: str, keep: list[str]) -> DynamicConfi
     value = "${__value.raw:percentencode}"
     url = f"/d/${{__dashboard.uid}}?${{__url_time_range}}{kept}&var-{variable}={value}"
     return DynamicConfigValue(id_val="links", value=[{"title": title, "url": url}])
+
+
+def grid(x: int, y: int, w: int, h: int) -> GridPos:
+    """A panel's position on the 24-column grid."""
+    return GridPos(h=h, w=w, x=x, y=y)

@@ -33,7 +33,7 @@ from grafana_foundation_sdk.models.prometheus import QueryEditorMode
 from grafana_foundation_sdk.models.text import TextMode
 
 from dashboards import parts
-from dashboards.parts import PROMETHEUS, aggregated, per_second
+from dashboards.parts import PROMETHEUS, aggregated, grid, per_second
 
 TITLE = "Pipeline health"
 
@@ -62,11 +62,6 @@ The pipeline's own metrics, from Prometheus (the **prometheus** variable): the s
 the collector's telemetry (`otelcol_valgen_sampler_*`, port 8888), and the exporter service's
 (`valgen_exporter_*`, port 4419). Rates are per second.
 """
-
-
-def grid(x: int, y: int, w: int, h: int) -> GridPos:
-    """A panel's position on the 24-column grid."""
-    return GridPos(h=h, w=w, x=x, y=y)
 
 
 def query(ref_id: str, expr: str, legend: str) -> prometheus.Dataquery:

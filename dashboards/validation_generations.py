@@ -57,7 +57,7 @@ from grafana_foundation_sdk.models.loki import LokiQueryType, QueryEditorMode
 from grafana_foundation_sdk.models.text import TextMode
 
 from dashboards import parts, pipeline_health
-from dashboards.parts import LOKI
+from dashboards.parts import LOKI, grid
 from otel_valgen import contract
 
 UID = "valgen-generations"
@@ -132,11 +132,6 @@ def summary_count(field: str) -> str:
 
 VARIABLE_NAMES = [parts.DATASOURCE_VARIABLE, "service", "run", "step", "sample", parts.PROMETHEUS_VARIABLE]
 WIDE_TEXT = [parts.wrap_text(), parts.min_width(320)]
-
-
-def grid(x: int, y: int, w: int, h: int) -> GridPos:
-    """A panel's position on the 24-column grid."""
-    return GridPos(h=h, w=w, x=x, y=y)
 
 
 def logs_query(ref_id: str, expr: str, max_lines: int) -> loki.Dataquery:
