@@ -119,6 +119,19 @@ def reroute(cluster: Cluster, samplers: list[str]) -> None:
         cluster.start_agent(agent, samplers)
 
 
+def kill_the_busiest_sampler(cluster: Cluster) -> tuple[str, dict[str, float]]:
+    """Once every first half is held, SIGKILL the sampler with the most open steps and re-route to the others.
+
+    Returns its name and the open steps each sampler held.
+    """
+    samplers = ["s0", "s1", "s2"]
+    open_by = wait_first_halves(cluster, samplers)
+    busiest = max(open_by, key=lambda name: open_by[name])
+    cluster.kill(busiest)
+    reroute(cluster, [name for name in samplers if name != busiest])
+    return busiest, open_by
+
+
 def texts(folder: Path, tag: str) -> dict[int, str]:
     """The text under ``tag`` by step; none before the first write made the folder."""
     return read_texts(folder, tag) if folder.exists() else {}
@@ -175,11 +188,7 @@ def test_a_sampler_lost_for_good_leaves_its_steps_naming_what_is_missing(
     """Killed with its volume: its steps are written from the rest, each saying 10 generations are missing."""
     go = tmp_path / "go"
     jobs = start_jobs(cluster, go, mlflow_run)
-    open_by = wait_first_halves(cluster, ["s0", "s1", "s2"])
-    lost = max(open_by, key=lambda name: open_by[name])
-    cluster.kill(lost)
-    survivors = [name for name in ("s0", "s1", "s2") if name != lost]
-    reroute(cluster, survivors)
+    lost, open_by = kill_the_busiest_sampler(cluster)
     finish(cluster, jobs, go)
 
     boards = cluster.home / "boards" / "otel-valgen" / "cluster"
@@ -204,10 +213,7 @@ def test_a_sampler_killed_and_restarted_on_its_volume_merges_its_parts(
     """Its steps move while it is down; back, it closes its parts from storage and they merge exactly."""
     go = tmp_path / "go"
     jobs = start_jobs(cluster, go, mlflow_run)
-    open_by = wait_first_halves(cluster, ["s0", "s1", "s2"])
-    killed = max(open_by, key=lambda name: open_by[name])
-    cluster.kill(killed)
-    reroute(cluster, [name for name in ("s0", "s1", "s2") if name != killed])
+    killed, open_by = kill_the_busiest_sampler(cluster)
     finish(cluster, jobs, go)
     cluster.start_sampler(killed)
     assert_exact(cluster, mlflow_server, mlflow_run)
