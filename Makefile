@@ -1,7 +1,8 @@
 # otel-valgen: the two commands a user needs are `make demo` and `make test` (see README).
 #
 # Python environments are made by uv, pinned below and installed from PyPI into build/tools:
-#   .venv                    `make test` and `make demo`: exactly requirements/dev.lock (+ this checkout)
+#   .venv                    `make test`: exactly requirements/dev.lock; `make demo`: exactly
+#                            requirements/demo.lock (each + this checkout)
 #   build/lanes/newest       `make test-ranges`: the newest versions pyproject.toml's ranges allow today
 #   build/lanes/lowest       `make test-ranges`: the lowest version of every direct dependency
 BOOTSTRAP_PYTHON ?= python3
@@ -13,6 +14,7 @@ VENV := .venv
 PYTHON := $(VENV)/bin/python
 LOCK := requirements/dev.lock
 EXPORTER_LOCK := requirements/exporter.lock
+DEMO_LOCK := requirements/demo.lock
 LOCK_PLATFORM := --python-version 3.11 --python-platform x86_64-unknown-linux-gnu --generate-hashes
 COLLECTOR_BIN := build/otelcol-valgen
 PROCESSOR_DIR := collector/valgensamplerprocessor
@@ -38,19 +40,23 @@ DIST ?= dist
 dist: | $(UV)
 	$(UV) build --quiet --wheel --out-dir $(DIST) .
 
-# The demo's packages, at the versions of the lock.
+# Exactly a lock, never resolved again: `pip sync` installs the packages the lock names and removes
+# the others, so a release upstream changes nothing (tests/test_locks.py checks each lock is complete).
 install: $(PYTHON)
-	$(UV) pip install --quiet --python $(PYTHON) --constraint $(LOCK) -e ".[cli,ray]"
+	$(UV) pip sync --quiet --python $(PYTHON) --require-hashes $(DEMO_LOCK)
+	$(UV) pip install --quiet --python $(PYTHON) --no-deps -e .
 
-# Exactly the lock: `pip sync` also removes what the lock does not name.
 install-dev: $(PYTHON)
 	$(UV) pip sync --quiet --python $(PYTHON) --require-hashes $(LOCK)
 	$(UV) pip install --quiet --python $(PYTHON) --no-deps -e .
 
 # Refreshes the locks to the newest versions pyproject.toml's ranges allow (commit them with it).
+# The exporter image's and the demo's locks are constrained to the dev lock: they hold the versions
+# the suite ran. Adding a package without moving the others: the same commands without --upgrade.
 lock: | $(UV)
 	$(UV) pip compile --quiet --upgrade $(LOCK_PLATFORM) --extra dev -o $(LOCK) pyproject.toml
-	$(UV) pip compile --quiet --upgrade $(LOCK_PLATFORM) --extra exporter -o $(EXPORTER_LOCK) pyproject.toml
+	$(UV) pip compile --quiet --upgrade $(LOCK_PLATFORM) --extra exporter --constraint $(LOCK) -o $(EXPORTER_LOCK) pyproject.toml
+	$(UV) pip compile --quiet --upgrade $(LOCK_PLATFORM) --extra cli --extra ray --constraint $(LOCK) -o $(DEMO_LOCK) pyproject.toml
 
 # The library's ranges at both ends, each in a venv of its own: the newest versions (index
 # metadata refreshed, never a cached answer) and the lowest direct versions.
@@ -86,8 +92,14 @@ typecheck: install-dev
 # VALGEN_REQUIRE_ALL=1: a tool or binary this target's prerequisites install must be there; its
 # absence fails the tests that need it instead of skipping them (tests/support/require.py).
 # The venv's bin comes first on PATH, so that tools the tests start (torchrun, ray) are the lock's.
+# Test files run in PYTEST_WORKERS processes (pytest-xdist), a file's tests together in one of them
+# (--dist loadfile: module fixtures such as a collector or the compose stack are shared as before):
+# most tests wait on collectors, Ray, verl and tracker servers rather than compute. The 30 slowest
+# tests are printed at the end of every run.
+PYTEST_WORKERS ?= 4
 test-py:
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" VALGEN_REQUIRE_ALL=1 $(PYTHON) -m pytest
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" VALGEN_REQUIRE_ALL=1 $(PYTHON) -m pytest \
+		-n $(PYTEST_WORKERS) --dist loadfile --durations=30
 
 # Installs everything this project needs (the locked Python packages, the collector build, Docker
 # and its tools) and runs every check, the compose stack among them.

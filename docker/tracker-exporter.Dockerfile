@@ -18,13 +18,17 @@ WORKDIR /src
 COPY requirements/exporter.lock requirements/
 COPY pyproject.toml README.md ./
 COPY otel_valgen/ otel_valgen/
-# Versions come from requirements/exporter.lock (`make lock`), hash-checked: the image holds the
-# set the tests ran. pip's download cache is a cache mount: later builds on this engine reuse
-# it, and it stays out of the image.
+# Exactly requirements/exporter.lock (`make lock`), hash-checked and never resolved again
+# (--no-deps): a package released upstream after the lock was made cannot enter the image or
+# break its build. The lock holds every dependency and extra its packages ask for (`pip check`
+# confirms it) and the build backend, setuptools, which builds this package
+# (--no-build-isolation). pip's download cache is a cache mount: later builds on this engine
+# reuse it (every file is checked against the lock's hashes), and it stays out of the image.
 RUN --mount=type=cache,target=/root/.cache/pip \
     python -m venv /opt/venv \
-    && /opt/venv/bin/pip install --require-hashes -r requirements/exporter.lock \
-    && /opt/venv/bin/pip install --no-deps ".[exporter]"
+    && /opt/venv/bin/pip install --no-deps --require-hashes -r requirements/exporter.lock \
+    && /opt/venv/bin/pip install --no-deps --no-build-isolation ".[exporter]" \
+    && /opt/venv/bin/pip check
 
 FROM ${PYTHON_IMAGE}
 RUN groupadd --system --gid 10001 valgen \

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,9 +31,21 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Pass ``--require-all`` on as ``VALGEN_REQUIRE_ALL=1`` (subprocesses of the tests see it too)."""
+    """Pass ``--require-all`` on as ``VALGEN_REQUIRE_ALL=1`` (subprocesses of the tests see it too).
+
+    Under pytest-xdist each worker also gets a temporary folder of its own (``TMPDIR``), which Ray
+    reads on Linux: a ``ray.init()`` with no address joins the cluster named in
+    ``$TMPDIR/ray/ray_current_cluster``, so without it a test's driver would join the ``ray start``
+    cluster of a test running on another worker.
+    """
     if config.getoption("--require-all"):
         os.environ[REQUIRE_ALL] = "1"
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker:
+        own = Path(tempfile.gettempdir()) / f"valgen-{worker}"
+        own.mkdir(exist_ok=True)
+        os.environ["TMPDIR"] = str(own)
+        tempfile.tempdir = None  # gettempdir() reads TMPDIR again
 
 
 _exit_status: int | None = None

@@ -95,11 +95,12 @@ def test_collector_image_paths_match_its_environment() -> None:
 
 
 def test_tracker_exporter_image_installs_this_package_with_the_exporter_extra() -> None:
-    """The exporter image installs the hash-checked exporter lock, then this package, into a venv it copies."""
+    """The exporter image installs exactly the hash-checked exporter lock, then this package, into a venv it copies."""
     steps = _instructions(DOCKER / "tracker-exporter.Dockerfile")
     runs = [args for keyword, args in steps if keyword == "RUN"]
-    assert any("pip install --require-hashes -r requirements/exporter.lock" in args for args in runs)
-    assert any('pip install --no-deps ".[exporter]"' in args for args in runs)
+    assert any("pip install --no-deps --require-hashes -r requirements/exporter.lock" in args for args in runs)
+    assert any("pip check" in args for args in runs), "a lock that misses a dependency fails the build"
+    assert any('pip install --no-deps --no-build-isolation ".[exporter]"' in args for args in runs)
     assert not any("WANDB_API_KEY" in args for _, args in steps), "the key is a run-time secret"
     ignored = (DOCKER / "tracker-exporter.Dockerfile.dockerignore").read_text(encoding="utf-8").split()
     assert {

@@ -2,13 +2,29 @@
 
 from __future__ import annotations
 
+import os
 import random
 import socket
 import threading
 
 # Below Linux's ephemeral range (32768-60999), so no outgoing connection or bind-to-0 can take a port
 # between the test choosing it and the server binding it; above Ray's worker ports (10002-19999).
-_LOW, _HIGH = 20000, 32767
+_FIRST, _LAST = 20000, 32767
+# pytest-xdist's workers (gw0, gw1, ...) run test files at the same time: each draws from a slice of
+# its own, so two workers never hand out the same port between choosing and binding it.
+_SLICES = 8
+
+
+def _worker_range() -> tuple[int, int]:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if not worker.startswith("gw"):
+        return _FIRST, _LAST
+    width = (_LAST - _FIRST + 1) // _SLICES
+    low = _FIRST + (int(worker[2:]) % _SLICES) * width
+    return low, low + width - 1
+
+
+_LOW, _HIGH = _worker_range()
 _handed_out: set[int] = set()
 _lock = threading.Lock()
 _random = random.Random()

@@ -1,7 +1,9 @@
 """Stand-ins for Loki, Grafana and Prometheus in the compose stack tests: the HTTP endpoints the stack uses.
 
-Their official images cannot be pulled on the test machines, so tests/deploy/compose.standins.yml
-runs this script in their place (python3 only, standard library):
+Their official images cannot be pulled on the test machines, so the tests build this script into an
+image per service (its role in ``VALGEN_STANDIN_ROLE``) and tag it with the official image's name,
+so that docker/docker-compose.yml runs unchanged; the arguments compose passes the real service
+(``-config.file=...``) are ignored. python3 only, standard library:
 
   standin.py loki     :3100  GET /ready; POST /otlp/v1/logs (OTLP/HTTP protobuf, as Loki takes
                              it) kept in memory and listed by GET /standin/requests
@@ -15,10 +17,12 @@ from __future__ import annotations
 import base64
 import gzip
 import json
+import os
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+SERVICES = {"loki": 3100, "grafana": 3000, "prometheus": 9090}
 _received: list[dict[str, str]] = []
 _lock = threading.Lock()
 
@@ -70,9 +74,9 @@ class Handler(BaseHTTPRequestHandler):
 
 
 def main() -> None:
-    """Serve the named stand-in on all interfaces of its container, at its service's port."""
-    service = sys.argv[1]
-    port = {"loki": 3100, "grafana": 3000, "prometheus": 9090}[service]
+    """Serve the stand-in (named on the command line, else by the image) on all interfaces, at its service's port."""
+    service = sys.argv[1] if sys.argv[1:2] and sys.argv[1] in SERVICES else os.environ["VALGEN_STANDIN_ROLE"]
+    port = SERVICES[service]
     Handler.service = service
     ThreadingHTTPServer(("0.0.0.0", port), Handler).serve_forever()
 

@@ -1,0 +1,167 @@
+"""User story: a lock is a lock. Installed as it is, with no resolution, it is complete and coherent.
+
+The exporter image once installed ``requirements/exporter.lock`` *with* dependency resolution: pip
+re-resolved trackio's ``uvicorn[standard]``, found a uvicorn released two days after the lock and
+refused it under ``--require-hashes``, so the README's compose command failed for every new user.
+Every lock is now installed without resolution (the Dockerfile's ``pip install --no-deps``, the
+Makefile's ``uv pip sync``). These tests install each lock that way into a new venv and check
+that nothing it needs is missing (``pip check``) and that it holds exactly the lock.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import tomllib
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+from tests.conftest import REPO
+from tests.support.require import require_or_skip
+
+LOCKS = sorted((REPO / "requirements").glob("*.lock"))
+DEV_LOCK = REPO / "requirements" / "dev.lock"
+_PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s\\;]+)")
+
+
+def pins(lock: Path) -> dict[str, str]:
+    """The lock's ``name==version`` lines, by canonical name."""
+    found = {}
+    for line in lock.read_text(encoding="utf-8").splitlines():
+        if match := _PIN.match(line):
+            found[canonicalize_name(match[1])] = match[2]
+    return found
+
+
+def _extras(lock: Path) -> set[str]:
+    """The extras of this project the lock was compiled for (``--extra NAME`` in its header)."""
+    header = lock.read_text(encoding="utf-8").split("\n", 3)[1]
+    return set(re.findall(r"--extra (\S+)", header))
+
+
+def unmet(site_packages: Path, project_extras: set[str]) -> list[str]:
+    """What the installed packages ask for and do not have, following every extra asked for.
+
+    ``pip check`` reads each package's own requirements only: it does not see that trackio's
+    ``uvicorn[standard]`` needs uvloop. This walks the requirements from this project with
+    ``project_extras``, adding each extra a requirement names to what its package must provide.
+    """
+    installed = {canonicalize_name(d.metadata["Name"]): d for d in metadata.distributions(path=[str(site_packages)])}
+    project = metadata.distribution("otel-valgen")
+    wanted: dict[str, set[str]] = {}
+    problems: list[str] = []
+    queue: list[tuple[str, str, Requirement]] = []
+
+    def visit(owner: str, requires: list[str] | None, extras: set[str]) -> None:
+        for text in requires or []:
+            requirement = Requirement(text)
+            markers = requirement.marker
+            if markers is None or any(markers.evaluate({"extra": extra}) for extra in extras | {""}):
+                queue.append((owner, text, requirement))
+
+    visit("otel-valgen", project.requires, project_extras)
+    while queue:
+        owner, text, requirement = queue.pop()
+        name = canonicalize_name(requirement.name)
+        if name == "otel-valgen":  # the project's extras naming its other extras
+            new = set(requirement.extras) - project_extras
+            project_extras |= new
+            visit("otel-valgen", project.requires, new)
+            continue
+        dist = installed.get(name)
+        if dist is None:
+            problems.append(f"{owner} requires {text}: {name} is not installed")
+            continue
+        if not requirement.specifier.contains(dist.version, prereleases=True):
+            problems.append(f"{owner} requires {text}: {name} {dist.version} is installed")
+        before = wanted.setdefault(name, set())
+        new = ({""} | set(requirement.extras)) - before
+        if new:
+            before |= new
+            visit(name, dist.requires, new)
+    return sorted(set(problems))
+
+
+def _run(command: list[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=900, check=False)
+
+
+def _uv() -> Path:
+    uv = next(REPO.glob("build/tools/uv-*/bin/uv"), None)
+    require_or_skip(uv is not None, "build/tools/uv-*/bin/uv is missing: `make install-dev` installs it")
+    assert uv is not None
+    return uv
+
+
+def test_the_project_has_its_three_locks() -> None:
+    """The suite's set, the exporter image's and the demo's (a renamed lock would make the rest pass vacuously)."""
+    assert {lock.name for lock in LOCKS} == {"dev.lock", "exporter.lock", "demo.lock"}
+
+
+@pytest.mark.parametrize("lock", LOCKS, ids=lambda lock: lock.name)
+def test_a_lock_installed_without_resolution_is_complete_and_exactly_itself(lock: Path, tmp_path: Path) -> None:
+    """`--no-deps --require-hashes` into a new venv, then `pip check` passes and the venv holds exactly the lock."""
+    uv = _uv()
+    venv = tmp_path / "venv"
+    python = venv / "bin" / "python"
+    made = _run([str(uv), "venv", "--quiet", "--python", sys.executable, str(venv)])
+    assert made.returncode == 0, made.stderr
+    installed = _run(
+        [str(uv), "pip", "install", "--quiet", "--python", str(python), "--no-deps", "--require-hashes", "-r", str(lock)]
+    )
+    assert installed.returncode == 0, installed.stderr[-3000:]
+    # pip's own checker (this venv's pip, from the dev lock) on the new venv: each installed
+    # package's own requirements are met; `unmet` adds the extras other packages ask for.
+    check = _run([sys.executable, "-m", "pip", "--python", str(python), "check"])
+    assert check.returncode == 0, f"{lock.name} is incomplete:\n{check.stdout}{check.stderr}"
+    (site_packages,) = venv.glob("lib/python3*/site-packages")
+    assert unmet(site_packages, _extras(lock)) == [], f"{lock.name} lacks what its packages' extras ask for"
+    listed = _run([sys.executable, "-m", "pip", "--python", str(python), "list", "--format=json"])
+    assert listed.returncode == 0, listed.stderr
+    have = {canonicalize_name(entry["name"]): entry["version"] for entry in json.loads(listed.stdout)}
+    assert have == pins(lock)
+
+
+@pytest.mark.parametrize("lock", [lock for lock in LOCKS if lock != DEV_LOCK], ids=lambda lock: lock.name)
+def test_every_lock_holds_the_versions_the_suite_ran(lock: Path) -> None:
+    """The exporter image and the demo install packages at the dev lock's versions (`make lock` constrains them)."""
+    dev = pins(DEV_LOCK)
+    differ = {name: (version, dev.get(name)) for name, version in pins(lock).items() if dev.get(name) != version}
+    assert not differ, f"{lock.name} differs from dev.lock (name: (here, dev)): {differ}"
+
+
+def test_the_exporter_lock_holds_the_build_backend_its_image_builds_with() -> None:
+    """The image builds this package with `--no-build-isolation`: the lock's setuptools must satisfy pyproject."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
+    exporter = pins(REPO / "requirements" / "exporter.lock")
+    for text in project["build-system"]["requires"]:
+        requirement = Requirement(text)
+        version = exporter.get(canonicalize_name(requirement.name))
+        assert version is not None, f"{requirement.name} (build-system) is not in exporter.lock"
+        assert requirement.specifier.contains(version), f"exporter.lock's {requirement.name} {version} !{requirement}"
+
+
+def test_the_check_finds_a_package_only_an_extra_asks_for(tmp_path: Path) -> None:
+    """Without uvloop, which only trackio's `uvicorn[standard]` asks for, the lock is found incomplete."""
+    uv = _uv()
+    lock = tmp_path / "exporter-without-uvloop.lock"
+    kept, skipping = [], False
+    for line in (REPO / "requirements" / "exporter.lock").read_text(encoding="utf-8").splitlines():
+        skipping = line.startswith("uvloop==") or (skipping and line.startswith("    "))
+        if not skipping:
+            kept.append(line)
+    lock.write_text("\n".join(kept) + "\n", encoding="utf-8")
+    venv = tmp_path / "venv"
+    assert _run([str(uv), "venv", "--quiet", "--python", sys.executable, str(venv)]).returncode == 0
+    python = str(venv / "bin" / "python")
+    assert _run([str(uv), "pip", "install", "-q", "--python", python, "--no-deps", "-r", str(lock)]).returncode == 0
+    (site_packages,) = venv.glob("lib/python3*/site-packages")
+    assert [problem.split(":")[-1].strip() for problem in unmet(site_packages, {"exporter"})] == [
+        "uvloop is not installed"
+    ]
