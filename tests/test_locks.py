@@ -112,9 +112,8 @@ def test_a_lock_installed_without_resolution_is_complete_and_exactly_itself(lock
     python = venv / "bin" / "python"
     made = _run([str(uv), "venv", "--quiet", "--python", sys.executable, str(venv)])
     assert made.returncode == 0, made.stderr
-    installed = _run(
-        [str(uv), "pip", "install", "--quiet", "--python", str(python), "--no-deps", "--require-hashes", "-r", str(lock)]
-    )
+    exact = ["--no-deps", "--require-hashes", "-r", str(lock)]
+    installed = _run([str(uv), "pip", "install", "--quiet", "--python", str(python), *exact])
     assert installed.returncode == 0, installed.stderr[-3000:]
     # pip's own checker (this venv's pip, from the dev lock) on the new venv: each installed
     # package's own requirements are met; `unmet` adds the extras other packages ask for.
