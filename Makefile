@@ -24,7 +24,7 @@ LIBRARY_TESTS := tests/test_api.py tests/test_accounting.py tests/test_bad_input
 	tests/test_launchers.py tests/test_lifecycle.py tests/test_presampling.py tests/test_sampling.py \
 	tests/test_settings.py tests/test_testing_helpers.py
 
-.PHONY: demo dist install install-dev lock test-ranges collector docker go-test go-lint lint typecheck test-py test deploy-check k8s-check
+.PHONY: demo dist install install-dev lock test-ranges range-lane-newest range-lane-lowest collector docker go-test go-lint lint typecheck test-py test deploy-check k8s-check
 
 demo: install
 	$(PYTHON) -m otel_valgen.tools demo
@@ -61,7 +61,12 @@ lock: | $(UV)
 # The library's ranges at both ends, each in a venv of its own: the newest versions (index
 # metadata refreshed, never a cached answer) and the lowest direct versions.
 test-ranges: | $(UV)
+	$(PHASE) range-lanes $(SUBMAKE) -j2 range-lane-newest range-lane-lowest
+
+range-lane-newest: | $(UV)
 	bash tools/range_lane.sh $(UV) newest --resolution highest --refresh -- $(LIBRARY_TESTS)
+
+range-lane-lowest: | $(UV)
 	bash tools/range_lane.sh $(UV) lowest --resolution lowest-direct -- $(LIBRARY_TESTS)
 
 collector:
@@ -92,18 +97,26 @@ typecheck: install-dev
 # VALGEN_REQUIRE_ALL=1: a tool or binary this target's prerequisites install must be there; its
 # absence fails the tests that need it instead of skipping them (tests/support/require.py).
 # The venv's bin comes first on PATH, so that tools the tests start (torchrun, ray) are the lock's.
-# Test files run in PYTEST_WORKERS processes (pytest-xdist), a file's tests together in one of them
-# (--dist loadfile: module fixtures such as a collector or the compose stack are shared as before):
-# most tests wait on collectors, Ray, verl and tracker servers rather than compute. The 30 slowest
-# tests are printed at the end of every run.
+# Test files run in PYTEST_WORKERS processes (pytest-xdist): most tests wait on collectors, Ray,
+# verl and tracker servers rather than compute. --dist loadgroup with the groups of tests/conftest.py
+# (SERIAL_GROUPS): each file's tests in one worker, the Ray files one after another in one worker,
+# the verl files likewise; handed out in that order (--no-loadscope-reorder). The 30 slowest tests
+# are printed at the end of every run.
 PYTEST_WORKERS ?= 4
 test-py:
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" VALGEN_REQUIRE_ALL=1 $(PYTHON) -m pytest \
-		-n $(PYTEST_WORKERS) --dist loadfile --durations=30
+		-n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder --durations=30
 
 # Installs everything this project needs (the locked Python packages, the collector build, Docker
-# and its tools) and runs every check, the compose stack among them.
-test: install-dev collector docker lint typecheck go-lint go-test k8s-check test-py
+# and its tools) and runs every check, the compose stack among them. The set-up targets run side
+# by side (downloads overlap compiles), then the static checks, then pytest; each phase prints
+# its time (tools/phase.sh).
+PHASE := bash tools/phase.sh
+SUBMAKE := $(MAKE) --no-print-directory --output-sync=target
+test:
+	$(PHASE) set-up $(SUBMAKE) -j3 install-dev collector docker
+	$(PHASE) checks $(SUBMAKE) -j3 lint typecheck go-lint go-test k8s-check
+	$(PHASE) pytest $(MAKE) --no-print-directory test-py
 
 # Deployment checks (tests/deploy) only. No Loki or Grafana is built: see docs/deployment.md,
 # "What is verified about Loki and Grafana".

@@ -48,6 +48,50 @@ def pytest_configure(config: pytest.Config) -> None:
         tempfile.tempdir = None  # gettempdir() reads TMPDIR again
 
 
+# Under pytest-xdist (`make test-py`: --dist loadgroup) each group runs in one worker, its files one
+# after another. The files that start Ray clusters, and those that launch verl, form one group each:
+# on 2 cores, two Ray clusters starting beside two others miss Ray's own 30 s start-up deadline.
+# Every other file is a group of its own, so its module fixtures (a collector, the compose stack)
+# are set up once. The two serial groups and the compose stack, whose cold image build is the
+# longest single step, are handed out first.
+SERIAL_GROUPS = {
+    "verl": ("tests/verl/",),
+    "ray": (
+        "tests/integration/",
+        "tests/e2e/test_ray_tasks.py",
+        "tests/faults/test_actor_killed.py",
+        "tests/test_launchers.py",
+        "tests/test_ray_launch_styles.py",
+        "tests/test_readme.py",
+    ),
+}
+FIRST_FILES = ("tests/deploy/test_docker_stack.py",)
+
+
+def xdist_group(path: str) -> str:
+    """The xdist group of a test file (its path relative to the repository)."""
+    for group, prefixes in SERIAL_GROUPS.items():
+        if path.startswith(prefixes):
+            return group
+    return path
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Give every test its xdist group, and put the serial groups and the compose stack first."""
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(xdist_group(Path(item.path).relative_to(REPO).as_posix())))
+
+    def rank(item: pytest.Item) -> int:
+        path = Path(item.path).relative_to(REPO).as_posix()
+        group = xdist_group(path)
+        if group in SERIAL_GROUPS:
+            return list(SERIAL_GROUPS).index(group)
+        return len(SERIAL_GROUPS) if path in FIRST_FILES else len(SERIAL_GROUPS) + 1
+
+    items.sort(key=rank)  # stable: collection order within each rank
+
+
 _exit_status: int | None = None
 
 

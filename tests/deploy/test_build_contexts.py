@@ -8,7 +8,6 @@ a pattern matching a folder covers its contents) and run the build stage's comma
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import struct
@@ -16,10 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from tests.deploy import harness
-from tests.support.require import missing, require_or_skip
 
 DOCKER = harness.REPO / "docker"
 PT_INTERP = 3  # ELF program header type of the dynamic loader's path
@@ -114,32 +110,6 @@ def test_contexts_send_what_the_dockerfiles_copy() -> None:
         for p in exporter
         if not p.startswith(("otel_valgen/", "docker/", "pyproject", "README", "requirements/exporter.lock"))
     ]
-
-
-@pytest.mark.timeout(720)
-def test_collector_build_stage_makes_a_static_binary_from_its_context(tmp_path: Path) -> None:
-    """`CGO_ENABLED=0 bash collector/build.sh` on the collector context alone gives a static otelcol-valgen."""
-    require_or_skip(shutil.which("go") is not None, "Go is not installed (make collector needs it too)")
-    copy_context(DOCKER / "collector.Dockerfile", tmp_path)
-    env = {**os.environ, "CGO_ENABLED": "0"}
-    try:
-        result = subprocess.run(
-            ["bash", "collector/build.sh"],
-            cwd=tmp_path,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=600,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        # `make test` builds the collector first, so the Go cache is warm there: a failure then.
-        missing("the build took over 10 min (an empty Go cache; `make collector` fills it)")
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    binary = tmp_path / "build" / "otelcol-valgen"
-    assert is_static_elf(binary), "the Alpine runtime stage needs a binary without a C library dependency"
-    validate = [str(binary), "validate", "--config", str(tmp_path / "collector-config" / "collector.yaml")]
-    assert subprocess.run(validate, capture_output=True, timeout=60, check=False).returncode == 0
 
 
 def test_tracker_exporter_context_builds_the_package(tmp_path: Path) -> None:

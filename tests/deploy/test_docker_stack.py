@@ -1,15 +1,18 @@
-"""User story: `docker compose up` of docker/docker-compose.yml, for real, and a job on the host.
+"""User story: the README's `docker compose ... up -d --build`, for real, and a job on the host.
 
-Our images are built from their Dockerfiles on local base images, the stack runs with the
-stand-ins of tests/deploy/compose.standins.yml for Loki, Grafana and Prometheus, and a training process on
-this host sends its steps to the collector's published loopback port. The tests run in file
-order on one stack: the restart and auth checks come last because they recreate the collector.
+The command is read from the README and run as written from the repository root, on an engine
+whose build cache was emptied first (tests/deploy/docker_stack.py): our images are built as a
+user's first build builds them, on local stand-ins for the official base images, and Loki,
+Grafana and Prometheus are stand-ins under their official names. A training process on this host
+sends its steps to the collector's published loopback port. The tests run in file order on one
+stack: the restart and auth checks come last because they recreate the collector.
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -23,11 +26,14 @@ from typing import Any
 import pytest
 import yaml
 from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
+from packaging.utils import canonicalize_name
 
 from tests.deploy import harness, loki_model
-from tests.deploy.docker_stack import Images, Stack, images
+from tests.deploy.docker_stack import REPO, Stack, Started, our_images, readme_stack, run
 from tests.deploy.steps import Job, expected_ids, run_job, send_part
+from tests.deploy.test_build_contexts import is_static_elf
 from tests.deploy.test_pipeline_health import promql
+from tests.test_locks import pins
 
 # The first test also builds the images: a cold build of the collector image compiles the whole
 # distribution (minutes on 2 cores), far beyond the suite's default per-test timeout.
@@ -42,30 +48,54 @@ TOKEN = "stack-test-token-0123456789abcdef"
 
 
 @pytest.fixture(scope="module")
-def built() -> Iterator[Images]:
-    """Our two images and the stand-ins, built for this module and removed after it."""
-    with images() as made:
-        yield made
+def started() -> Iterator[Started]:
+    """The README's `docker compose ... up -d --build` on an empty build cache, healthy; torn down afterwards."""
+    with readme_stack(dict(STACK_ENV)) as up:
+        print(f"\nthe README's compose command built and started the stack in {up.seconds:.0f} s", file=sys.stderr)
+        try:
+            yield up
+        except BaseException:
+            print(up.stack.logs(), file=sys.stderr)
+            raise
 
 
 @pytest.fixture(scope="module")
-def stack(built: Images, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    """The compose project, up and healthy; torn down (volumes included) even when a test fails."""
-    running = Stack(built, tmp_path_factory.mktemp("stack"), dict(STACK_ENV))
-    try:
-        running.up()
-        yield running
-    except BaseException:
-        print(running.logs(), file=sys.stderr)
-        raise
-    finally:
-        running.down()
+def stack(started: Started) -> Stack:
+    """The compose project the README's command started."""
+    return started.stack
 
 
 @pytest.fixture(scope="module")
 def job(stack: Stack) -> Job:
     """The job's steps, sent from this host to the collector's published OTLP/HTTP port."""
     return run_job(stack.otlp_http)
+
+
+def test_the_readme_command_builds_every_step_anew_and_the_stack_turns_healthy(started: Started) -> None:
+    """No RUN step of either image came from a cache: the dependency installs and the collector build ran."""
+    headers = dict(re.findall(r"^#(\d+) \[([^\]]+)\] RUN ", started.output, re.MULTILINE))
+    assert {step.split()[0] for step in headers.values()} == {"collector", "tracker-exporter"}, headers
+    cached_steps = re.findall(r"^#(\d+) CACHED$", started.output, re.MULTILINE)
+    cached = [headers[number] for number in cached_steps if number in headers]
+    assert not cached, f"steps served from a build cache: {cached}"
+    for image in our_images():
+        created = run([started.stack.docker, "image", "inspect", "--format", "{{.Created}}", image]).strip()
+        assert datetime.fromisoformat(created[:26].rstrip("Z")).timestamp() >= started.began - 5, image
+
+
+def test_the_exporter_image_holds_exactly_its_lock(stack: Stack) -> None:
+    """The image's pip lists the lock's pins and this package, nothing else."""
+    listed = json.loads(stack.exec("tracker-exporter", "pip", "list", "--format=json", "--disable-pip-version-check"))
+    have = {canonicalize_name(entry["name"]): entry["version"] for entry in listed}
+    assert have.pop("otel-valgen", None) is not None
+    have.pop("pip", None)  # the venv's own installer
+    assert have == pins(REPO / "requirements" / "exporter.lock")
+
+
+def test_the_collector_image_runs_a_static_binary(stack: Stack, tmp_path: Path) -> None:
+    """The binary needs no C library, so the official Alpine runtime image runs it (ours is Debian)."""
+    binary = stack.copy_out("collector", "/usr/local/bin/otelcol-valgen", tmp_path / "otelcol-valgen")
+    assert is_static_elf(binary)
 
 
 def _started(container: dict[str, Any]) -> datetime:

@@ -30,7 +30,8 @@ _lock = threading.Lock()
 _random = random.Random()
 
 
-def _bindable(port: int) -> bool:
+def bindable(port: int) -> bool:
+    """Whether a server could bind 127.0.0.1:`port` now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         try:
             sock.bind(("127.0.0.1", port))
@@ -48,7 +49,7 @@ def free_port() -> int:
     with _lock:
         for _ in range(1000):
             port = _random.randint(_LOW, _HIGH)
-            if port not in _handed_out and _bindable(port):
+            if port not in _handed_out and bindable(port):
                 _handed_out.add(port)
                 return port
     raise RuntimeError(f"no free loopback port in {_LOW}-{_HIGH}")

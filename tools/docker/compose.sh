@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Builds Docker Compose v2 (the `docker compose` plugin, as a standalone binary) from the Go
-# module proxy into build/tools/docker-compose, for the compose stack tests. Idempotent.
+# module proxy into build/tools/docker-compose, for the compose stack tests, and links it as the
+# Docker CLI's plugin in build/tools/docker-config/cli-plugins, so that `docker compose` works with
+# DOCKER_CONFIG=build/tools/docker-config (the stack test runs the README's command that way; the
+# machine's own Docker configuration is not touched). Idempotent.
 #
 #   bash tools/docker/compose.sh
 #
@@ -13,6 +16,10 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 OUT="$ROOT/build/tools"
 BIN="$OUT/docker-compose"
 STAMP="$OUT/docker-compose.version"
+
+PLUGINS="$OUT/docker-config/cli-plugins"
+mkdir -p "$PLUGINS"
+ln -sfn ../../docker-compose "$PLUGINS/docker-compose"
 
 if [[ -x "$BIN" && "$(cat "$STAMP" 2>/dev/null)" == "$COMPOSE_VERSION" ]]; then
   echo "compose.sh: docker-compose $COMPOSE_VERSION is up to date"
