@@ -102,7 +102,7 @@ typecheck: install-dev
 # (SERIAL_GROUPS): each file's tests in one worker, the Ray files one after another in one worker,
 # the verl files likewise; handed out in that order (--no-loadscope-reorder). The 30 slowest tests
 # are printed at the end of every run.
-PYTEST_WORKERS ?= 4
+PYTEST_WORKERS ?= 3
 test-py:
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" VALGEN_REQUIRE_ALL=1 $(PYTHON) -m pytest \
 		-n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder --durations=30

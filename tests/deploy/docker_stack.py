@@ -95,6 +95,11 @@ def readme_commands() -> tuple[dict[str, str], list[str]]:
     return exported, command
 
 
+def image_exists(docker: str, image: str) -> bool:
+    """Whether the engine holds `image` (`docker image inspect` prints `[]` for one it lacks: the exit status tells)."""
+    return subprocess.run([docker, "image", "inspect", image], capture_output=True, check=False).returncode == 0
+
+
 def _dockerfile_defaults(dockerfile: Path) -> dict[str, str]:
     """`ARG NAME=default` lines of a Dockerfile."""
     found = re.findall(r"^ARG (\w+)=(\S+)$", dockerfile.read_text(encoding="utf-8"), re.MULTILINE)
@@ -127,7 +132,7 @@ def stand_ins(docker: str) -> Iterator[list[str]]:
     added: list[str] = []
     try:
         for official, (how, source) in official_stand_ins().items():
-            if run([docker, "image", "inspect", official], check=False):
+            if image_exists(docker, official):
                 continue  # the engine has it (a machine with a registry): use it
             if how == "tag":
                 run([docker, "tag", source, official])
@@ -143,7 +148,7 @@ def stand_ins(docker: str) -> Iterator[list[str]]:
 
 def empty_build_cache(docker: str) -> None:
     """Remove our images and every build cache record of the engine: the next build is a first build."""
-    present = [image for image in our_images() if run([docker, "image", "inspect", image], check=False)]
+    present = [image for image in our_images() if image_exists(docker, image)]
     if present:
         run([docker, "rmi", "--force", *present])
     run([docker, "builder", "prune", "--all", "--force"])

@@ -77,6 +77,7 @@ def collector(tmp_path: Path) -> Iterator[tuple[str, int]]:
         "VALGEN_OTLP_HTTP_ENDPOINT": f"127.0.0.1:{http_port}",
         "VALGEN_OTLP_GRPC_ENDPOINT": f"127.0.0.1:{grpc_port}",
         "VALGEN_HEALTH_ENDPOINT": f"127.0.0.1:{health}",
+        "VALGEN_METRICS_PORT": str(free_port()),  # not the default 8888: collectors of other test files run beside it
         "VALGEN_STATE_DIR": str(tmp_path / "collector"),
         "VALGEN_FILE_PATH": str(tmp_path / "collector" / "valgen.jsonl"),
         "VALGEN_LOKI_OTLP_ENDPOINT": f"http://127.0.0.1:{free_port()}/otlp",

@@ -23,7 +23,8 @@ from otel_valgen.reader import Generation, read_paths
 from tests.support.require import require_module
 from tests.test_run_identity import offline_run_ids
 
-pytestmark = pytest.mark.ray
+# verl's trainer in Ray actors: 304 s once on a loaded CI machine
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(900)]
 
 K = 3
 
