@@ -98,14 +98,14 @@ typecheck: install-dev
 # absence fails the tests that need it instead of skipping them (tests/support/require.py).
 # The venv's bin comes first on PATH, so that tools the tests start (torchrun, ray) are the lock's.
 # Test files run in PYTEST_WORKERS processes (pytest-xdist): most tests wait on collectors, Ray,
-# verl and tracker servers rather than compute. --dist loadgroup with the groups of tests/conftest.py
-# (SERIAL_GROUPS): each file's tests in one worker, the Ray files one after another in one worker,
-# the verl files likewise; handed out in that order (--no-loadscope-reorder). The 30 slowest tests
-# are printed at the end of every run.
+# verl and tracker servers rather than compute. tests/conftest.py's scheduler hands out groups of
+# files (SERIAL_GROUPS): each file's tests in one worker, the Ray files one after another in one
+# worker, the verl files likewise; in the order the conftest sorts them (--no-loadscope-reorder).
+# The 30 slowest tests are printed at the end of every run.
 PYTEST_WORKERS ?= 3
 test-py:
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" VALGEN_REQUIRE_ALL=1 $(PYTHON) -m pytest \
-		-n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder --durations=30
+		-n $(PYTEST_WORKERS) --dist loadscope --no-loadscope-reorder --durations=30
 
 # Installs everything this project needs (the locked Python packages, the collector build, Docker
 # and its tools) and runs every check, the compose stack among them. The set-up targets run side

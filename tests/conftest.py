@@ -48,12 +48,13 @@ def pytest_configure(config: pytest.Config) -> None:
         tempfile.tempdir = None  # gettempdir() reads TMPDIR again
 
 
-# Under pytest-xdist (`make test-py`: --dist loadgroup) each group runs in one worker, its files one
-# after another. The files that start Ray clusters, and those that launch verl, form one group each:
-# on 2 cores, two Ray clusters starting beside two others miss Ray's own 30 s start-up deadline.
-# Every other file is a group of its own, so its module fixtures (a collector, the compose stack)
-# are set up once. The two serial groups and the compose stack, whose cold image build is the
-# longest single step, are handed out first.
+# Under pytest-xdist (`make test-py`) the work unit handed to a worker is a group of test files, run
+# one after another (`GroupScheduling`). The files that start Ray clusters, and those that launch
+# verl, form one group each: on 2 cores, Ray clusters starting beside each other miss Ray's own 30 s
+# start-up deadline. Every other file is a group of its own, so its module fixtures (a collector,
+# the compose stack) are set up once. The two serial groups and the compose stack, whose cold image
+# build is the longest single step, are handed out first. (xdist's own `loadgroup` cannot do this
+# here: it renames node ids, which pytest 9 no longer lets a plugin do.)
 SERIAL_GROUPS = {
     "verl": ("tests/verl/",),
     "ray": (
@@ -76,11 +77,21 @@ def xdist_group(path: str) -> str:
     return path
 
 
+@pytest.hookimpl(optionalhook=True)  # the range lanes run without xdist
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """The scheduler by scope of pytest-xdist, with `xdist_group` of each test's file as its scope."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_group(nodeid.split("::", 1)[0])
+
+    return GroupScheduling(config, log)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Give every test its xdist group, and put the serial groups and the compose stack first."""
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(xdist_group(Path(item.path).relative_to(REPO).as_posix())))
+    """Put the serial groups and the compose stack first."""
 
     def rank(item: pytest.Item) -> int:
         path = Path(item.path).relative_to(REPO).as_posix()
