@@ -104,22 +104,27 @@ def test_the_project_has_its_three_locks() -> None:
     assert {lock.name for lock in LOCKS} == {"dev.lock", "exporter.lock", "demo.lock"}
 
 
+def _install(lock: Path, venv: Path, *options: str) -> tuple[Path, Path]:
+    """A new venv holding `lock` installed without resolution (`--no-deps`): its python and site-packages."""
+    uv = _uv()
+    made = _run([str(uv), "venv", "--quiet", "--python", sys.executable, str(venv)])
+    assert made.returncode == 0, made.stderr
+    python = venv / "bin" / "python"
+    exact = ["--no-deps", *options, "-r", str(lock)]
+    installed = _run([str(uv), "pip", "install", "--quiet", "--python", str(python), *exact])
+    assert installed.returncode == 0, installed.stderr[-3000:]
+    (site_packages,) = venv.glob("lib/python3*/site-packages")
+    return python, site_packages
+
+
 @pytest.mark.parametrize("lock", LOCKS, ids=lambda lock: lock.name)
 def test_a_lock_installed_without_resolution_is_complete_and_exactly_itself(lock: Path, tmp_path: Path) -> None:
     """`--no-deps --require-hashes` into a new venv, then `pip check` passes and the venv holds exactly the lock."""
-    uv = _uv()
-    venv = tmp_path / "venv"
-    python = venv / "bin" / "python"
-    made = _run([str(uv), "venv", "--quiet", "--python", sys.executable, str(venv)])
-    assert made.returncode == 0, made.stderr
-    exact = ["--no-deps", "--require-hashes", "-r", str(lock)]
-    installed = _run([str(uv), "pip", "install", "--quiet", "--python", str(python), *exact])
-    assert installed.returncode == 0, installed.stderr[-3000:]
+    python, site_packages = _install(lock, tmp_path / "venv", "--require-hashes")
     # pip's own checker (this venv's pip, from the dev lock) on the new venv: each installed
     # package's own requirements are met; `unmet` adds the extras other packages ask for.
     check = _run([sys.executable, "-m", "pip", "--python", str(python), "check"])
     assert check.returncode == 0, f"{lock.name} is incomplete:\n{check.stdout}{check.stderr}"
-    (site_packages,) = venv.glob("lib/python3*/site-packages")
     assert unmet(site_packages, _extras(lock)) == [], f"{lock.name} lacks what its packages' extras ask for"
     listed = _run([sys.executable, "-m", "pip", "--python", str(python), "list", "--format=json"])
     assert listed.returncode == 0, listed.stderr
@@ -148,7 +153,6 @@ def test_the_exporter_lock_holds_the_build_backend_its_image_builds_with() -> No
 
 def test_the_check_finds_a_package_only_an_extra_asks_for(tmp_path: Path) -> None:
     """Without uvloop, which only trackio's `uvicorn[standard]` asks for, the lock is found incomplete."""
-    uv = _uv()
     lock = tmp_path / "exporter-without-uvloop.lock"
     kept, skipping = [], False
     for line in (REPO / "requirements" / "exporter.lock").read_text(encoding="utf-8").splitlines():
@@ -156,11 +160,7 @@ def test_the_check_finds_a_package_only_an_extra_asks_for(tmp_path: Path) -> Non
         if not skipping:
             kept.append(line)
     lock.write_text("\n".join(kept) + "\n", encoding="utf-8")
-    venv = tmp_path / "venv"
-    assert _run([str(uv), "venv", "--quiet", "--python", sys.executable, str(venv)]).returncode == 0
-    python = str(venv / "bin" / "python")
-    assert _run([str(uv), "pip", "install", "-q", "--python", python, "--no-deps", "-r", str(lock)]).returncode == 0
-    (site_packages,) = venv.glob("lib/python3*/site-packages")
+    _, site_packages = _install(lock, tmp_path / "venv")
     assert [problem.split(":")[-1].strip() for problem in unmet(site_packages, {"exporter"})] == [
         "uvloop is not installed"
     ]

@@ -49,8 +49,15 @@ GOLANG_IMAGE = "otel-valgen-local/golang:latest"
 BASE_STAND_INS = {"PYTHON_IMAGE": BASE_IMAGE, "GO_IMAGE": GOLANG_IMAGE, "RUNTIME_IMAGE": BASE_IMAGE}
 STAND_IN_SERVICES = ("loki", "grafana", "prometheus")
 # The host ports the stack publishes when none of its port variables is set, as the README runs it.
-PUBLISHED = {"VALGEN_OTLP_GRPC_PORT": 4317, "VALGEN_OTLP_HTTP_PORT": 4318, "VALGEN_LOKI_PORT": 3100}
-PUBLISHED["VALGEN_GRAFANA_PORT"] = 3000
+PUBLISHED = {
+    "VALGEN_OTLP_GRPC_PORT": 4317,
+    "VALGEN_OTLP_HTTP_PORT": 4318,
+    "VALGEN_LOKI_PORT": 3100,
+    "VALGEN_GRAFANA_PORT": 3000,
+}
+# Not passed on from this shell to Docker: the README leaves the key unset (offline wandb runs) and
+# the ports at their defaults.
+NOT_INHERITED = ("WANDB_API_KEY", *PUBLISHED)
 
 
 def docker_client() -> str:
@@ -58,11 +65,16 @@ def docker_client() -> str:
     return subprocess.run(["bash", str(TOOLS / "client.sh")], capture_output=True, text=True, check=True).stdout.strip()
 
 
+def environment(extra: dict[str, str]) -> dict[str, str]:
+    """The environment every Docker command here runs with: the shell's less `NOT_INHERITED`, plus `extra`."""
+    return {name: value for name, value in os.environ.items() if name not in NOT_INHERITED} | extra
+
+
 def run(args: Sequence[str], *, env: dict[str, str] | None = None, timeout_s: float = 600, check: bool = True) -> str:
     """Run a command from the repository root; on failure raise with its output, so the report shows why."""
     result = subprocess.run(
         list(args),
-        env={**os.environ, **(env or {})},
+        env=environment(env or {}),
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -106,24 +118,29 @@ def _dockerfile_defaults(dockerfile: Path) -> dict[str, str]:
     return dict(found)
 
 
+def services() -> dict[str, dict[str, Any]]:
+    """The services of docker/docker-compose.yml, uninterpolated."""
+    model: dict[str, Any] = yaml.safe_load(COMPOSE_FILE.read_text(encoding="utf-8"))
+    return dict(model["services"])
+
+
 def official_stand_ins() -> dict[str, tuple[str, str]]:
     """Each official image the stack needs -> (how it stands in: "tag" or a stand-in role, the local source)."""
-    model = yaml.safe_load(COMPOSE_FILE.read_text(encoding="utf-8"))
+    stack = services()
     wanted: dict[str, tuple[str, str]] = {}
-    for service in model["services"].values():
+    for service in stack.values():
         if "build" in service:
             for name, default in _dockerfile_defaults(REPO / service["build"]["dockerfile"]).items():
                 if name in BASE_STAND_INS:
                     wanted[default] = ("tag", BASE_STAND_INS[name])
     for role in STAND_IN_SERVICES:
-        wanted[model["services"][role]["image"]] = ("role", role)
+        wanted[stack[role]["image"]] = ("role", role)
     return wanted
 
 
 def our_images() -> list[str]:
     """The images the compose file builds (`image:` of each service with a `build:`)."""
-    model = yaml.safe_load(COMPOSE_FILE.read_text(encoding="utf-8"))
-    return [service["image"] for service in model["services"].values() if "build" in service]
+    return [service["image"] for service in services().values() if "build" in service]
 
 
 @contextmanager
@@ -177,12 +194,13 @@ class Stack:
     def wait_healthy(self, timeout_s: float = 240) -> None:
         """Wait until every service's container reports healthy (the README's `up -d` does not wait)."""
         deadline = time.monotonic() + timeout_s
+        expected = set(services())
         states: dict[str, str] = {}
         while time.monotonic() < deadline:
             listed = self.compose("ps", "--all", "--format", "json")
             rows = [json.loads(line) for line in listed.splitlines() if line.strip()]
             states = {row["Service"]: row.get("Health") or row.get("State", "") for row in rows}
-            if len(states) == 5 and set(states.values()) == {"healthy"}:
+            if set(states) == expected and set(states.values()) == {"healthy"}:
                 return
             time.sleep(1)
         raise AssertionError(f"the stack did not turn healthy in {timeout_s}s: {states}\n{self.logs()}")
@@ -254,13 +272,11 @@ def readme_stack(extra_env: dict[str, str]) -> Iterator[Started]:
     # The README's exports, with a value of our own for the required password; WANDB_API_KEY stays
     # unset, as the README allows (the exporter then writes offline runs).
     env = {
-        **{name: value for name, value in exported.items() if name != "WANDB_API_KEY"},
+        **{name: value for name, value in exported.items() if name not in NOT_INHERITED},
         "GF_SECURITY_ADMIN_PASSWORD": "stack-test",
         "DOCKER_CONFIG": str(DOCKER_CONFIG),
         **extra_env,
     }
-    for name in ("WANDB_API_KEY", *PUBLISHED):
-        env.pop(name, None)
     stack = Stack(docker, env)
     with stand_ins(docker):
         empty_build_cache(docker)
@@ -269,7 +285,7 @@ def readme_stack(extra_env: dict[str, str]) -> Iterator[Started]:
         try:
             result = subprocess.run(
                 command,
-                env={**{k: v for k, v in os.environ.items() if k not in ("WANDB_API_KEY", *PUBLISHED)}, **env},
+                env=environment(env),
                 cwd=REPO,
                 capture_output=True,
                 text=True,
