@@ -39,6 +39,10 @@ MAX_STEP = "8s"  # max_step_duration, scaled down: closes a step whose promised 
 class Validator:
     """An actor validating its share of a step."""
 
+    def ready(self) -> bool:
+        """Answer once the worker process runs (its start-up is not part of any step)."""
+        return True
+
     def part(self, step: int, source: str, ids: list[str], sources_expected: int = 3) -> bool:
         """Validate a whole part: log, then end it (flushes); True when confirmed sent."""
         with vg.validation(step=step, source=source, sources_expected=sources_expected) as block:
@@ -83,6 +87,14 @@ def cluster(collectors: Collectors, wandb_stand_in: StandIn, loki_stand_in: Stan
         ray.shutdown()
 
 
+def _started(count: int) -> list[Any]:
+    """Validators whose worker processes are up: on a loaded machine one worker can start
+    seconds after another, longer than the scaled-down max_step_duration a step waits."""
+    actors = [Validator.remote() for _ in range(count)]
+    ray.get([actor.ready.remote() for actor in actors])
+    return actors
+
+
 def _ids(source: str, step: int) -> list[str]:
     return [f"{source}-{step}-{i}" for i in range(PER_ACTOR)]
 
@@ -107,7 +119,7 @@ def test_killed_actor_step_closes_at_the_upper_bound_and_the_summary_names_the_m
     """Killed before end_step: presampled records die with it, streamed ones arrive; closed at max_duration, 2 of 3."""
     collector = cluster
     for step, presample in ((1, True), (2, False)):
-        actors = [Validator.remote() for _ in range(3)]
+        actors = _started(3)
         assert ray.get(actors[2].begin.remote(step, "doomed", _ids("doomed", step), presample)) == PER_ACTOR
         ray.kill(actors[2], no_restart=True)
         assert ray.get([actors[i].part.remote(step, f"w{i}", _ids(f"w{i}", step)) for i in (0, 1)]) == [True, True]
@@ -134,7 +146,7 @@ def test_killed_actor_step_closes_at_the_upper_bound_and_the_summary_names_the_m
 @pytest.mark.timeout(120)
 def test_workers_that_exit_right_after_their_step_ended_lose_nothing(cluster: RunningCollector) -> None:
     """Two actors end their parts and their processes exit at once, then the driver shuts Ray down: step complete."""
-    actors = [Validator.remote() for _ in range(2)]
+    actors = _started(2)
     calls = [actor.part_then_exit.remote(4, f"w{i}", _ids(f"w{i}", 4)) for i, actor in enumerate(actors)]
     for call in calls:
         with pytest.raises(ray.exceptions.RayActorError):
