@@ -34,6 +34,7 @@ def configure(
     max_field_bytes: int | None = None,
     flush_timeout_s: float | None = None,
     spool: bool | None = None,
+    spool_max_mb: int | None = None,
     launch_id: str | None = None,
     progress_interval_s: float | None = None,
 ) -> Settings | None:
@@ -53,9 +54,11 @@ def configure(
         directory: embedded sink folder (``OTEL_VALGEN_DIR``, ``./valgen-data``).
         source: default name of the emitting part (``OTEL_VALGEN_SOURCE``, ``main``).
         max_field_bytes: longest text field sent (``OTEL_VALGEN_MAX_FIELD_BYTES``, 65536).
-        flush_timeout_s: longest a step end, block-less call or flush blocks (``OTEL_VALGEN_FLUSH_TIMEOUT``, 10).
-        spool: keep records the collector did not accept in ``<directory>/spool``
-            (``OTEL_VALGEN_SPOOL``, on); replay them with ``otel-valgen resend``.
+        flush_timeout_s: longest a step end, block-less call or flush waits for the endpoint
+            (``OTEL_VALGEN_FLUSH_TIMEOUT``, 2); past it the endpoint counts as away until it answers again.
+        spool: while the endpoint is away, keep records in ``<directory>/spool`` and send them by
+            themselves when it is back (``OTEL_VALGEN_SPOOL``, on).
+        spool_max_mb: largest spool file of this process, MiB (``OTEL_VALGEN_SPOOL_MAX_MB``, 1024).
         launch_id: this launch of the job, part of every record's attempt
             (``OTEL_VALGEN_LAUNCH_ID``; default: the launcher's (README, *Launches*), else ``run``;
             forwarded to Ray workers).
@@ -79,6 +82,7 @@ def configure(
         max_field_bytes=max_field_bytes,
         flush_timeout_s=flush_timeout_s,
         spool=spool,
+        spool_max_mb=spool_max_mb,
         launch_id=launch_id,
         progress_interval_s=progress_interval_s,
     )
@@ -351,6 +355,9 @@ def stats() -> dict[str, int]:
         for name in (_stats.END_RECORDS_EMITTED, _stats.START_RECORDS_EMITTED, _stats.PROGRESS_RECORDS_EMITTED)
     )
     snapshot["records_unconfirmed"] = max(0, handed - confirmed)
+    exporter = emitter.pipeline.exporter if emitter is not None else None
+    snapshot[_stats.SPOOL_RECORDS_WAITING] = exporter.spool_waiting() if exporter is not None else 0
+    snapshot[_stats.ENDPOINT_AWAY] = int(exporter is not None and exporter.away)
     return snapshot
 
 

@@ -1,7 +1,7 @@
 """Delivery accounting: every record handed to the SDK ends exported, spooled or counted.
 
-``CountingExporter`` wraps the real exporter: it counts what was confirmed, writes what was
-refused to the spool (a local OTLP-JSON file), and counts the rest as failed.
+``CountingExporter`` wraps the real exporter: it counts what was confirmed, sends to the
+spool (a local OTLP-JSON file) while the endpoint is away, and counts the rest as failed.
 ``QueueGuard`` sits in front of the SDK's batch processor, whose queue would otherwise drop
 records silently when full.
 """
@@ -11,7 +11,9 @@ from __future__ import annotations
 import copy
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from opentelemetry.context import Context
 from opentelemetry.sdk._logs import LogRecordProcessor, ReadableLogRecord, ReadWriteLogRecord
@@ -19,8 +21,44 @@ from opentelemetry.sdk._logs.export import BatchLogRecordProcessor, LogRecordExp
 from opentelemetry.sdk.resources import Resource
 
 from otel_valgen import _stats
+from otel_valgen._courier import Courier
+from otel_valgen._spool import Spool, read_offset
 
 _logger = logging.getLogger("otel_valgen")
+
+
+MIN_ANSWER_WAIT_S = 0.5
+"""The least a delivery is waited for before the endpoint counts as away (a flush timeout of 0 still sends)."""
+
+_SDK_EXPORTER_LOGGERS = (
+    "opentelemetry.exporter.otlp.common.http",
+    "opentelemetry.exporter.otlp.proto.http._log_exporter",
+    "opentelemetry.exporter.otlp.json.http._log_exporter",
+    "opentelemetry.exporter.otlp.proto.grpc.exporter",
+)
+_SDK_DELIVERY_LINES = ("Transient error", "Failed to export", "Shutdown in progress")
+
+
+class _DeliveryLinesToDebug(logging.Filter):
+    """The SDK exporters' retry and failure lines go to our debug log: the exporter reports outages once."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = str(record.msg)
+        if not message.startswith(_SDK_DELIVERY_LINES):
+            return True
+        _logger.debug("otel_valgen: the SDK exporter logged: %s", record.getMessage())
+        return False
+
+
+_DELIVERY_LINES_FILTER = _DeliveryLinesToDebug()
+
+
+def quiet_sdk_delivery_lines() -> None:
+    """Install the filter on the SDK exporters' loggers (once; idempotent)."""
+    for name in _SDK_EXPORTER_LOGGERS:
+        logger = logging.getLogger(name)
+        if _DELIVERY_LINES_FILTER not in logger.filters:
+            logger.addFilter(_DELIVERY_LINES_FILTER)
 
 
 def _safe_export(
@@ -36,11 +74,15 @@ def _safe_export(
 
 
 class CountingExporter(LogRecordExporter):
-    """Wraps an exporter, counts what it confirmed, and spools what it could not deliver.
+    """Wraps an exporter, counts what it confirmed, and spools what the endpoint does not take.
 
-    A batch the exporter rejects (after the OTLP exporter's own retries) is written to the
-    spool, a local OTLP-JSON file, when one is configured: nothing is lost while the
-    collector is down, and ``otel-valgen resend`` replays it later. Never raises.
+    Two states. *Up*: batches go to the endpoint. *Away* (a delivery failed, or the caller
+    stopped waiting for one): batches go straight to the spool, a local OTLP-JSON file, so
+    no call waits for the endpoint; the courier (``_courier``) sends the spool in the
+    background, in order, and puts the exporter back up once the spool is empty and the
+    endpoint answers in time. One WARNING when it goes away, one INFO when it is back.
+    Without a spool, batches keep going to the endpoint while away (in the SDK's worker
+    thread) and what it refuses is counted as failed. Never raises.
     """
 
     def __init__(
@@ -48,24 +90,137 @@ class CountingExporter(LogRecordExporter):
         inner: LogRecordExporter,
         stats: _stats.Stats,
         description: str,
-        spool: Callable[[], tuple[LogRecordExporter, str]] | None = None,
+        spool: Callable[[], Spool] | None = None,
         capacity: int = 2048,
+        answer_within_s: float = 2.0,
     ) -> None:
         self._inner = inner
+        self.answer_within_s = max(answer_within_s, MIN_ANSWER_WAIT_S)
         self._stats = stats
         self.description = description
         self._spool_factory = spool
-        self._spool: LogRecordExporter | None = None
+        self._spool: Spool | None = None
         self._spool_lock = threading.Lock()
         self._queued = 0
         self.capacity = capacity
+        self.courier: Courier | None = None
+        self._state_lock = threading.Lock()
+        self._away_since: float | None = None
+        self._spooled_in_outage = 0
+        self._inflight = 0  # exports to the endpoint running now
 
-    def _spool_exporter(self) -> LogRecordExporter | None:
+    # -- state ------------------------------------------------------------------------
+
+    @property
+    def away(self) -> bool:
+        """True while records go to the spool instead of the endpoint."""
+        return self._away_since is not None
+
+    def waits_for_endpoint(self) -> bool:
+        """Whether a flush may wait: the endpoint is up, or away and only the (fast) spool is written."""
+        return not self.away or self._spool_factory is not None
+
+    def exporting(self) -> bool:
+        """Whether a delivery to the endpoint is running now."""
+        return self._inflight > 0
+
+    def go_away(self, reason: str) -> None:
+        """Stop sending to the endpoint: warn once, spool from now on, let the courier find its return."""
+        with self._state_lock:
+            if self._away_since is not None:
+                return
+            self._away_since = time.monotonic()
+            self._spooled_in_outage = 0
+        self._stats.add(_stats.ENDPOINT_OUTAGES)
+        if self._spool_factory is None:
+            _logger.warning(
+                "otel_valgen: %s is not answering (%s); the spool is off (OTEL_VALGEN_SPOOL=false), so what it "
+                "does not take is counted as lost; training does not wait for it",
+                self.description,
+                reason,
+            )
+            return
+        spool = self._spool_file()
+        _logger.warning(
+            "otel_valgen: %s is not answering (%s); records go to the spool %s and are sent by themselves when it "
+            "is back; training does not wait for it",
+            self.description,
+            reason,
+            spool.path if spool is not None else "(unavailable)",
+        )
+        if self.courier is not None:
+            self.courier.start(away=True)
+
+    def resume(self) -> bool:
+        """Back to the endpoint, if every spooled line was sent (checked under the spool's lock)."""
+        spool = self._spool
+        with self._spool_lock:
+            if spool is not None:
+                with spool.lock:
+                    if read_offset(spool.path) < spool.size():
+                        return False
+                    return self._back()
+            return self._back()
+
+    def _back(self) -> bool:
+        with self._state_lock:
+            since, self._away_since = self._away_since, None
+            resent = self._spooled_in_outage
+        if since is not None:
+            _logger.info(
+                "otel_valgen: %s answers again after %.1fs; %d spooled record(s) were sent",
+                self.description,
+                time.monotonic() - since,
+                resent,
+            )
+        return True
+
+    def spool_path(self) -> Path | None:
+        """The spool file of this process, once opened."""
+        spool = self._spool
+        return spool.path if spool is not None else None
+
+    def spool_waiting(self) -> int:
+        """Records in the spools (this process's and claimed orphans') not yet delivered."""
+        orphans = self.courier.orphans_waiting if self.courier is not None else 0
+        own = self._stats.get(_stats.RECORDS_SPOOLED) - self._stats.get(_stats.RECORDS_RESENT) + orphans
+        return max(0, own)
+
+    # -- spool ------------------------------------------------------------------------
+
+    def _spool_file(self) -> Spool | None:
         with self._spool_lock:
             if self._spool is None and self._spool_factory is not None:
-                self._spool, where = self._spool_factory()
-                _logger.warning("otel_valgen: %s did not accept records; spooling them to %s", self.description, where)
+                try:
+                    self._spool = self._spool_factory()
+                except OSError as error:
+                    self._spool_factory = None
+                    _logger.error(
+                        "otel_valgen: cannot open the spool: %s; undelivered records are counted as lost", error
+                    )
             return self._spool
+
+    def _to_spool(self, batch: Sequence[ReadableLogRecord], why: str) -> bool:
+        spool = self._spool_file()
+        if spool is None:
+            return False
+        if spool.append(batch):
+            self._stats.add(_stats.RECORDS_SPOOLED, len(batch))
+            with self._state_lock:
+                self._spooled_in_outage += len(batch)
+            return True
+        if spool.size() >= spool.max_bytes:
+            self._stats.add(_stats.DROP_PREFIX + "spool_full", len(batch))
+            self._stats.warn(
+                "spool_full",
+                "the spool %s is full (%d bytes, OTEL_VALGEN_SPOOL_MAX_MB); %d %s record(s) lost: raise the bound, "
+                "free the disk, or bring the endpoint back",
+                spool.path,
+                spool.max_bytes,
+                len(batch),
+                why,
+            )
+        return False
 
     def enqueue(self) -> bool:
         """Count one record into the SDK's queue; False if the queue is already full."""
@@ -77,38 +232,75 @@ class CountingExporter(LogRecordExporter):
 
     def divert(self, record: ReadableLogRecord) -> None:
         """Take a record the full SDK queue would drop: spool it, or count it as lost."""
-        spool = self._spool_exporter()
-        if spool is not None and _safe_export(spool, [record], "spool", self._stats):
-            self._stats.add(_stats.RECORDS_SPOOLED)
+        if self._to_spool([record], "queued"):
             self._stats.warn("queue_full_spooled", "the SDK queue (%d) is full; record spooled", self.capacity)
             return
         self._stats.add(_stats.RECORDS_EXPORT_FAILED)
         self._stats.add(_stats.DROP_PREFIX + "queue_full")
         self._stats.warn("queue_full", "the SDK queue (%d) is full; record lost", self.capacity)
 
+    # -- the SDK's exporter interface --------------------------------------------------
+
+    def _deliver(self, batch: Sequence[ReadableLogRecord]) -> bool | None:
+        """Export to the endpoint in a thread of its own; None when it did not answer in time.
+
+        The call goes on after we stop waiting (its retries end at the SDK's deadline); the
+        batch is spooled meanwhile, so a late success delivers it twice, which the collector
+        and the trackers' ledgers take once.
+        """
+        outcome: list[bool] = []
+        answered = threading.Event()
+
+        def call() -> None:
+            with self._state_lock:
+                self._inflight += 1
+            try:
+                outcome.append(_safe_export(self._inner, batch, self.description, self._stats))
+            finally:
+                with self._state_lock:
+                    self._inflight -= 1
+                answered.set()
+
+        threading.Thread(target=call, name="otel-valgen-export", daemon=True).start()
+        return outcome[0] if answered.wait(self.answer_within_s) else None
+
     def export(self, batch: Sequence[ReadableLogRecord]) -> LogRecordExportResult:
         with self._spool_lock:
             self._queued = max(0, self._queued - len(batch))
-        if _safe_export(self._inner, batch, self.description, self._stats):
-            self._stats.add(_stats.RECORDS_EXPORTED, len(batch))
+        if self.away and self._to_spool(batch, "spooled"):
             return LogRecordExportResult.SUCCESS
-        spool = self._spool_exporter()
-        if spool is not None and _safe_export(spool, batch, "spool", self._stats):
-            self._stats.add(_stats.RECORDS_SPOOLED, len(batch))
-            self._stats.warn("spooled", "%d record(s) not accepted by %s were spooled", len(batch), self.description)
+        delivered = self._deliver(batch)
+        if delivered:
+            self._stats.add(_stats.RECORDS_EXPORTED, len(batch))
+            if self.away and self._spool_factory is None:
+                self._back()
+            return LogRecordExportResult.SUCCESS
+        self.go_away("a delivery failed" if delivered is False else f"no answer within {self.answer_within_s:g}s")
+        if self._to_spool(batch, "spooled"):
             return LogRecordExportResult.SUCCESS
         self._stats.add(_stats.RECORDS_EXPORT_FAILED, len(batch))
         self._stats.warn("export_failed", "%d record(s) could not be exported to %s", len(batch), self.description)
         return LogRecordExportResult.FAILURE
 
     def shutdown(self) -> None:
-        for exporter in (self._inner, self._spool):
-            if exporter is None:
-                continue
-            try:
-                exporter.shutdown()  # type: ignore[no-untyped-call]
-            except Exception:
-                _logger.exception("otel_valgen: exporter %s failed to shut down", self.description)
+        if self.courier is not None:
+            self.courier.stop()
+        waiting = self.spool_waiting()
+        spool = self._spool
+        if spool is not None:
+            if waiting:
+                _logger.warning(
+                    "otel_valgen: %d record(s) wait in the spool %s: the next process of this run sends them when it "
+                    "starts, or run `otel-valgen resend %s`",
+                    waiting,
+                    spool.path,
+                    spool.path.parent,
+                )
+            spool.close()
+        try:
+            self._inner.shutdown()  # type: ignore[no-untyped-call]
+        except Exception:
+            _logger.exception("otel_valgen: exporter %s failed to shut down", self.description)
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         try:

@@ -27,9 +27,11 @@ from opentelemetry.sdk._logs.export import (
 from opentelemetry.sdk.resources import Resource
 
 from otel_valgen import _stats, contract
-from otel_valgen._delivery import CountingExporter, QueueGuard
+from otel_valgen._courier import Courier, sender_for
+from otel_valgen._delivery import CountingExporter, QueueGuard, quiet_sdk_delivery_lines
 from otel_valgen._env import env_int
 from otel_valgen._settings import Settings
+from otel_valgen._spool import Spool, claim_orphans
 
 _logger = logging.getLogger("otel_valgen")
 
@@ -156,14 +158,20 @@ class Pipeline:
             inner, description = exporter, f"custom {type(exporter).__name__}"
         elif settings.endpoint:
             inner, description = _otlp_exporter(settings)
+            quiet_sdk_delivery_lines()
         else:
             inner, description = _file_exporter(settings.directory, self.instance_id)
+        spool_dir = Path(settings.directory) / "spool"
         spool = None
         if settings.endpoint and settings.spool and exporter is None:
-            spool_dir = os.path.join(settings.directory, "spool")
-            spool = functools.partial(_file_exporter, spool_dir, self.instance_id)
+            path = sink_path(str(spool_dir), self.instance_id)
+            spool = functools.partial(Spool, path, settings.spool_max_mb * 1024 * 1024)
         batching = batch_settings()
-        self.exporter = CountingExporter(inner, stats, description, spool, batching.max_queue_size)
+        self.exporter = CountingExporter(
+            inner, stats, description, spool, batching.max_queue_size, settings.flush_timeout_s
+        )
+        if settings.endpoint and exporter is None:
+            self.exporter.courier = self._courier(settings, stats, spool_dir)
         self.resource = build_resource(settings, self.instance_id, resource_extra or {})
         self.provider = LoggerProvider(resource=self.resource, shutdown_on_exit=False)
         batch_processor = BatchLogRecordProcessor(
@@ -175,6 +183,25 @@ class Pipeline:
         self.provider.add_log_record_processor(QueueGuard(batch_processor, self.exporter))
         self.logger = self.provider.get_logger(contract.SCOPE_NAME)
         self._stats = stats
+
+    def _courier(self, settings: Settings, stats: _stats.Stats, spool_dir: Path) -> Courier | None:
+        """The courier of this pipeline's spool; started now when an ended process of the run left one."""
+        try:
+            courier = Courier(
+                sender_for(settings),
+                stats,
+                self.exporter.description,
+                settings.flush_timeout_s,
+                self.exporter.resume,
+                self.exporter.spool_path,
+                lambda: claim_orphans(spool_dir, settings.run_id, self.exporter.spool_path()),
+            )
+        except Exception as error:  # e.g. grpc missing: delivery works, the spool then waits for `resend`
+            stats.failed("starting the spool's courier", error)
+            return None
+        if settings.spool and any(spool_dir.glob("*.jsonl")):
+            courier.start(away=False)
+        return courier
 
     @property
     def description(self) -> str:
@@ -196,6 +223,9 @@ class Pipeline:
         worker.join(timeout_s)
         if worker.is_alive():
             self._stats.add(_stats.FLUSH_TIMEOUTS)
+            if self.exporter.exporting():  # the endpoint did not answer in time: stop waiting for it
+                self.exporter.go_away(f"no answer within {timeout_s:g}s")
+                return False
             self._stats.warn(
                 "flush_timeout",
                 "%s did not finish within %.1fs; records keep being sent in the background",
@@ -206,7 +236,13 @@ class Pipeline:
         return bool(outcome and outcome[0])
 
     def flush(self, timeout_s: float) -> bool:
-        """Export everything queued; wait at most ``timeout_s``. True when all was confirmed."""
+        """Export everything queued; wait at most ``timeout_s``. True when all was confirmed.
+
+        While the endpoint is away this waits only for the spool, never for the endpoint: not
+        at all while a delivery to it still runs (the SDK's worker holds the export then).
+        """
+        if not self.exporter.waits_for_endpoint():
+            return False
         return self._bounded("flush", timeout_s, lambda: self.provider.force_flush(int(timeout_s * 1000)))
 
     def shutdown(self, timeout_s: float) -> bool:

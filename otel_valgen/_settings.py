@@ -45,7 +45,8 @@ DEFAULT_SEED: Final = 42
 DEFAULT_DIR: Final = "./valgen-data"
 DEFAULT_SOURCE: Final = "main"
 DEFAULT_MAX_FIELD_BYTES: Final = 64 * 1024
-DEFAULT_FLUSH_TIMEOUT_S: Final = 10.0
+DEFAULT_FLUSH_TIMEOUT_S: Final = 2.0
+DEFAULT_SPOOL_MAX_MB: Final = 1024
 DEFAULT_PROGRESS_INTERVAL_S: Final = 5.0
 MIN_PROGRESS_INTERVAL_S: Final = 0.05
 
@@ -157,9 +158,10 @@ SETTINGS: Final[tuple[Setting, ...]] = (
     Setting(
         (env.OTEL_VALGEN_FLUSH_TIMEOUT,),
         "flush_timeout_s",
-        "`10`",
-        "Longest a step end, a block-less `log_generations` or a flush blocks the caller, seconds "
-        "(also the SIGTERM flush).",
+        "`2`",
+        "Longest a step end, a block-less call or a flush waits for the endpoint, seconds (also the SIGTERM "
+        "flush). Past it, or after a failed delivery, the endpoint counts as away: records go to the spool "
+        "and no call waits until it is back (docs/reliability.md).",
         read=env.env_float,
         default=DEFAULT_FLUSH_TIMEOUT_S,
     ),
@@ -213,10 +215,18 @@ SETTINGS: Final[tuple[Setting, ...]] = (
         (env.OTEL_VALGEN_SPOOL,),
         "spool",
         "`true`",
-        "Write records the collector did not accept (after the SDK's retries) to "
-        "`<OTEL_VALGEN_DIR>/spool`; replay with `otel-valgen resend`.",
+        "While the endpoint is away, write records to `<OTEL_VALGEN_DIR>/spool`; they are sent by "
+        "themselves when it is back (or by the run's next process, or `otel-valgen resend`).",
         read=env.env_bool,
         default=True,
+    ),
+    Setting(
+        (env.OTEL_VALGEN_SPOOL_MAX_MB,),
+        "spool_max_mb",
+        "`1024`",
+        "Largest spool file of one process, MiB; records that do not fit are counted in `dropped.spool_full`.",
+        read=_positive,
+        default=DEFAULT_SPOOL_MAX_MB,
     ),
     Setting(
         (env.OTEL_EXPORTER_OTLP_ENDPOINT,),
@@ -327,6 +337,7 @@ class Settings:
     max_field_bytes: int = DEFAULT_MAX_FIELD_BYTES
     flush_timeout_s: float = DEFAULT_FLUSH_TIMEOUT_S
     spool: bool = True
+    spool_max_mb: int = DEFAULT_SPOOL_MAX_MB
     launch_id: str = ""
     progress_interval_s: float = DEFAULT_PROGRESS_INTERVAL_S
     run_id_origin: str = "argument"
@@ -430,6 +441,7 @@ def resolve_settings(
     max_field_bytes: int | None = None,
     flush_timeout_s: float | None = None,
     spool: bool | None = None,
+    spool_max_mb: int | None = None,
     launch_id: str | None = None,
     progress_interval_s: float | None = None,
 ) -> Settings:
@@ -451,6 +463,7 @@ def resolve_settings(
         max_field_bytes=_argument_or_env("max_field_bytes", max_field_bytes, lambda v: v > 0),
         flush_timeout_s=_argument_or_env("flush_timeout_s", flush_timeout_s, lambda v: v >= 0),
         spool=bool(_argument_or_env("spool", spool, lambda v: True)),
+        spool_max_mb=_argument_or_env("spool_max_mb", spool_max_mb, lambda v: v > 0, warn=True),
         launch_id=resolved_launch_id,
         launch_id_origin=launch_origin,
         progress_interval_s=_resolve_progress_interval(progress_interval_s),

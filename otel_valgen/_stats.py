@@ -33,6 +33,10 @@ PROGRESS_RECORDS_EMITTED: Final = "progress_records_emitted"
 RECORDS_EXPORTED: Final = "records_exported"
 RECORDS_EXPORT_FAILED: Final = "records_export_failed"
 RECORDS_SPOOLED: Final = "records_spooled"
+RECORDS_RESENT: Final = "records_resent"  # spooled records the courier delivered (this process's and orphans')
+ENDPOINT_OUTAGES: Final = "endpoint_outages"  # times the endpoint went away (a failed or unanswered delivery)
+SPOOL_RECORDS_WAITING: Final = "spool_records_waiting"  # computed by stats(): spooled, not yet delivered
+ENDPOINT_AWAY: Final = "endpoint_away"  # computed by stats(): 1 while records go to the spool
 REPLACED_CHARS: Final = "replaced_chars"
 TRUNCATED_FIELDS: Final = "truncated_fields"
 INVALID_SCORES: Final = "invalid_scores"
@@ -111,6 +115,8 @@ class Stats:
             RECORDS_EXPORTED,
             RECORDS_EXPORT_FAILED,
             RECORDS_SPOOLED,
+            RECORDS_RESENT,
+            ENDPOINT_OUTAGES,
         ):
             counts.setdefault(name, 0)
         return dict(sorted(counts.items()))

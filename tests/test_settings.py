@@ -8,7 +8,7 @@ import types
 
 import pytest
 
-from otel_valgen._settings import DEFAULT_COUNT, resolve_settings
+from otel_valgen._settings import DEFAULT_COUNT, DEFAULT_FLUSH_TIMEOUT_S, resolve_settings
 
 
 def test_defaults() -> None:
@@ -40,7 +40,7 @@ def test_bad_environment_values_warn_and_fall_back(
     assert (settings.count, settings.presample, settings.flush_timeout_s, settings.protocol) == (
         64,
         False,
-        10.0,
+        DEFAULT_FLUSH_TIMEOUT_S,
         "http/protobuf",
     )
     for name in ("OTEL_VALGEN_COUNT", "OTEL_VALGEN_PRESAMPLE", "OTEL_VALGEN_FLUSH_TIMEOUT", "carrier-pigeon"):

@@ -19,7 +19,6 @@ from __future__ import annotations
 import email.utils
 import gzip
 import json
-import os
 import random
 import time
 import zlib
@@ -29,6 +28,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import requests
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 
 from otel_valgen._env import OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_EXPORTER_OTLP_LOGS_ENDPOINT, OTEL_EXPORTER_OTLP_PROTOCOL
 from otel_valgen._otlp_settings import (
@@ -38,9 +38,10 @@ from otel_valgen._otlp_settings import (
     resolve_protocol,
     resolve_transport,
 )
+from otel_valgen._spool import complete_lines, progress_path, read_offset, write_offset
 from otel_valgen.otlp_json import from_otlp_json, to_otlp_json
 
-__all__ = ["ResendResult", "Target", "resend_paths", "resolve_target"]
+__all__ = ["PostOutcome", "ResendResult", "Target", "post_once", "progress_path", "resend_paths", "resolve_target"]
 
 _RETRYABLE = {429, 502, 503, 504}
 _ATTEMPTS = 5
@@ -113,62 +114,75 @@ def _body(request_bytes: bytes, transport: OtlpTransport) -> tuple[bytes, dict[s
     return request_bytes, {}
 
 
-def _post(session: requests.Session, target: Target, payload: bytes) -> str | None:
-    """POST with retries; None when accepted, else why not."""
+@dataclass(frozen=True)
+class PostOutcome:
+    """One POST's answer: accepted, or why not, whether waiting can help, and how long the server asked."""
+
+    failure: str | None = None
+    retryable: bool = False
+    retry_after_s: float | None = None
+    status: int | None = None
+
+
+def post_once(session: requests.Session, target: Target, payload: bytes) -> PostOutcome:
+    """POST one request once (no retries)."""
     transport = target.transport
     body, encoding = _body(payload, transport)
     headers = {"Content-Type": _CONTENT_TYPES[target.protocol], **encoding, **transport.headers}
     client_cert = transport.client_certificate_file
     cert = (client_cert, transport.client_key_file) if client_cert and transport.client_key_file else client_cert
+    try:
+        response = session.post(
+            target.url,
+            data=body,
+            headers=headers,
+            timeout=transport.timeout_s or None,  # 0: no limit
+            verify=transport.certificate_file or True,
+            cert=cert,
+        )
+    except requests.exceptions.SSLError as error:  # a certificate does not become trusted by waiting
+        return PostOutcome(f"SSLError: {error}")
+    except requests.RequestException as error:
+        return PostOutcome(type(error).__name__, retryable=True)
+    if response.status_code == 200:
+        return PostOutcome()
+    asked = retry_after_s(response.headers.get("Retry-After"))
+    status = response.status_code
+    return PostOutcome(f"HTTP {status}", status in _RETRYABLE, asked, status)
+
+
+def _post(session: requests.Session, target: Target, payload: bytes) -> str | None:
+    """POST with retries; None when accepted, else why not."""
     backoff = _FIRST_BACKOFF_S
-    outcome = ""
+    outcome = PostOutcome()
     for attempt in range(1, _ATTEMPTS + 1):
         wait = backoff * (0.5 + random.random() / 2)  # exponential backoff with jitter
-        try:
-            response = session.post(
-                target.url,
-                data=body,
-                headers=headers,
-                timeout=transport.timeout_s or None,  # 0: no limit
-                verify=transport.certificate_file or True,
-                cert=cert,
-            )
-        except requests.exceptions.SSLError as error:  # a certificate does not become trusted by waiting
-            return f"SSLError: {error}"
-        except requests.RequestException as error:
-            outcome = f"{type(error).__name__}"
-        else:
-            if response.status_code == 200:
-                return None
-            outcome = f"HTTP {response.status_code}"
-            if response.status_code not in _RETRYABLE:
-                return outcome
-            asked = retry_after_s(response.headers.get("Retry-After"))
-            if asked is not None and asked > MAX_RETRY_AFTER_S:
-                return f"{outcome}, Retry-After {asked:.0f}s: run resend again later"
-            wait = asked if asked is not None else wait
+        outcome = post_once(session, target, payload)
+        if outcome.failure is None or not outcome.retryable:
+            return outcome.failure
+        asked = outcome.retry_after_s
+        if asked is not None and asked > MAX_RETRY_AFTER_S:
+            return f"{outcome.failure}, Retry-After {asked:.0f}s: run resend again later"
+        wait = asked if asked is not None else wait
         if attempt < _ATTEMPTS:
             time.sleep(wait)
             backoff *= 2
-    return f"{outcome} after {_ATTEMPTS} attempts"
+    return f"{outcome.failure} after {_ATTEMPTS} attempts"
 
 
-def progress_path(path: Path) -> Path:
-    """Where the replay progress of ``path`` is kept."""
-    return path.with_name(path.name + ".resent")
+def request_of(raw: bytes) -> ExportLogsServiceRequest:
+    """The export request of one OTLP-JSON line. Raises ValueError or TypeError when it does not parse."""
+    return from_otlp_json(json.loads(raw.decode("utf-8", "replace")))
 
 
-def _read_offset(path: Path) -> int:
-    try:
-        return int(progress_path(path).read_text(encoding="ascii").strip() or 0)
-    except (OSError, ValueError):
-        return 0
+def payload_of(request: ExportLogsServiceRequest, protocol: str) -> bytes:
+    """The request's body for ``http/protobuf`` or ``http/json``."""
+    return json.dumps(to_otlp_json(request)).encode() if protocol == "http/json" else request.SerializeToString()
 
 
-def _write_offset(path: Path, offset: int) -> None:
-    temporary = progress_path(path).with_suffix(".tmp")
-    temporary.write_text(str(offset), encoding="ascii")
-    os.replace(temporary, progress_path(path))
+def record_count(request: ExportLogsServiceRequest) -> int:
+    """The log records in a request."""
+    return sum(len(scope.log_records) for rl in request.resource_logs for scope in rl.scope_logs)
 
 
 def resend_paths(paths: list[Path], target: Target, on_progress: Callable[[str], None]) -> ResendResult:
@@ -180,33 +194,21 @@ def resend_paths(paths: list[Path], target: Target, on_progress: Callable[[str],
     result = ResendResult()
     with requests.Session() as session:
         for path in paths:
-            offset = _read_offset(path)
-            with path.open("rb") as handle:
-                handle.seek(offset)
-                for raw in handle:
-                    if not raw.endswith(b"\n"):
+            offset = read_offset(path)
+            for end, raw in complete_lines(path, offset):
+                if raw.strip():
+                    try:
+                        request = request_of(raw)
+                    except (ValueError, TypeError) as error:
+                        result.failures.append(f"{path}@{offset}: {error}")
                         break
-                    where = f"{path}@{offset}"
-                    if raw.strip():
-                        try:
-                            request = from_otlp_json(json.loads(raw.decode("utf-8", "replace")))
-                        except (ValueError, TypeError) as error:
-                            result.failures.append(f"{where}: {error}")
-                            break
-                        payload = (
-                            json.dumps(to_otlp_json(request)).encode()
-                            if target.protocol == "http/json"
-                            else request.SerializeToString()
-                        )
-                        failure = _post(session, target, payload)
-                        if failure:
-                            result.failures.append(f"{where}: {failure}")
-                            break
-                        result.lines_sent += 1
-                        result.records_sent += sum(
-                            len(scope.log_records) for rl in request.resource_logs for scope in rl.scope_logs
-                        )
-                    offset += len(raw)
-                    _write_offset(path, offset)
+                    failure = _post(session, target, payload_of(request, target.protocol))
+                    if failure:
+                        result.failures.append(f"{path}@{offset}: {failure}")
+                        break
+                    result.lines_sent += 1
+                    result.records_sent += record_count(request)
+                offset = end
+                write_offset(path, offset)
             on_progress(f"{path}: replayed up to byte {offset}")
     return result

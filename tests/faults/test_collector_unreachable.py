@@ -1,8 +1,9 @@
 """User story: the collector is unreachable for the whole training job.
 
-The job must never be blocked longer than ``OTEL_VALGEN_FLUSH_TIMEOUT`` per step end, never
-see an exception, and find every record accounted for in ``vg.stats()``: spooled to local
-files (spool on, replayable with ``otel-valgen resend``) or counted as failed (spool off).
+The job waits at most ``OTEL_VALGEN_FLUSH_TIMEOUT`` once, at the first step end; from then
+on the endpoint counts as away and no step end waits for it. It never sees an exception and
+finds every record accounted for in ``vg.stats()``: spooled to local files (spool on, sent by
+the courier once the endpoint is back) or counted as failed (spool off).
 No collector binary is needed: nothing listens on the endpoint.
 """
 
@@ -52,10 +53,10 @@ def _job() -> tuple[list[float], list[bool | None]]:
     ids=["http-spool-presampled", "grpc-no-spool-presampled", "http-spool-all-records"],
 )
 @pytest.mark.timeout(60)
-def test_unreachable_collector_never_blocks_past_the_flush_timeout_and_every_record_is_accounted(
+def test_unreachable_collector_is_waited_for_once_and_every_record_is_accounted(
     protocol: str, spool: bool, presample: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Each step end blocks <= flush timeout, nothing raises, and spooled + failed = every record handed over."""
+    """The first step end waits <= flush timeout, later ones do not wait; spooled + failed = every record."""
     # The SDK retries longer than the caller may wait, whatever its jitter: within 4 s it retries
     # after 0.8-1.2 s and again after 1.6-2.4 s more, so an export takes at least 2.4 s, more than
     # the 1 s flush timeout. (With 3 s it could give up after the first retry, at 0.8 s: then a
@@ -73,7 +74,10 @@ def test_unreachable_collector_never_blocks_past_the_flush_timeout_and_every_rec
     )
     blocked, confirmed = _job()
     assert confirmed == [False] * STEPS  # no step end claims a delivery that did not happen
-    assert max(blocked) <= FLUSH_TIMEOUT_S + SLACK_S, blocked
+    assert blocked[0] <= FLUSH_TIMEOUT_S + SLACK_S, blocked
+    # Away from the first failure on: no wait for the endpoint (the spool write, if any, is milliseconds;
+    # the figures are in bench/endpoint_failures_bench.py).
+    assert max(blocked[1:]) < FLUSH_TIMEOUT_S / 2, blocked
     started = time.monotonic()
     vg.shutdown()  # also bounded by the flush timeout
     assert time.monotonic() - started <= FLUSH_TIMEOUT_S + SLACK_S
@@ -91,7 +95,7 @@ def test_unreachable_collector_never_blocks_past_the_flush_timeout_and_every_rec
     assert stats["records_exported"] == 0
     assert stats["records_unconfirmed"] == 0
     assert stats["records_spooled"] + stats["records_export_failed"] == handed
-    assert stats.get("flush_timeouts", 0) >= STEPS, stats  # every step end gave up waiting, and says so
+    assert stats["endpoint_outages"] == 1, stats  # one outage: waited for once, then spooled
     assert stats.get("internal_errors", 0) == 0
 
     spooled = [r for path in sorted((tmp_path / "sink" / "spool").glob("*.jsonl")) for r in file_records(path)]
