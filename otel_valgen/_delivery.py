@@ -200,26 +200,29 @@ class CountingExporter(LogRecordExporter):
                     )
             return self._spool
 
-    def _to_spool(self, batch: Sequence[ReadableLogRecord], why: str) -> bool:
+    def _to_spool(self, batch: Sequence[ReadableLogRecord]) -> bool | None:
+        """Spool ``batch``: True when written, False when lost (full, failed write: counted), None: no spool."""
         spool = self._spool_file()
         if spool is None:
-            return False
+            return None
         if spool.append(batch):
             self._stats.add(_stats.RECORDS_SPOOLED, len(batch))
             with self._state_lock:
                 self._spooled_in_outage += len(batch)
             return True
-        if spool.size() >= spool.max_bytes:
-            self._stats.add(_stats.DROP_PREFIX + "spool_full", len(batch))
-            self._stats.warn(
-                "spool_full",
-                "the spool %s is full (%d bytes, OTEL_VALGEN_SPOOL_MAX_MB); %d %s record(s) lost: raise the bound, "
-                "free the disk, or bring the endpoint back",
-                spool.path,
-                spool.max_bytes,
-                len(batch),
-                why,
-            )
+        reason = "spool_full" if spool.size() >= spool.max_bytes else "spool_write_failed"
+        self._stats.add(_stats.RECORDS_EXPORT_FAILED, len(batch))
+        self._stats.add(_stats.DROP_PREFIX + reason, len(batch))
+        self._stats.warn(
+            reason,
+            "%d record(s) lost: the spool %s %s",
+            len(batch),
+            spool.path,
+            f"is full ({spool.max_bytes} bytes): raise OTEL_VALGEN_SPOOL_MAX_MB, free the disk, or bring the "
+            "endpoint back"
+            if reason == "spool_full"
+            else "could not be written (see the error above)",
+        )
         return False
 
     def enqueue(self) -> bool:
@@ -232,8 +235,10 @@ class CountingExporter(LogRecordExporter):
 
     def divert(self, record: ReadableLogRecord) -> None:
         """Take a record the full SDK queue would drop: spool it, or count it as lost."""
-        if self._to_spool([record], "queued"):
+        spooled = self._to_spool([record])
+        if spooled:
             self._stats.warn("queue_full_spooled", "the SDK queue (%d) is full; record spooled", self.capacity)
+        if spooled is not None:
             return
         self._stats.add(_stats.RECORDS_EXPORT_FAILED)
         self._stats.add(_stats.DROP_PREFIX + "queue_full")
@@ -267,8 +272,10 @@ class CountingExporter(LogRecordExporter):
     def export(self, batch: Sequence[ReadableLogRecord]) -> LogRecordExportResult:
         with self._spool_lock:
             self._queued = max(0, self._queued - len(batch))
-        if self.away and self._to_spool(batch, "spooled"):
-            return LogRecordExportResult.SUCCESS
+        if self.away and self._spool_factory is not None:
+            spooled = self._to_spool(batch)
+            if spooled is not None:
+                return LogRecordExportResult.SUCCESS if spooled else LogRecordExportResult.FAILURE
         delivered = self._deliver(batch)
         if delivered:
             self._stats.add(_stats.RECORDS_EXPORTED, len(batch))
@@ -276,8 +283,9 @@ class CountingExporter(LogRecordExporter):
                 self._back()
             return LogRecordExportResult.SUCCESS
         self.go_away("a delivery failed" if delivered is False else f"no answer within {self.answer_within_s:g}s")
-        if self._to_spool(batch, "spooled"):
-            return LogRecordExportResult.SUCCESS
+        spooled = self._to_spool(batch)
+        if spooled is not None:
+            return LogRecordExportResult.SUCCESS if spooled else LogRecordExportResult.FAILURE
         self._stats.add(_stats.RECORDS_EXPORT_FAILED, len(batch))
         self._stats.warn("export_failed", "%d record(s) could not be exported to %s", len(batch), self.description)
         return LogRecordExportResult.FAILURE

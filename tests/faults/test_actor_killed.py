@@ -88,8 +88,11 @@ def cluster(collectors: Collectors, wandb_stand_in: StandIn, loki_stand_in: Stan
 
 
 def _started(count: int) -> list[Any]:
-    """Validators whose worker processes are up: on a loaded machine one worker can start
-    seconds after another, longer than the scaled-down max_step_duration a step waits."""
+    """Validators whose worker processes are up.
+
+    On a loaded machine one worker can start seconds after another, longer than the
+    scaled-down max_step_duration a step waits.
+    """
     actors = [Validator.remote() for _ in range(count)]
     ray.get([actor.ready.remote() for actor in actors])
     return actors
