@@ -22,8 +22,8 @@ import requests
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 
 from otel_valgen import _spool, _stats
+from otel_valgen._otlp_post import PostOutcome, Target, payload_of, post_once, record_count, request_of
 from otel_valgen._settings import Settings
-from otel_valgen.tools.resend import PostOutcome, Target, payload_of, post_once, record_count, request_of
 
 _logger = logging.getLogger("otel_valgen")
 

@@ -16,39 +16,38 @@ again later: only the lines added since are sent, none twice.
 
 from __future__ import annotations
 
-import email.utils
-import gzip
-import json
 import random
 import time
-import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 
 import requests
-from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 
 from otel_valgen._env import OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_EXPORTER_OTLP_LOGS_ENDPOINT, OTEL_EXPORTER_OTLP_PROTOCOL
+from otel_valgen._otlp_post import (
+    PostOutcome,
+    Target,
+    payload_of,
+    post_once,
+    record_count,
+    request_of,
+    retry_after_s,
+)
 from otel_valgen._otlp_settings import (
     DEFAULT_PROTOCOL,
-    OtlpTransport,
     resolve_endpoint,
     resolve_protocol,
     resolve_transport,
 )
 from otel_valgen._spool import complete_lines, progress_path, read_offset, write_offset
-from otel_valgen.otlp_json import from_otlp_json, to_otlp_json
 
-__all__ = ["PostOutcome", "ResendResult", "Target", "post_once", "progress_path", "resend_paths", "resolve_target"]
+__all__ = ["PostOutcome", "ResendResult", "Target", "progress_path", "resend_paths", "resolve_target", "retry_after_s"]
 
-_RETRYABLE = {429, 502, 503, 504}
 _ATTEMPTS = 5
 _FIRST_BACKOFF_S = 0.5
 MAX_RETRY_AFTER_S = 60.0
 """A longer ``Retry-After`` stops the replay (progress is kept) instead of blocking the command."""
-_CONTENT_TYPES = {"http/protobuf": "application/x-protobuf", "http/json": "application/json"}
 
 
 @dataclass
@@ -58,15 +57,6 @@ class ResendResult:
     records_sent: int = 0
     lines_sent: int = 0
     failures: list[str] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class Target:
-    """Where and how a replay sends: the logs URL, ``http/protobuf`` or ``http/json``, the transport."""
-
-    url: str
-    protocol: str
-    transport: OtlpTransport
 
 
 def resolve_target(endpoint: str | None = None) -> Target:
@@ -92,65 +82,6 @@ def resolve_target(endpoint: str | None = None) -> Target:
     return Target(url, protocol, resolve_transport())
 
 
-def retry_after_s(value: str | None) -> float | None:
-    """Seconds to wait from a ``Retry-After`` value (delay seconds or an HTTP date); None if absent or bad."""
-    raw = (value or "").strip()
-    if raw.isdigit():
-        return float(raw)
-    try:
-        when = email.utils.parsedate_to_datetime(raw)
-    except (TypeError, ValueError, IndexError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return max(0.0, (when - datetime.now(UTC)).total_seconds())
-
-
-def _body(request_bytes: bytes, transport: OtlpTransport) -> tuple[bytes, dict[str, str]]:
-    if transport.compression == "gzip":
-        return gzip.compress(request_bytes), {"Content-Encoding": "gzip"}
-    if transport.compression == "deflate":
-        return zlib.compress(request_bytes), {"Content-Encoding": "deflate"}
-    return request_bytes, {}
-
-
-@dataclass(frozen=True)
-class PostOutcome:
-    """One POST's answer: accepted, or why not, whether waiting can help, and how long the server asked."""
-
-    failure: str | None = None
-    retryable: bool = False
-    retry_after_s: float | None = None
-    status: int | None = None
-
-
-def post_once(session: requests.Session, target: Target, payload: bytes) -> PostOutcome:
-    """POST one request once (no retries)."""
-    transport = target.transport
-    body, encoding = _body(payload, transport)
-    headers = {"Content-Type": _CONTENT_TYPES[target.protocol], **encoding, **transport.headers}
-    client_cert = transport.client_certificate_file
-    cert = (client_cert, transport.client_key_file) if client_cert and transport.client_key_file else client_cert
-    try:
-        response = session.post(
-            target.url,
-            data=body,
-            headers=headers,
-            timeout=transport.timeout_s or None,  # 0: no limit
-            verify=transport.certificate_file or True,
-            cert=cert,
-        )
-    except requests.exceptions.SSLError as error:  # a certificate does not become trusted by waiting
-        return PostOutcome(f"SSLError: {error}")
-    except requests.RequestException as error:
-        return PostOutcome(type(error).__name__, retryable=True)
-    if response.status_code == 200:
-        return PostOutcome()
-    asked = retry_after_s(response.headers.get("Retry-After"))
-    status = response.status_code
-    return PostOutcome(f"HTTP {status}", status in _RETRYABLE, asked, status)
-
-
 def _post(session: requests.Session, target: Target, payload: bytes) -> str | None:
     """POST with retries; None when accepted, else why not."""
     backoff = _FIRST_BACKOFF_S
@@ -168,21 +99,6 @@ def _post(session: requests.Session, target: Target, payload: bytes) -> str | No
             time.sleep(wait)
             backoff *= 2
     return f"{outcome.failure} after {_ATTEMPTS} attempts"
-
-
-def request_of(raw: bytes) -> ExportLogsServiceRequest:
-    """The export request of one OTLP-JSON line. Raises ValueError or TypeError when it does not parse."""
-    return from_otlp_json(json.loads(raw.decode("utf-8", "replace")))
-
-
-def payload_of(request: ExportLogsServiceRequest, protocol: str) -> bytes:
-    """The request's body for ``http/protobuf`` or ``http/json``."""
-    return json.dumps(to_otlp_json(request)).encode() if protocol == "http/json" else request.SerializeToString()
-
-
-def record_count(request: ExportLogsServiceRequest) -> int:
-    """The log records in a request."""
-    return sum(len(scope.log_records) for rl in request.resource_logs for scope in rl.scope_logs)
 
 
 def resend_paths(paths: list[Path], target: Target, on_progress: Callable[[str], None]) -> ResendResult:
