@@ -115,6 +115,7 @@ class Courier:
         resume: Callable[[], bool],
         own: Callable[[], Path | None],
         orphans: Callable[[], list[_spool.Orphan]],
+        on_sent: Callable[[], None] = lambda: None,
     ) -> None:
         self._sender = sender
         self._stats = stats
@@ -123,6 +124,7 @@ class Courier:
         self._resume = resume
         self._own = own
         self._claim = orphans
+        self._on_sent = on_sent
         self._orphans: list[_spool.Orphan] = []
         self._away = False
         self._wake = threading.Event()
@@ -161,6 +163,7 @@ class Courier:
     def _run(self) -> None:
         with self._lock:
             self._orphans = self._claim()
+        self._on_sent()
         backoff = FIRST_BACKOFF_S
         while not self._stop.is_set():
             try:
@@ -250,5 +253,6 @@ class Courier:
                     if orphan is not None:
                         with self._lock:
                             orphan.waiting = max(0, orphan.waiting - records)
+                    self._on_sent()
             _spool.write_offset(path, end)
         return True, healthy, None

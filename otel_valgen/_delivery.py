@@ -108,6 +108,7 @@ class CountingExporter(LogRecordExporter):
         self._away_since: float | None = None
         self._spooled_in_outage = 0
         self._inflight = 0  # exports to the endpoint running now
+        self.on_waiting: Callable[[int], None] | None = None  # told the spool's waiting records on change
 
     # -- state ------------------------------------------------------------------------
 
@@ -175,6 +176,16 @@ class CountingExporter(LogRecordExporter):
             )
         return True
 
+    def report_waiting(self) -> None:
+        """Tell ``on_waiting`` how many records wait in the spool (a metrics hook must never break delivery)."""
+        if self.on_waiting is None:
+            return
+        try:
+            self.on_waiting(self.spool_waiting())
+        except Exception as error:
+            self.on_waiting = None
+            self._stats.failed("reporting the spool's size", error)
+
     def spool_path(self) -> Path | None:
         """The spool file of this process, once opened."""
         spool = self._spool
@@ -209,6 +220,7 @@ class CountingExporter(LogRecordExporter):
             self._stats.add(_stats.RECORDS_SPOOLED, len(batch))
             with self._state_lock:
                 self._spooled_in_outage += len(batch)
+            self.report_waiting()
             return True
         reason = "spool_full" if spool.size() >= spool.max_bytes else "spool_write_failed"
         self._stats.add(_stats.RECORDS_EXPORT_FAILED, len(batch))

@@ -134,6 +134,12 @@ def _file_exporter(directory: str, instance_id: str) -> tuple[LogRecordExporter,
         return _UnavailableExporter(), f"unavailable file {path}"
 
 
+def _report_to_ray(run_id: str, records: int) -> None:
+    from otel_valgen.ray import report_spool_waiting
+
+    report_spool_waiting(run_id, records)
+
+
 def build_resource(settings: Settings, instance_id: str, extra: dict[str, str]) -> Resource:
     """The process's resource: OTEL_RESOURCE_ATTRIBUTES/OTEL_SERVICE_NAME, then what we know."""
     detected = Resource.create({"service.instance.id": instance_id})
@@ -172,6 +178,7 @@ class Pipeline:
         )
         if settings.endpoint and exporter is None:
             self.exporter.courier = self._courier(settings, stats, spool_dir)
+            self.exporter.on_waiting = functools.partial(_report_to_ray, settings.run_id)
         self.resource = build_resource(settings, self.instance_id, resource_extra or {})
         self.provider = LoggerProvider(resource=self.resource, shutdown_on_exit=False)
         batch_processor = BatchLogRecordProcessor(
@@ -195,6 +202,7 @@ class Pipeline:
                 self.exporter.resume,
                 self.exporter.spool_path,
                 lambda: claim_orphans(spool_dir, settings.run_id, self.exporter.spool_path()),
+                self.exporter.report_waiting,
             )
         except Exception as error:  # e.g. grpc missing: delivery works, the spool then waits for `resend`
             stats.failed("starting the spool's courier", error)
