@@ -28,7 +28,7 @@ from otel_valgen._settings import Settings
 _logger = logging.getLogger("otel_valgen")
 
 FIRST_BACKOFF_S = 1.0
-MAX_BACKOFF_S = 30.0
+MAX_BACKOFF_S = 10.0  # a probe is one request: cheap enough to find a collector back within 10 s
 _REFUSED = {400, 413}  # the request itself is refused: sending it again cannot help
 
 
@@ -131,6 +131,7 @@ class Courier:
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
+        self.own_settled = 0  # records of the own spool sent or refused: no longer waiting
 
     @property
     def orphans_waiting(self) -> int:
@@ -237,8 +238,7 @@ class Courier:
                         _logger.debug("otel_valgen: %s still away: %s", self._description, outcome.failure)
                         return False, False, outcome.retry_after_s
                     records = record_count(request)
-                    if outcome.failure is not None:
-                        self._stats.add(_stats.RECORDS_EXPORT_FAILED, records)
+                    if outcome.failure is not None:  # counted once: spooled, then dropped for this reason
                         self._stats.add(_stats.DROP_PREFIX + "spool_refused", records)
                         self._stats.warn(
                             "spool_refused",
@@ -250,9 +250,11 @@ class Courier:
                     else:
                         self._stats.add(_stats.RECORDS_RESENT, records)
                     healthy = time.monotonic() - started <= self._healthy_s
-                    if orphan is not None:
-                        with self._lock:
+                    with self._lock:
+                        if orphan is not None:
                             orphan.waiting = max(0, orphan.waiting - records)
+                        else:
+                            self.own_settled += records
                     self._on_sent()
             _spool.write_offset(path, end)
         return True, healthy, None

@@ -107,6 +107,7 @@ class CountingExporter(LogRecordExporter):
         self._state_lock = threading.Lock()
         self._away_since: float | None = None
         self._spooled_in_outage = 0
+        self._spooled = 0  # records this exporter wrote to its spool
         self._inflight = 0  # exports to the endpoint running now
         self.on_waiting: Callable[[int], None] | None = None  # told the spool's waiting records on change
 
@@ -193,9 +194,9 @@ class CountingExporter(LogRecordExporter):
 
     def spool_waiting(self) -> int:
         """Records in the spools (this process's and claimed orphans') not yet delivered."""
-        orphans = self.courier.orphans_waiting if self.courier is not None else 0
-        own = self._stats.get(_stats.RECORDS_SPOOLED) - self._stats.get(_stats.RECORDS_RESENT) + orphans
-        return max(0, own)
+        if self.courier is None:
+            return self._spooled
+        return max(0, self._spooled - self.courier.own_settled) + self.courier.orphans_waiting
 
     # -- spool ------------------------------------------------------------------------
 
@@ -220,6 +221,7 @@ class CountingExporter(LogRecordExporter):
             self._stats.add(_stats.RECORDS_SPOOLED, len(batch))
             with self._state_lock:
                 self._spooled_in_outage += len(batch)
+                self._spooled += len(batch)
             self.report_waiting()
             return True
         reason = "spool_full" if spool.size() >= spool.max_bytes else "spool_write_failed"

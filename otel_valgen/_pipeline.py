@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypedDict
 
+import requests
 from opentelemetry.sdk._logs import LoggerProvider, ReadableLogRecord
 from opentelemetry.sdk._logs.export import (
     BatchLogRecordProcessor,
@@ -112,8 +113,27 @@ def _otlp_exporter(settings: Settings) -> tuple[LogRecordExporter, str]:
     from opentelemetry.exporter.otlp.proto.http import Compression
     from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter as HttpExporter
 
-    exporter = HttpExporter(**common, compression=Compression(transport.compression))
+    session = _CertificateFirstSession() if transport.certificate_file else None
+    exporter = HttpExporter(**common, compression=Compression(transport.compression), session=session)
     return exporter, f"OTLP/HTTP {endpoint}"
+
+
+class _CertificateFirstSession(requests.Session):
+    """A session whose ``verify`` (the SDK sets ``OTEL_EXPORTER_OTLP_CERTIFICATE`` there) wins.
+
+    ``requests`` lets ``REQUESTS_CA_BUNDLE`` / ``CURL_CA_BUNDLE`` replace a session's own
+    ``verify`` when a request does not pass one, as the SDK's exporter does not: a private CA
+    named for OTLP was then ignored on machines that set a bundle (while the courier, which
+    passes ``verify`` per request, got through; the endpoint flapped between up and away).
+    """
+
+    def merge_environment_settings(  # type: ignore[no-untyped-def]
+        self, url, proxies, stream, verify, cert
+    ) -> dict[str, object]:
+        settings = super().merge_environment_settings(url, proxies, stream, verify, cert)
+        if verify is None and isinstance(self.verify, str):
+            settings["verify"] = self.verify
+        return settings
 
 
 def sink_path(directory: str, instance_id: str) -> Path:
@@ -135,7 +155,7 @@ def _file_exporter(directory: str, instance_id: str) -> tuple[LogRecordExporter,
 
 
 def _report_to_ray(run_id: str, records: int) -> None:
-    from otel_valgen.ray import report_spool_waiting
+    from otel_valgen._ray_metric import report_spool_waiting
 
     report_spool_waiting(run_id, records)
 

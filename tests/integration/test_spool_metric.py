@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import pytest
 
 import otel_valgen as vg
-from otel_valgen.ray import SPOOL_METRIC
+from otel_valgen._ray_metric import SPOOL_METRIC
 from tests.e2e.harness import free_port, wait_for
 from tests.support.require import require_module
 

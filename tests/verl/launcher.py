@@ -204,6 +204,50 @@ def launch_local(
     return Launch(returncode, seconds, output, root, wandb_dir)
 
 
+@dataclass
+class Running:
+    """A launch started by ``start_local`` and not yet waited for: its process leads a session of its own."""
+
+    process: subprocess.Popen[bytes]
+    started: float
+    output: Path
+    root: Path
+    wandb_dir: Path
+
+    def finish(self, timeout_s: float) -> Launch:
+        """Wait for it to exit (its session is killed if it outlives ``timeout_s``); what it left."""
+        try:
+            returncode = self.process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            returncode = self.process.returncode
+        return Launch(returncode, time.monotonic() - self.started, self.output, self.root, self.wandb_dir)
+
+    def kill(self) -> None:
+        """SIGKILL its session (verl's driver and the local Ray cluster it started), if it still runs."""
+        if self.process.poll() is None:
+            with suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+
+
+def start_local(root: Path, overrides: list[str], env: dict[str, str], module: str = LAUNCHER) -> Running:
+    """``launch_local`` without waiting: the test acts while verl runs, then calls ``finish`` (or ``kill``)."""
+    wandb_dir = Path(env["WANDB_DIR"])
+    wandb_dir.mkdir(parents=True, exist_ok=True)
+    output = root / "launcher.log"
+    with output.open("wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", module, *overrides],
+            env=env,
+            cwd=root,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    return Running(process, time.monotonic(), output, root, wandb_dir)
+
+
 def launch_job(
     root: Path,
     head: RayCluster,
