@@ -45,8 +45,12 @@ def validate_share(step: int, batches: list[list[str]]) -> int:
 
 
 @pytest.fixture
-def collector(start_collector: StartCollector) -> Iterator[Collector]:
+def collector(start_collector: StartCollector, monkeypatch: pytest.MonkeyPatch) -> Iterator[Collector]:
     """The built collector (decision_wait 5 s) and a local Ray cluster whose workers send to it."""
+    # The story is workers ending right after calls that were confirmed: a collector starved for
+    # 2 s (the default) on a loaded 2-core machine would send a part to a spool that no later
+    # process of the run sends (docs/reliability.md, the endpoint away). Forwarded to the workers.
+    monkeypatch.setenv("OTEL_VALGEN_FLUSH_TIMEOUT", "10")
     running = start_collector(
         "collector",
         ["collector.yaml"],

@@ -68,8 +68,14 @@ class Validator:
 
 
 @pytest.fixture
-def cluster(collectors: Collectors, wandb_stand_in: StandIn, loki_stand_in: StandIn) -> Iterator[RunningCollector]:
+def cluster(
+    collectors: Collectors, wandb_stand_in: StandIn, loki_stand_in: StandIn, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[RunningCollector]:
     """The built collector and a local Ray cluster whose workers send to it."""
+    # Workers that exit right after their step ended rely on its confirmed flush; on a loaded
+    # machine the collector can take more than the default 2 s to answer (then the part would
+    # wait in a spool for the run's next process). Forwarded to the workers by runtime_env().
+    monkeypatch.setenv("OTEL_VALGEN_FLUSH_TIMEOUT", "10")
     collector = collectors.start(
         "c",
         {
