@@ -32,9 +32,8 @@ connection cannot hide the fault:
 7. tls: an https endpoint, the job trusting a CA of ours (``OTEL_EXPORTER_OTLP_CERTIFICATE``);
    during the fault the server presents a self-signed certificate the job does not trust
    (a botched certificate rotation); recovery presents the CA-signed one again.
-   ``REQUESTS_CA_BUNDLE`` and ``CURL_CA_BUNDLE`` are removed from this job's environment: requests
-   lets them override the SDK exporter's ``verify``, so with them set the job never trusts the
-   CA it was given, even when healthy (``--keep-ca-bundles`` keeps them, to see that).
+   ``REQUESTS_CA_BUNDLE`` / ``CURL_CA_BUNDLE`` stay as the machine has them: the library's
+   exporter trusts the OTLP certificate over them (before, it did not, and the endpoint flapped).
 8. collector-kill: the real collector (``build/otelcol-valgen``, ``collector.yaml``, launched by
    ``tests/e2e/harness.py`` with stand-ins for wandb and Loki, ``VALGEN_DECISION_WAIT=2s``) is
    SIGKILLed inside the first fault step's block (after the baseline reached its file output)
@@ -103,9 +102,6 @@ DNS_HOST: Final = "valgen-collector.invalid"
 PREFIX: Final = "@@bench "
 POLL_S: Final = 0.02
 CA_NAME: Final = "valgen bench CA"
-# requests lets these beat a Session's own ``verify``, so the SDK's OTLP/HTTP exporter would
-# ignore OTEL_EXPORTER_OTLP_CERTIFICATE while they are set (see --keep-ca-bundles).
-CA_BUNDLE_VARIABLES: Final = ("REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE")
 
 Identity = tuple[str, str, int, str, str, int]
 """A record: event name, kind, step, source, sample id, timestamp (ns)."""
@@ -1019,10 +1015,6 @@ def _run_endpoint_mode(mode: Mode, args: argparse.Namespace, home: Path, result:
     try:
         url = endpoint.url.replace("127.0.0.1", DNS_HOST) if mode.name == "dns" else endpoint.url
         env = _job_env(home, {"OTEL_EXPORTER_OTLP_CERTIFICATE": str(tls.ca_file)} if tls is not None else {})
-        if tls is not None and not args.keep_ca_bundles:
-            removed = [name for name in CA_BUNDLE_VARIABLES if env.pop(name, None) is not None]
-            if removed:
-                result.notes.append(f"{' and '.join(removed)} removed from the job's environment")
         controller = EndpointController(endpoint, fault, run_id, args.drain_timeout)
         child = Child(_child_argv(args, mode.name, run_id, url), env, home / "job.stderr")
         try:
@@ -1276,11 +1268,6 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--drain-timeout", type=float, default=60.0, help="longest wait for the drain, s (60)")
     parser.add_argument("--outage", type=float, default=30.0, help="mode 8: seconds until the restart (30)")
     parser.add_argument("--keep", action="store_true", help="keep the work folder (jobs' stderr, spools, collector)")
-    parser.add_argument(
-        "--keep-ca-bundles",
-        action="store_true",
-        help="mode 7: leave REQUESTS_CA_BUNDLE / CURL_CA_BUNDLE in the job's environment (removed by default)",
-    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--run-id", help=argparse.SUPPRESS)
     parser.add_argument("--endpoint", help=argparse.SUPPRESS)
