@@ -105,6 +105,9 @@ class CountingExporter(LogRecordExporter):
         self.capacity = capacity
         self.courier: Courier | None = None
         self._state_lock = threading.Lock()
+        # Held while a batch is spooled because the endpoint is away, and while the courier puts
+        # delivery back: no batch is appended after the courier found the spool sent.
+        self._handoff = threading.Lock()
         self._away_since: float | None = None
         self._spooled_in_outage = 0
         self._spooled = 0  # records this exporter wrote to its spool
@@ -155,13 +158,10 @@ class CountingExporter(LogRecordExporter):
 
     def resume(self) -> bool:
         """Back to the endpoint, if every spooled line was sent (checked under the spool's lock)."""
-        spool = self._spool
-        with self._spool_lock:
-            if spool is not None:
-                with spool.lock:
-                    if read_offset(spool.path) < spool.size():
-                        return False
-                    return self._back()
+        with self._handoff:
+            spool = self._spool
+            if spool is not None and read_offset(spool.path) < spool.size():
+                return False
             return self._back()
 
     def _back(self) -> bool:
@@ -252,6 +252,8 @@ class CountingExporter(LogRecordExporter):
         spooled = self._to_spool([record])
         if spooled:
             self._stats.warn("queue_full_spooled", "the SDK queue (%d) is full; record spooled", self.capacity)
+            if self.courier is not None:  # sent like an outage's records, then delivery goes on as it was
+                self.courier.start(away=True)
         if spooled is not None:
             return
         self._stats.add(_stats.RECORDS_EXPORT_FAILED)
@@ -286,8 +288,9 @@ class CountingExporter(LogRecordExporter):
     def export(self, batch: Sequence[ReadableLogRecord]) -> LogRecordExportResult:
         with self._spool_lock:
             self._queued = max(0, self._queued - len(batch))
-        if self.away and self._spool_factory is not None:
-            spooled = self._to_spool(batch)
+        if self._spool_factory is not None:
+            with self._handoff:
+                spooled = self._to_spool(batch) if self.away else None
             if spooled is not None:
                 return LogRecordExportResult.SUCCESS if spooled else LogRecordExportResult.FAILURE
         delivered = self._deliver(batch)
@@ -297,7 +300,11 @@ class CountingExporter(LogRecordExporter):
                 self._back()
             return LogRecordExportResult.SUCCESS
         self.go_away("a delivery failed" if delivered is False else f"no answer within {self.answer_within_s:g}s")
-        spooled = self._to_spool(batch)
+        with self._handoff:
+            spooled = self._to_spool(batch)
+            resumed_meanwhile = not self.away
+        if spooled and resumed_meanwhile and self.courier is not None:
+            self.courier.start(away=True)  # the courier found the endpoint back before this batch was spooled
         if spooled is not None:
             return LogRecordExportResult.SUCCESS if spooled else LogRecordExportResult.FAILURE
         self._stats.add(_stats.RECORDS_EXPORT_FAILED, len(batch))

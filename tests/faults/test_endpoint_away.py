@@ -10,20 +10,24 @@ process is sent by the next process of the same run, and only by that run's.
 
 from __future__ import annotations
 
+import gzip
 import logging
 import os
 import subprocess
 import sys
 import textwrap
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
 
 import otel_valgen as vg
 from otel_valgen import contract
 from otel_valgen.sampling import SortKey, bottom_k, sample_key
-from tests.e2e.harness import Record, StandIn, free_port, wait_for
+from tests.e2e.harness import Record, StandIn, free_port, records_of_request, wait_for
 from tests.e2e.steps import by_step
 from tests.faults.conftest import Collectors, file_records
 
@@ -222,3 +226,76 @@ def test_a_full_spool_counts_and_names_what_it_could_not_hold(
     warned = [r.getMessage() for r in caplog.records if "[spool_full #" in r.getMessage()]
     assert warned
     assert "OTEL_VALGEN_SPOOL_MAX_MB" in warned[0]
+
+
+class _FlappingEndpoint:
+    """An OTLP/HTTP endpoint that answers 503 while ``down`` and keeps every record it accepts."""
+
+    def __init__(self) -> None:
+        self.down = False
+        self.records: list[Record] = []
+        self._lock = threading.Lock()
+        endpoint = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                if endpoint.down:
+                    self.send_response(503)
+                else:
+                    if self.headers.get("Content-Encoding") == "gzip":
+                        body = gzip.decompress(body)
+                    request = logs_service_pb2.ExportLogsServiceRequest.FromString(body)
+                    with endpoint._lock:
+                        endpoint.records += records_of_request(request)
+                    self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, format: str, *args: object) -> None:
+                return None
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    def received(self) -> set[tuple[object, ...]]:
+        """Each record's identity: event, step, sample id."""
+        with self._lock:
+            return {(r.event, r.attributes[contract.STEP], r.attributes.get(contract.SAMPLE_ID)) for r in self.records}
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+@pytest.mark.timeout(90)
+def test_an_endpoint_that_comes_and_goes_gets_every_record_and_no_spool_line_is_left_behind() -> None:
+    """Down and up every 0.3 s during 30 steps: the hand-overs between spool and endpoint strand nothing."""
+    endpoint = _FlappingEndpoint()
+    try:
+        vg.configure(run_id="flapping", count=K, endpoint=endpoint.url, flush_timeout_s=0.5, progress_interval_s=0)
+        stop = threading.Event()
+
+        def flap() -> None:
+            while not stop.wait(0.3):
+                endpoint.down = not endpoint.down
+
+        flapper = threading.Thread(target=flap, daemon=True)
+        flapper.start()
+        for step in range(1, 31):
+            with vg.validation(step=step, source="trainer"):
+                vg.log_generations([f"q{step}-{i}" for i in range(PER_STEP)], ["a"] * PER_STEP)
+            time.sleep(0.15)  # the training step between validations
+        stop.set()
+        flapper.join()
+        endpoint.down = False
+        wait_for(lambda: vg.stats()["endpoint_away"] == 0, 30, "delivery back to the endpoint")
+        assert vg.flush(10)
+        stats = vg.stats()
+        handed = stats["generations_emitted"] + stats["start_records_emitted"] + stats["end_records_emitted"]
+        assert stats["endpoint_outages"] >= 1, stats
+        assert (stats["spool_records_waiting"], stats["records_export_failed"]) == (0, 0), stats
+        assert len(endpoint.received()) == handed  # each record at least once, none missing
+    finally:
+        endpoint.close()
