@@ -92,6 +92,11 @@ class GrpcSender:
         self._channel.close()
 
 
+def _asked(outcome: PostOutcome) -> float | None:
+    """The server's ``Retry-After``, at least half a second (0 would make the courier spin)."""
+    return None if outcome.retry_after_s is None else max(outcome.retry_after_s, FIRST_BACKOFF_S / 2)
+
+
 def sender_for(settings: Settings) -> Sender:
     """The sender for the settings' endpoint and protocol."""
     if settings.protocol == "grpc":
@@ -178,42 +183,63 @@ class Courier:
                 self._wake.clear()
                 continue
             delay = wait_s if wait_s is not None else backoff * (0.5 + random.random() / 2)
-            backoff = min(backoff * 2, MAX_BACKOFF_S)
+            backoff = FIRST_BACKOFF_S if wait_s == 0.0 else min(backoff * 2, MAX_BACKOFF_S)
             self._stop.wait(min(delay, MAX_BACKOFF_S * 2))
 
     def _round(self) -> tuple[bool, float | None]:
         """Send what waits; (nothing left to do, how long the server asked to wait)."""
+        sent, asked = self._send_orphans()
+        if not sent:
+            return False, asked
+        with self._lock:
+            away = self._away
+        if not away:
+            return True, None
+        healthy, asked = self._send_own()
+        if not healthy:
+            return False, asked
+        if self._hand_back():
+            return True, None
+        return False, 0.0  # the endpoint is fine, the job spooled more meanwhile: again at once
+
+    def _send_orphans(self) -> tuple[bool, float | None]:
+        """Send the claimed orphan spools, removing each once sent: (all sent, Retry-After)."""
         with self._lock:
             orphans = list(self._orphans)
         for orphan in orphans:
-            ok, _, asked = self._send_file(orphan.path, orphan)
-            if not ok:
+            sent, _, asked = self._send_file(orphan.path, orphan)
+            if not sent:
                 return False, asked
             orphan.release(sent_all=True)
             with self._lock:
                 self._orphans.remove(orphan)
             _logger.info("otel_valgen: sent the spool %s that an ended process of this run left", orphan.path)
-        with self._lock:
-            away = self._away
-        if not away:
-            return True, None
+        return True, None
+
+    def _send_own(self) -> tuple[bool, float | None]:
+        """Send this process's spool, then know the endpoint answers in time: (healthy, Retry-After)."""
         own = self._own()
-        healthy, asked = False, None
         if own is not None:
-            ok, healthy, asked = self._send_file(own, None)
-            if not ok:
+            sent, healthy, asked = self._send_file(own, None)
+            if not sent:
                 return False, asked
-        if not healthy:  # nothing sent this round, or slowly: ask the endpoint with an empty request
-            started = time.monotonic()
-            outcome = self._sender.send(ExportLogsServiceRequest())
-            if outcome.failure is not None:
-                return False, outcome.retry_after_s
-            healthy = time.monotonic() - started <= self._healthy_s
-        if healthy and self._resume():
-            with self._lock:
-                self._away = False
-            return True, None
-        return False, None
+            if healthy:
+                return True, None
+        started = time.monotonic()  # nothing sent, or slowly: ask the endpoint with an empty request
+        outcome = self._sender.send(ExportLogsServiceRequest())
+        if outcome.failure is not None:
+            return False, _asked(outcome)
+        return time.monotonic() - started <= self._healthy_s, None
+
+    def _hand_back(self) -> bool:
+        """Put delivery back to the endpoint, if the spool is still all sent."""
+        with self._lock:  # cleared first: an outage that starts during resume() sets it again
+            self._away = False
+        if self._resume():
+            return True
+        with self._lock:
+            self._away = True
+        return False
 
     def _send_file(self, path: Path, orphan: _spool.Orphan | None) -> tuple[bool, bool, float | None]:
         """Send the unsent lines of ``path``: (all sent, the last answer came in time, Retry-After)."""
@@ -236,7 +262,7 @@ class Courier:
                     outcome = self._sender.send(request)
                     if outcome.failure is not None and outcome.status not in _REFUSED:
                         _logger.debug("otel_valgen: %s still away: %s", self._description, outcome.failure)
-                        return False, False, outcome.retry_after_s
+                        return False, False, _asked(outcome)
                     records = record_count(request)
                     if outcome.failure is not None:  # counted once: spooled, then dropped for this reason
                         self._stats.add(_stats.DROP_PREFIX + "spool_refused", records)
