@@ -120,7 +120,7 @@ class Courier:
         resume: Callable[[], bool],
         own: Callable[[], Path | None],
         orphans: Callable[[], list[_spool.Orphan]],
-        on_sent: Callable[[], None] = lambda: None,
+        report: Callable[[], None] = lambda: None,
     ) -> None:
         self._sender = sender
         self._stats = stats
@@ -129,7 +129,7 @@ class Courier:
         self._resume = resume
         self._own = own
         self._claim = orphans
-        self._on_sent = on_sent
+        self._report = report  # tells the spool's size on: each round and each line sent
         self._orphans: list[_spool.Orphan] = []
         self._away = False
         self._wake = threading.Event()
@@ -169,9 +169,9 @@ class Courier:
     def _run(self) -> None:
         with self._lock:
             self._orphans = self._claim()
-        self._on_sent()
         backoff = FIRST_BACKOFF_S
         while not self._stop.is_set():
+            self._report()  # again each round: a metrics backend that missed a value gets it again
             try:
                 done, wait_s = self._round()
             except Exception as error:  # the courier must outlive any surprise; the spool keeps the records
@@ -281,6 +281,6 @@ class Courier:
                             orphan.waiting = max(0, orphan.waiting - records)
                         else:
                             self.own_settled += records
-                    self._on_sent()
+                    self._report()
             _spool.write_offset(path, end)
         return True, healthy, None
