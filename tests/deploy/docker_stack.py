@@ -266,8 +266,6 @@ def readme_stack(extra_env: dict[str, str]) -> Iterator[Started]:
     for script in ("engine.sh", "compose.sh", "base-images.sh"):
         run(["bash", str(TOOLS / script)], timeout_s=1200)
     docker = docker_client()
-    busy = [port for port in PUBLISHED.values() if not bindable(port)]
-    assert not busy, f"the README's stack publishes 127.0.0.1 ports {busy}, which something here holds already"
     exported, command = readme_commands()
     # The README's exports, with a value of our own for the required password; WANDB_API_KEY stays
     # unset, as the README allows (the exporter then writes offline runs).
@@ -278,9 +276,11 @@ def readme_stack(extra_env: dict[str, str]) -> Iterator[Started]:
         **extra_env,
     }
     stack = Stack(docker, env)
+    stack.down()  # a project left behind by an interrupted run (it holds the ports checked next)
+    busy = [port for port in PUBLISHED.values() if not bindable(port)]
+    assert not busy, f"the README's stack publishes 127.0.0.1 ports {busy}, which something here holds already"
     with stand_ins(docker):
         empty_build_cache(docker)
-        stack.down()  # a project left behind by an interrupted run
         began, started = time.time(), time.monotonic()
         try:
             result = subprocess.run(
