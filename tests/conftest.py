@@ -137,6 +137,10 @@ def clean_emitter(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[N
     for name in _ENV:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("OTEL_VALGEN_DIR", str(tmp_path / "sink"))
+    # Collectors started by the suite share 2 cores with it and can answer later than the 2 s default,
+    # which makes the endpoint away (records then go to the spool): tests about something else wait
+    # longer. The outage tests set their own bound (tests/faults/test_endpoint_away.py and others).
+    monkeypatch.setenv("OTEL_VALGEN_FLUSH_TIMEOUT", "10")
     _process.reset_for_testing()
     yield
     _process.reset_for_testing()

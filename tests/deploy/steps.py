@@ -50,6 +50,10 @@ def _job_process(http_endpoint: str, *, presample: bool, launch_id: str | None =
                 endpoint=f"http://{http_endpoint}",
                 presample=presample,
                 launch_id=launch_id,
+                # The stack's containers run under the engine's nice 10 beside the suite: a first answer
+                # later than the 2 s default would send the job's records to its spool, which only the
+                # run's next process sends (docs/reliability.md), and these jobs end right away.
+                flush_timeout_s=10,
             )
             yield
         finally:
