@@ -60,7 +60,8 @@ def configure(
             themselves when it is back (``OTEL_VALGEN_SPOOL``, on).
         spool_max_mb: largest spool file of this process, MiB (``OTEL_VALGEN_SPOOL_MAX_MB``, 1024).
         launch_id: this launch of the job, part of every record's attempt
-            (``OTEL_VALGEN_LAUNCH_ID``; default: the launcher's (README, *Launches*), else ``run``;
+            (``OTEL_VALGEN_LAUNCH_ID``; default: the launcher's (README, *Launches*), else the
+            process group's, else ``run``;
             forwarded to Ray workers).
         progress_interval_s: seconds between progress records of an open block
             (``OTEL_VALGEN_PROGRESS_INTERVAL``, 5; 0 turns them off; at least 0.05).
@@ -190,7 +191,8 @@ def log_generations(
         step: the trainer's step; defaults to the enclosing ``validation`` block's step.
         ground_truths, data_sources: optional, one per generation.
         sample_ids: the dataset uid of each prompt; default a hash of the input. The i-th
-            response to the same id within one call gets ``/i`` appended.
+            response to the same id in this process's part of the step (over its calls) gets
+            ``/i`` appended, then the part's ``@<tag>`` (README, *Sample ids*).
         source: the emitting part; defaults to the block's source, then the configured one.
         count: k for this step, when it differs from the configured one. When calls or
             blocks of one step ask for different k, the smallest wins (docs/architecture.md).

@@ -47,7 +47,16 @@ from otel_valgen import _integration, _stats, contract
 from otel_valgen._keys import BatchKeyer
 from otel_valgen._pipeline import Pipeline
 from otel_valgen._presample import Candidate, Entered, LocalSample
-from otel_valgen._records import Batch, PendingRecord, RecordBuilder, candidates, rollout_candidates, rollout_prompts
+from otel_valgen._records import (
+    Batch,
+    PendingRecord,
+    RecordBuilder,
+    ResponseLanes,
+    candidates,
+    new_part_tag,
+    rollout_candidates,
+    rollout_prompts,
+)
 from otel_valgen._sanitize import score_stats
 from otel_valgen._settings import Settings
 from otel_valgen._tracing import derived_context
@@ -80,7 +89,10 @@ class StepState:
     score_count: int = 0  # generations seen with a valid score, and their sum (valgen.score.*)
     score_sum: float = 0.0
     prompts_seen: int = 0  # rollouts: the distinct prompts of each call, added up (valgen.prompts_seen)
-    response_lanes: Counter[str] = field(default_factory=Counter)  # rollouts: responses numbered per prompt
+    # The ``@<tag>`` of the part's sample ids, and its responses numbered per prompt over its calls.
+    tag: str = field(default_factory=new_part_tag)
+    lanes: ResponseLanes = field(default_factory=ResponseLanes, repr=False, compare=False)
+    response_lanes: Counter[str] = field(default_factory=Counter)  # rollouts: responses numbered per chosen prompt
     kept: LocalSample | None = None
     # Orders the progress thread against the end of the part: no progress record after the end.
     # It also serialises the block-less parts of one (step, source).
@@ -524,10 +536,11 @@ class Emitter:
     ) -> tuple[list[Candidate], int]:
         """The batch's generations that may enter the state's sample, and how many prompts the batch has (rollouts)."""
         if state.kind != contract.KIND_ROLLOUT:
-            return [(index, order, order) for index, order in candidates(batch, self._keyer, threshold, k)], 0
+            generations = candidates(batch, self._keyer, threshold, k, state.lanes, state.tag)
+            return [(index, order, order) for index, order in generations], 0
         prompt_ids = rollout_prompts(batch)
-        found = rollout_candidates(prompt_ids, self.settings.seed, threshold, k, state.response_lanes)
-        return found, len(set(prompt_ids))
+        responses = rollout_candidates(prompt_ids, self.settings.seed, threshold, k, state.response_lanes, state.tag)
+        return responses, len(set(prompt_ids))
 
     def _prompt_of(self, state: StepState, prompt: Order) -> Order | None:
         """The prompt sort key a rollout's record carries (None for validation)."""

@@ -58,7 +58,7 @@ OTEL_VALGEN_LAUNCH_ID: Final = "OTEL_VALGEN_LAUNCH_ID"
 """This launch of the training job; part of every record's attempt.
 
 Default: the launcher's (Ray, torchrun, Slurm, an MPI launcher; ``_identity.resolve_launch_id``),
-else ``run``: one launch per run."""
+else the process group's (``_launch_group``), else ``run``: one launch per run."""
 # The launchers' own variables, read for the launch id (README, *Launches*).
 TORCHELASTIC_RUN_ID: Final = "TORCHELASTIC_RUN_ID"
 """torchrun's rendezvous id (``--rdzv-id``), the same in every worker; ``none`` when not given."""
@@ -77,6 +77,10 @@ PMIX_NAMESPACE: Final = "PMIX_NAMESPACE"
 """The PMIx namespace of an MPI job (Open MPI 5 / PRRTE, Open MPI 4, any PMIx server): one per job."""
 OMPI_MCA_ESS_BASE_JOBID: Final = "OMPI_MCA_ess_base_jobid"
 """Open MPI's (ORTE, up to 4.x) job id, set in every process of one mpirun."""
+WORLD_SIZE: Final = "WORLD_SIZE"
+"""The processes of a distributed job (torch's convention, which most launchers follow)."""
+LOCAL_WORLD_SIZE: Final = "LOCAL_WORLD_SIZE"
+"""Of those, the ones on this host: fewer than WORLD_SIZE means the job spans hosts."""
 OTEL_VALGEN_PROGRESS_INTERVAL: Final = "OTEL_VALGEN_PROGRESS_INTERVAL"
 """Seconds between progress records of an open block (0 = none). Default 5, at least 0.05."""
 OTEL_EXPORTER_OTLP_ENDPOINT: Final = "OTEL_EXPORTER_OTLP_ENDPOINT"

@@ -9,6 +9,7 @@ import sys
 import uuid
 from typing import Final
 
+from otel_valgen import _launch_group
 from otel_valgen._env import (
     CLEARML_TASK_ID,
     MASTER_ADDR,
@@ -174,6 +175,10 @@ def tracker_resource(origin: str) -> dict[str, str]:
 FALLBACK_LAUNCH_ID: Final = "run"
 """The launch id of a process that cannot tell its launch: all such processes of a run share it."""
 LAUNCH_FALLBACK: Final = "fallback"
+LAUNCH_PROCESS_GROUP: Final = "process_group"
+# Launch ids found without a launcher: a Ray driver forwards neither to its workers (they use
+# ``ray-<job id>``), and moves to the Ray job's once connected.
+LAUNCH_UNNAMED: Final = frozenset({LAUNCH_PROCESS_GROUP, LAUNCH_FALLBACK})
 TORCHRUN_NO_RDZV_ID: Final = "none"  # torchrun's --rdzv-id default: the same value in every launch
 # Launch ids a child process could not find again by itself (a new interpreter neither ran
 # ``configure(launch_id=...)`` nor joined the Ray job); the launchers' variables it inherits.
@@ -237,14 +242,17 @@ _LAUNCHERS: Final = (
     ("torchelastic", torchelastic_launch_id),
     ("slurm", slurm_launch_id),
     ("mpi", mpi_launch_id),
+    (LAUNCH_PROCESS_GROUP, _launch_group.launch_id),
 )
 
 
 def resolve_launch_id(launch_id: str | None) -> tuple[str, str]:
-    """The launch id and its origin: argument, environment, ray, torchelastic, slurm, mpi or fallback.
+    """The launch id and its origin: argument, environment, ray, torchelastic, slurm, mpi, process_group or fallback.
 
-    Every process of one launch finds the same id; a process that cannot tell its launch gets
-    ``FALLBACK_LAUNCH_ID``, shared by the whole run, so that processes merge rather than split.
+    Every process of one launch finds the same id. Without a launcher, the processes of one
+    process group running (or started) together are a launch (``_launch_group``); a process
+    that cannot tell even that gets ``FALLBACK_LAUNCH_ID``, shared by the whole run, so that
+    processes merge rather than split.
     """
     if launch_id is not None and str(launch_id).strip():
         return str(launch_id).strip(), "argument"

@@ -7,10 +7,12 @@ presampling).
 
 from __future__ import annotations
 
+import os
 import sys
+import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, NamedTuple, Protocol
 
@@ -25,6 +27,7 @@ from otel_valgen.sampling import HEX_DIGITS, KEY_VERSION, Order, SortKey, sample
 
 _STR_ONLY: Final = {str}
 _MAX_KEY: Final = (1 << 63) - 1
+_TAG_BYTES: Final = 6
 
 
 @dataclass
@@ -106,23 +109,64 @@ def _hash_bytes(base: str) -> bytes:
     return xxhash.xxh64_digest(base.encode())
 
 
-def _response_lanes(bases: Sequence[Hashable]) -> list[int] | None:
-    """1 + the response index of each generation (its rank among equal bases); None if all are 1."""
-    if len(set(bases)) == len(bases):
+def new_part_tag() -> str:
+    """A part's tag: 12 random hex digits, the ``@<tag>`` of its sample ids (not part of their keys)."""
+    return os.urandom(_TAG_BYTES).hex()
+
+
+class ResponseLanes:
+    """Numbers the responses to each prompt over one part's calls: the i-th response gets lane i + 1.
+
+    A prompt answered in two calls of a part (one sampling pass each) gets ``/0`` and ``/1``,
+    as in one call with both: how the calls split a part changes no id. A part's first call
+    keeps only its id hashes (8 bytes a generation); a later call counts them once, then
+    costs O(its size). Calls may come from several threads (a block they share).
+    """
+
+    __slots__ = ("_counts", "_first", "_lock")
+
+    def __init__(self) -> None:
+        self._first: bytes | None = None
+        self._counts: dict[int, int] | None = None
+        self._lock = threading.Lock()
+
+    def number(self, hashes: bytes) -> list[int] | None:
+        """The lane of each generation of a call (8-byte id hashes); None when every lane is 1."""
+        words = memoryview(hashes).cast("Q").tolist()
+        with self._lock:
+            if self._first is None and self._counts is None:
+                self._first = hashes
+                return _call_lanes(words)
+            counts = self._counts
+            if counts is None:
+                assert self._first is not None
+                counts = self._counts = dict(Counter(memoryview(self._first).cast("Q").tolist()))
+                self._first = None
+            lanes = []
+            for word in words:
+                lane = counts.get(word, 0) + 1
+                counts[word] = lane
+                lanes.append(lane)
+        return lanes if any(lane != 1 for lane in lanes) else None
+
+
+def _call_lanes(words: list[int]) -> list[int] | None:
+    """1 + the response index of each generation among equal id hashes of one call; None if all are 1."""
+    if len(set(words)) == len(words):
         return None
-    counts: dict[Hashable, int] = {}
+    counts: dict[int, int] = {}
     lanes = []
-    for base in bases:
-        lanes.append(counts.setdefault(base, 0) + 1)
-        counts[base] += 1
+    for word in words:
+        lane = counts.get(word, 0) + 1
+        counts[word] = lane
+        lanes.append(lane)
     return lanes
 
 
 class _Ids(NamedTuple):
-    """The sampling inputs of a batch: id hashes, response lanes, and how to spell an id."""
+    """The sampling inputs of a batch: id hashes and how to spell a prompt's id."""
 
     hashes: bytes  # 8 bytes (big-endian) per generation
-    lanes: list[int] | None
     base: Callable[[int], str]
 
 
@@ -135,11 +179,7 @@ def _derived_ids(inputs: Sequence[Any]) -> _Ids | None:
         digests = b"".join([xxhash.xxh64_digest(text.encode()) for text in inputs])
     except UnicodeEncodeError:  # lone surrogates: see _any_ids
         return None
-    return _Ids(
-        digests,
-        _response_lanes(memoryview(digests).cast("Q").tolist()),
-        lambda index: digests[8 * index : 8 * index + 8].hex(),
-    )
+    return _Ids(digests, lambda index: digests[8 * index : 8 * index + 8].hex())
 
 
 def _given_ids(given: Sequence[Any]) -> _Ids | None:
@@ -151,13 +191,13 @@ def _given_ids(given: Sequence[Any]) -> _Ids | None:
         if "" in distinct:
             return None
         if len(distinct) == len(given):
-            digests, lanes = list(map(_hash_bytes, given)), None
+            digests = list(map(_hash_bytes, given))
         else:
             hashed = dict(zip(distinct, map(_hash_bytes, distinct), strict=True))
-            digests, lanes = list(map(hashed.__getitem__, given)), _response_lanes(given)
+            digests = list(map(hashed.__getitem__, given))
     except UnicodeEncodeError:  # lone surrogates: see _any_ids
         return None
-    return _Ids(b"".join(digests), lanes, given.__getitem__)
+    return _Ids(b"".join(digests), given.__getitem__)
 
 
 def _any_ids(batch: Batch) -> _Ids:
@@ -167,17 +207,26 @@ def _any_ids(batch: Batch) -> _Ids:
         base_sample_id(given[index] if given is not None else None, raw_input)
         for index, raw_input in enumerate(batch.inputs)
     ]
-    return _Ids(b"".join(map(_hash_bytes, bases)), _response_lanes(bases), bases.__getitem__)
+    return _Ids(b"".join(map(_hash_bytes, bases)), bases.__getitem__)
 
 
-def candidates(batch: Batch, keyer: BatchKeyer, threshold: Order | None, k: int | None) -> list[tuple[int, Order]]:
+def candidates(
+    batch: Batch,
+    keyer: BatchKeyer,
+    threshold: Order | None,
+    k: int | None,
+    lanes: ResponseLanes,
+    tag: str,
+) -> list[tuple[int, Order]]:
     """(index, sort key) of the generations of a batch that may enter a bottom-k of ``k``, by index.
 
-    Sample ids are ``<uid or input hash>/<i-th response to it in this call>``. This is the
-    per-generation hot path: one XXH64 per generation (of its input, or of its uid once per
-    call), the keys of the whole batch at once (``BatchKeyer``), and a sample id and a tuple
-    only for the generations whose key is below ``threshold`` and among the batch's k smallest.
-    ``k`` None keeps every generation below ``threshold`` (presampling off: all of them).
+    Sample ids are ``<uid or input hash>/<i>@<tag>``: the i-th response to that prompt in the
+    part's calls (``lanes``), and the part's tag, so that two parts answering one prompt give
+    two records, while a record delivered twice stays one. This is the per-generation hot
+    path: one XXH64 per generation (of its input, or of its uid once per call), the keys of
+    the whole batch at once (``BatchKeyer``), and a sample id and a tuple only for the
+    generations whose key is below ``threshold`` and among the batch's k smallest. ``k`` None
+    keeps every generation below ``threshold`` (presampling off: all of them).
     """
     if k == 0 or len(batch.inputs) == 0:
         return []
@@ -185,11 +234,11 @@ def candidates(batch: Batch, keyer: BatchKeyer, threshold: Order | None, k: int 
     ids = _derived_ids(batch.inputs) if given is None else _given_ids(given)
     if ids is None:
         ids = _any_ids(batch)
+    numbered = lanes.number(ids.hashes)
     limit_key, limit_id = threshold if threshold is not None else (_MAX_KEY, b"")
     found: list[tuple[int, Order]] = []
-    lanes = ids.lanes
-    for index, key in keyer.candidates(ids.hashes, lanes, limit_key, k):
-        sample_id = f"{ids.base(index)}/{lanes[index] - 1 if lanes is not None else 0}".encode()
+    for index, key in keyer.candidates(ids.hashes, numbered, limit_key, k):
+        sample_id = f"{ids.base(index)}/{numbered[index] - 1 if numbered is not None else 0}@{tag}".encode()
         if key < limit_key or threshold is None or sample_id < limit_id:
             found.append((index, (key, sample_id)))
     return found
@@ -215,13 +264,13 @@ def _has_id(sample_id: object) -> bool:
 
 
 def rollout_candidates(
-    prompt_ids: Sequence[str], seed: int, threshold: Order | None, k: int | None, lanes: Counter[str]
+    prompt_ids: Sequence[str], seed: int, threshold: Order | None, k: int | None, lanes: Counter[str], tag: str
 ) -> list[tuple[int, Order, Order]]:
     """(index, prompt sort key, sort key) of the responses of a rollout call that may enter a group view of ``k``.
 
     One key per distinct prompt (``sample_key(seed, prompt id)``, the same at every step and
-    epoch); a response key and id (``<prompt id>/<i>``, the i-th response of that prompt in
-    the part) only for the responses of the call's k smallest prompts at or below ``threshold``
+    epoch); a response key and id (``<prompt id>/<i>@<tag>``, the i-th response of that prompt
+    in the part, and the part's tag) only for the responses of the call's k smallest prompts at or below ``threshold``
     (its own prompt may be kept already). ``lanes`` counts the responses of each such prompt
     over the part's calls, so a prompt in two calls of a step gets new ids, not redeliveries;
     a prompt not chosen here can never enter later (the threshold only falls), so only chosen
@@ -235,7 +284,7 @@ def rollout_candidates(
     found: list[tuple[int, Order, Order]] = []
     for index, pid in enumerate(prompt_ids):
         if prompts[pid] in wanted:
-            sample_id = f"{pid}/{lanes[pid]}"
+            sample_id = f"{pid}/{lanes[pid]}@{tag}"
             lanes[pid] += 1
             found.append((index, prompts[pid], SortKey.of(sample_key(seed, sample_id), sample_id)))
     return found

@@ -45,7 +45,7 @@ def log_rollouts(
 
     The call is a complete part of the step: its kept records and an end record (with the
     cumulative counts, and ``valgen.prompts_seen``) are sent and flushed, at most the flush
-    timeout, before it returns. Response sample ids are ``<prompt id>/<i>``, i counting the
+    timeout, before it returns. Response sample ids are ``<prompt id>/<i>@<tag>``, i counting the
     prompt's responses over this process's calls of the step, so a later call adds responses.
 
     Args:

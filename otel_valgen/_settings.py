@@ -19,7 +19,7 @@ from typing import Any, Final
 
 from otel_valgen import _env as env
 from otel_valgen._identity import (
-    LAUNCH_FALLBACK,
+    LAUNCH_UNNAMED,
     RUN_ID_EXPLICIT,
     TRAINER_ORIGIN,
     ray_job_launch_id,
@@ -84,7 +84,8 @@ _RUN_ID = (
 )
 _LAUNCH_ID = (
     "the launcher's (see *Launches*): in a Ray job the driver's, forwarded, else `ray-<job id>`; else "
-    "torchrun's, Slurm's or the MPI launcher's; else `run`, one launch per run"
+    "torchrun's, Slurm's or the MPI launcher's; else the process group's, `pg<pgid>-<hex>`; else `run`, "
+    "one launch per run"
 )
 
 SETTINGS: Final[tuple[Setting, ...]] = (
@@ -373,7 +374,7 @@ def _follow_launch(settings: Settings) -> Settings:
     A Ray driver configured before ``ray.init`` forwards no launch id; its workers use
     ``ray-<job id>``, and so does the driver from its next step on.
     """
-    if settings.launch_id_origin != LAUNCH_FALLBACK:
+    if settings.launch_id_origin not in LAUNCH_UNNAMED:
         return settings
     ray_launch = ray_job_launch_id()
     return replace(settings, launch_id=ray_launch, launch_id_origin="ray") if ray_launch else settings

@@ -19,7 +19,7 @@ from typing import Any, Final
 
 from otel_valgen import _api
 from otel_valgen import _env as env
-from otel_valgen._identity import LAUNCH_FALLBACK, RUN_ID_EXPLICIT, tell_children
+from otel_valgen._identity import LAUNCH_UNNAMED, RUN_ID_EXPLICIT, tell_children
 from otel_valgen._settings import resolve_settings, variable_names
 
 _logger = logging.getLogger("otel_valgen")
@@ -51,7 +51,7 @@ def worker_env() -> dict[str, str]:
         values[env.OTEL_VALGEN_SEED] = str(settings.seed)
         values[env.OTEL_VALGEN_PRESAMPLE] = "true" if settings.presample else "false"
         values[env.OTEL_VALGEN_DIR] = os.path.abspath(settings.directory)
-        if settings.launch_id_origin != LAUNCH_FALLBACK:
+        if settings.launch_id_origin not in LAUNCH_UNNAMED:
             values[env.OTEL_VALGEN_LAUNCH_ID] = settings.launch_id
         values[env.OTEL_VALGEN_PROGRESS_INTERVAL] = str(settings.progress_interval_s)
         if settings.endpoint:

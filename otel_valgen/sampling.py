@@ -12,9 +12,10 @@ their key in ``valgen.key_version``; a record without it is version 1.
 
 Version 2 (current)::
 
-    base, n  = sample_id[:j], int(sample_id[j+1:]) + 1
-                   if sample_id ends with "/" + 1 to 19 ASCII digits (no leading zero unless
-                   exactly "0"), j being the index of that last "/"
+    base, n  = sample_id[:j], int(digits) + 1
+                   if the text after the last "/" (index j) is digits, or digits + "@" + a
+                   tag, where digits are 1 to 19 ASCII digits (no leading zero unless
+                   exactly "0")
                else sample_id, 0
     id_hash  = int(base, 16)                 if base is 16 chars of 0-9a-f
                XXH64(base UTF-8, seed 0)      otherwise (the 64-bit xxHash, as a number)
@@ -29,10 +30,13 @@ Version 1 (records without ``valgen.key_version``)::
                                             msg=sample_id UTF-8)[:8], "big") >> 1
 
 Why version 2 looks like this: the emitting process pays one fast hash per generation, and
-never two. A derived sample id is ``<16 hex digits of XXH64(input)>/<i>``; the key reads
+never two. A derived sample id is ``<16 hex digits of XXH64(input)>/<i>@<tag>``; the key reads
 the 64 bits back from those digits instead of hashing the id again, and the response index
-``i`` selects the seed's lane, so ``/0`` and ``/1`` of one prompt get unrelated keys. A
-caller's uid is hashed once per call (all its responses share the hash). The collector, which
+``i`` selects the seed's lane, so ``/0`` and ``/1`` of one prompt get unrelated keys. The
+tag names the emitting part (12 random hex digits per part) and is not part of the key: two
+parts answering the same prompt get one key and two ids, so both are kept, while a record
+delivered twice is still one. A caller's uid is hashed once per call (all its responses
+share the hash). The collector, which
 sees only the sample id string, computes the same value: any base that is 16 lowercase hex
 digits is read the same way, derived or not, so the key stays a function of the id alone.
 XXH64 makes ``id_hash`` uniform and the same for a prompt at every step, at a tenth of
@@ -83,6 +87,7 @@ __all__ = [
     "seed_lane",
     "split_sample_id",
     "step_k",
+    "untagged",
 ]
 
 KEY_VERSION: Final = 2
@@ -114,8 +119,9 @@ def seed_lane(seed: int, n: int) -> int:
 
 
 def split_sample_id(sample_id: str) -> tuple[str, int]:
-    """``(base, n)``: ``n`` is 1 + the response index of ``<base>/<index>``, or 0 without one."""
-    base, slash, digits = sample_id.rpartition("/")
+    """``(base, n)``: ``n`` is 1 + the response index of ``<base>/<index>[@<tag>]``, or 0 without one."""
+    base, slash, index = sample_id.rpartition("/")
+    digits = index.partition("@")[0]
     if (
         slash
         and 0 < len(digits) <= _MAX_INDEX_DIGITS
@@ -125,6 +131,12 @@ def split_sample_id(sample_id: str) -> tuple[str, int]:
     ):
         return base, int(digits) + 1
     return sample_id, 0
+
+
+def untagged(sample_id: str) -> str:
+    """The id without its part's tag: ``<base>/<index>`` of ``<base>/<index>@<tag>``, any other id as it is."""
+    base, n = split_sample_id(sample_id)
+    return f"{base}/{n - 1}" if n else sample_id
 
 
 def id_hash(base: str) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ import xxhash
 import otel_valgen as vg
 from otel_valgen import contract
 from otel_valgen.reader import EndRecord, read_paths
-from otel_valgen.sampling import SortKey, bottom_k, sample_key
+from otel_valgen.sampling import SortKey, bottom_k, sample_key, untagged
 from otel_valgen.testing import capture_records
 from tests.conftest import OtlpHttpReceiver
 from tests.e2e.harness import free_port
@@ -37,8 +38,8 @@ def test_generation_record_follows_the_wire_contract() -> None:
     attributes = record["attributes"]
     assert attributes[contract.RUN_ID] == "r1"
     assert attributes[contract.STEP] == 3
-    assert attributes[contract.SAMPLE_ID] == "uid-1/0"
-    assert attributes[contract.SAMPLE_KEY] == sample_key(7, "uid-1/0")
+    assert re.fullmatch(r"uid-1/0@[0-9a-f]{12}", attributes[contract.SAMPLE_ID])  # <uid>/<index>@<part's tag>
+    assert attributes[contract.SAMPLE_KEY] == sample_key(7, "uid-1/0") == sample_key(7, attributes[contract.SAMPLE_ID])
     assert attributes[contract.SCORE] == 0.5
     assert attributes[contract.DATA_SOURCE] == "gsm8k"
     assert attributes[contract.SOURCE] == "trainer"
@@ -51,7 +52,7 @@ def test_sample_id_defaults_to_input_hash_plus_response_index() -> None:
     with capture_records(run_id="r", count=10) as records:
         vg.log_generations(["same", "same", "other"], ["x", "y", "z"], [1, 2, 3], step=1)
         vg.end_step(1)
-    ids = sorted(r["attributes"][contract.SAMPLE_ID] for r in _generations(records))
+    ids = sorted(untagged(r["attributes"][contract.SAMPLE_ID]) for r in _generations(records))
     same = xxhash.xxh64_hexdigest(b"same")
     other = xxhash.xxh64_hexdigest(b"other")
     assert ids == sorted([f"{same}/0", f"{same}/1", f"{other}/0"])
@@ -78,7 +79,7 @@ def test_step_keeps_the_bottom_k_and_reports_counts(presample: bool) -> None:
     chosen = bottom_k(
         ((SortKey.of(r["attributes"][contract.SAMPLE_KEY], r["attributes"][contract.SAMPLE_ID]), r) for r in sent), 8
     )
-    assert [r["attributes"][contract.SAMPLE_ID] for _, r in chosen] == expected_ids
+    assert [untagged(r["attributes"][contract.SAMPLE_ID]) for _, r in chosen] == expected_ids
     assert len(sent) == (8 if presample else 100)
     (end,) = _ends(records)
     assert end["attributes"][contract.SEEN] == 100
@@ -288,7 +289,7 @@ def test_an_empty_uid_falls_back_to_the_input_hash() -> None:
         vg.log_generations(["q1", "q2"], ["x", "y"], None, sample_ids=["", "uid-2"], step=1)
         vg.log_generations(["q3"], ["z"], None, sample_ids=[""], step=1)
         vg.log_generations(["q4"], ["w"], None, sample_ids=[b""], step=1)
-    ids = sorted(r["attributes"][contract.SAMPLE_ID] for r in _generations(records))
+    ids = sorted(untagged(r["attributes"][contract.SAMPLE_ID]) for r in _generations(records))
     assert ids == sorted([*(f"{xxhash.xxh64_hexdigest(q)}/0" for q in (b"q1", b"q3", b"q4")), "uid-2/0"])
 
 
@@ -300,7 +301,9 @@ def test_a_non_str_input_has_the_id_and_key_of_its_text() -> None:
     by_step: dict[int, list[tuple[str, int]]] = {1: [], 2: []}
     for r in _generations(records):
         attributes = r["attributes"]
-        by_step[attributes[contract.STEP]].append((attributes[contract.SAMPLE_ID], attributes[contract.SAMPLE_KEY]))
+        by_step[attributes[contract.STEP]].append(
+            (untagged(attributes[contract.SAMPLE_ID]), attributes[contract.SAMPLE_KEY])
+        )
     expected = [f"{xxhash.xxh64_hexdigest(b'prompt')}/0", f"{xxhash.xxh64_hexdigest(b'12345')}/0"]
     assert sorted(sample_id for sample_id, _ in by_step[1]) == sorted(expected)
     assert sorted(by_step[1]) == sorted(by_step[2])
@@ -314,7 +317,9 @@ def test_an_explicit_source_inside_a_block_of_the_same_step_wins_over_the_blocks
             vg.log_generations(["a"], ["x"], None)
             vg.log_generations(["b", "c", "d"], ["y", "z", "w"], None, source="judge")
         trace_id = block.trace_id()
-    sources = {r["attributes"][contract.SAMPLE_ID]: r["attributes"][contract.SOURCE] for r in _generations(records)}
+    sources = {
+        untagged(r["attributes"][contract.SAMPLE_ID]): r["attributes"][contract.SOURCE] for r in _generations(records)
+    }
     assert sorted(sources.values()) == ["judge", "judge", "rollouter"]  # judge kept 2 of 3: the block's k
     assert sources[f"{xxhash.xxh64_hexdigest(b'a')}/0"] == "rollouter"
     judge_ends = [r for r in _ends(records) if r["attributes"][contract.SOURCE] == "judge"]
@@ -336,12 +341,12 @@ def test_responses_sharing_one_uid_get_distinct_ids_and_are_sampled_separately(p
     for record in generations:
         attributes = record["attributes"]
         assert attributes[contract.SAMPLE_KEY] == sample_key(11, attributes[contract.SAMPLE_ID])
-    sent = [r["attributes"][contract.SAMPLE_ID] for r in generations]
+    sent = [untagged(r["attributes"][contract.SAMPLE_ID]) for r in generations]
     assert len(sent) == len(set(sent))
     if presample:
         expected = [item for _, item in bottom_k(((SortKey.of(sample_key(11, i), i), i) for i in ids), 4)]
         assert sorted(sent) == sorted(expected)
     else:
         assert sorted(sent) == sorted(ids)
-        by_id = {r["attributes"][contract.SAMPLE_ID]: r["body"]["output"] for r in generations}
+        by_id = {untagged(r["attributes"][contract.SAMPLE_ID]): r["body"]["output"] for r in generations}
         assert [by_id[f"p/{i}"] for i in range(6)] == [f"answer {i}" for i in range(6)]

@@ -5,7 +5,9 @@ from __future__ import annotations
 import csv
 import io
 import json
+import shutil
 from pathlib import Path
+from typing import Any
 
 import zstandard
 from click.testing import CliRunner
@@ -13,7 +15,7 @@ from click.testing import CliRunner
 import otel_valgen as vg
 from otel_valgen import contract
 from otel_valgen.reader import Generation, ReadError, read_paths
-from otel_valgen.sampling import SortKey, bottom_k, sample_key
+from otel_valgen.sampling import SortKey, bottom_k, sample_key, split_sample_id, untagged
 from otel_valgen.tools.cli import main
 
 
@@ -64,7 +66,7 @@ def test_show_json_prints_bottom_k_per_step_in_key_order(tmp_path: Path) -> None
     for obj in lines:
         assert obj["seen"] == 40
         assert obj["kept"] == 5
-        assert [g["sample_id"] for g in obj["generations"]] == expected
+        assert [untagged(g["sample_id"]) for g in obj["generations"]] == expected
         assert set(obj["generations"][0]) == {
             "sample_id",
             "sample_key",
@@ -136,7 +138,7 @@ def test_records_from_several_processes_merge_to_the_single_process_choice(tmp_p
     expected = [
         sid for _, sid in bottom_k(((SortKey.of(sample_key(42, f"{i}/0"), f"{i}/0"), f"{i}/0") for i in ids), 7)
     ]
-    assert [g["sample_id"] for g in obj["generations"]] == expected
+    assert [untagged(g["sample_id"]) for g in obj["generations"]] == expected
     assert obj["seen"] == 90
 
 
@@ -199,3 +201,41 @@ def test_csv_has_the_ground_truth_column_the_json_has(tmp_path: Path) -> None:
     (step,) = [json.loads(line) for line in as_json.stdout.splitlines()]
     assert [row["ground_truth"] for row in rows] == [g["ground_truth"] for g in step["generations"]]
     assert sorted(row["ground_truth"] for row in rows) == ["4", "6", "8"]
+
+
+def _show_step(folder: Path) -> dict[str, Any]:
+    result = CliRunner().invoke(main, ["show", str(folder), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    (shown,) = [json.loads(line) for line in result.stdout.splitlines()]
+    return shown
+
+
+def test_two_processes_answering_the_same_prompts_keep_all_forty(tmp_path: Path) -> None:
+    """Two emitters of one launch validate the same 20 prompts (k = 40): 40 of 40; files read twice change nothing."""
+    prompts = [f"prompt {i}" for i in range(20)]
+    for name in ("a", "b"):
+        vg.configure(run_id="twice", count=40, directory=str(tmp_path / "sink"), source=name, launch_id="L")
+        with vg.validation(step=1):
+            vg.log_generations(prompts, [f"{name}: answer {i}" for i in range(20)], [1.0] * 20)
+        vg.shutdown()
+        vg._process.reset_for_testing(keep_stats=True)
+    shown = _show_step(tmp_path / "sink")
+    assert (shown["seen"], shown["kept"]) == (40, 40)
+    assert len({g["output"] for g in shown["generations"]}) == 40
+    for written in list((tmp_path / "sink").iterdir()):  # every record delivered twice
+        shutil.copy(written, tmp_path / "sink" / f"again-{written.name}")
+    assert _show_step(tmp_path / "sink") == shown
+
+
+def test_two_sampling_passes_in_one_block_keep_all_forty(tmp_path: Path) -> None:
+    """One process calls log_generations once per sampling pass over 20 prompts (k = 40): 40 of 40, ids /0 and /1."""
+    prompts = [f"prompt {i}" for i in range(20)]
+    vg.configure(run_id="passes", count=40, directory=str(tmp_path))
+    with vg.validation(step=1):
+        for sampling_pass in range(2):
+            vg.log_generations(prompts, [f"pass {sampling_pass}: answer {i}" for i in range(20)], [1.0] * 20)
+    vg.shutdown()
+    shown = _show_step(tmp_path)
+    assert (shown["seen"], shown["kept"]) == (40, 40)
+    assert len({g["output"] for g in shown["generations"]}) == 40
+    assert {split_sample_id(g["sample_id"])[1] for g in shown["generations"]} == {1, 2}

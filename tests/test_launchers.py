@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import logging
 import os
+import re
+import shlex
 import subprocess
 import sys
 import textwrap
@@ -20,11 +22,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import otel_valgen as vg
-from otel_valgen import _env, _process
+from otel_valgen import _env, _launch_group, _process
 from otel_valgen import ray as vg_ray
 from otel_valgen._settings import resolve_settings
 from otel_valgen.reader import read_paths
-from otel_valgen.sampling import SortKey, bottom_k, sample_key
+from otel_valgen.sampling import SortKey, bottom_k, sample_key, untagged
 from otel_valgen.selection import select_attempts
 from otel_valgen.testing import capture_records
 from tests.conftest import REPO
@@ -39,8 +41,12 @@ TORCHRUN_NO_ID = {**TORCHRUN, "TORCHELASTIC_RUN_ID": "none"}
 SLURM = {"SLURM_JOB_ID": "4242", "SLURM_STEP_ID": "0", "SLURM_PROCID": "3"}
 HYDRA = {"PMI_RANK": "1", "PMI_SIZE": "4", "PMI_FD": "7", "MPI_LOCALRANKID": "1", "MPI_LOCALNRANKS": "4"}
 
+PROCESS_GROUP = "<this process group's launch>"
 CASES: dict[str, tuple[dict[str, str], str]] = {
-    "no launcher": ({}, "run"),
+    "no launcher": ({}, PROCESS_GROUP),
+    "no launcher, a job that may span hosts": ({"WORLD_SIZE": "8", "RANK": "3"}, "run"),
+    "no launcher, more ranks than on this host": ({"WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "4"}, "run"),
+    "no launcher, every rank on this host": ({"WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "4"}, PROCESS_GROUP),
     "torchrun --rdzv-id": (TORCHRUN, "torchelastic-3f2a"),
     "torchrun, restarted twice": ({**TORCHRUN, "TORCHELASTIC_RESTART_COUNT": "2"}, "torchelastic-3f2a-r2"),
     "torchrun without --rdzv-id": (TORCHRUN_NO_ID, "torchelastic-node0:29500"),
@@ -62,7 +68,8 @@ CASES: dict[str, tuple[dict[str, str], str]] = {
     "Open MPI 5 (PMIx)": ({"PMIX_NAMESPACE": "prterun-n0-77@1", "OMPI_COMM_WORLD_RANK": "2"}, "pmix-prterun-n0-77@1"),
     "Open MPI 4 (ORTE)": ({"OMPI_MCA_ess_base_jobid": "2914451457", "OMPI_COMM_WORLD_RANK": "2"}, "openmpi-2914451457"),
     "mpirun in a Slurm job": ({**SLURM, "PMIX_NAMESPACE": "prterun-n0-77@1"}, "slurm-4242"),
-    "MPICH or Intel MPI (Hydra): nothing per job": (HYDRA, "run"),
+    "MPICH or Intel MPI (Hydra): nothing per job": (HYDRA, PROCESS_GROUP),
+    "MPICH (Hydra) across hosts": ({**HYDRA, "WORLD_SIZE": "4"}, "run"),
     "OTEL_VALGEN_LAUNCH_ID wins": ({**TORCHRUN, **SLURM, "OTEL_VALGEN_LAUNCH_ID": "mine"}, "mine"),
 }
 
@@ -81,9 +88,14 @@ def _subprocess_env(variables: Mapping[str, str]) -> dict[str, str]:
 def test_each_launchers_variables_name_the_launch(
     monkeypatch: pytest.MonkeyPatch, variables: dict[str, str], expected: str
 ) -> None:
-    """The launch id comes from the first launcher whose variables the process has, else `run`."""
+    """The launch id: the first launcher whose variables the process has, else the process group's, else `run`."""
     _set(monkeypatch, variables)
-    assert resolve_settings(run_id="r").launch_id == expected
+    launch = resolve_settings(run_id="r").launch_id
+    if expected == PROCESS_GROUP:
+        assert launch == _launch_group.launch_id()
+        assert re.fullmatch(rf"pg{os.getpgrp()}-[0-9a-f]{{8}}", launch)
+    else:
+        assert launch == expected
 
 
 def test_an_argument_beats_every_launcher(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -133,8 +145,8 @@ _PRINT_LAUNCH = "import otel_valgen as vg; print(vg.configure(run_id='r').launch
 
 @pytest.mark.parametrize(
     ("variables", "expected"),
-    [({}, "run"), ({"OTEL_VALGEN_LAUNCH_ID": "job-42"}, "job-42"), (TORCHRUN_NO_ID, "torchelastic-node0:29500")],
-    ids=["no launcher", "OTEL_VALGEN_LAUNCH_ID", "torchrun without --rdzv-id"],
+    [({"OTEL_VALGEN_LAUNCH_ID": "job-42"}, "job-42"), (TORCHRUN_NO_ID, "torchelastic-node0:29500")],
+    ids=["OTEL_VALGEN_LAUNCH_ID", "torchrun without --rdzv-id"],
 )
 def test_separate_processes_of_one_launch_find_the_same_id(variables: dict[str, str], expected: str) -> None:
     """Two real processes of one run with the same launcher environment resolve the same launch id."""
@@ -146,6 +158,68 @@ def test_separate_processes_of_one_launch_find_the_same_id(variables: dict[str, 
         for _ in range(2)
     }
     assert ids == {expected}
+
+
+def _in_a_terminal(script: str, env: Mapping[str, str], timeout_s: float = 120) -> list[str]:
+    """Run a shell script as a terminal runs a command line (a process group of its own); its output lines."""
+    done = subprocess.run(
+        ["bash", "-c", script],
+        check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        start_new_session=True,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.split()
+
+
+_SLEEP = "; import sys, time; time.sleep(float(sys.argv[1]))"
+_PROBE = f"{shlex.quote(sys.executable)} -c {shlex.quote(_PRINT_LAUNCH + _SLEEP)}"
+
+
+def test_three_processes_started_by_one_script_are_one_launch() -> None:
+    """`a & b & c & wait` in one script: one process group, one launch id, whichever ends first."""
+    ids = _in_a_terminal(f"{_PROBE} 0 & {_PROBE} 0.5 & {_PROBE} 0 & wait", _subprocess_env({}))
+    assert len(ids) == 3
+    assert len(set(ids)) == 1
+    assert re.fullmatch(r"pg[0-9]+-[0-9a-f]{8}", ids[0])
+
+
+def test_a_script_run_again_is_a_new_launch() -> None:
+    """The same script run twice from a terminal: two process groups, two launch ids."""
+    env = _subprocess_env({})
+    first, second = (_in_a_terminal(f"{_PROBE} 0", env) for _ in range(2))
+    assert first != second
+
+
+def test_a_process_started_after_the_others_ended_is_a_new_launch() -> None:
+    """`python train.py; python train.py --resume` in one script: the second, after the first ended, is a new launch."""
+    gap = _launch_group.STARTED_TOGETHER_S + 0.5
+    first, resumed = _in_a_terminal(f"{_PROBE} 0; sleep {gap}; {_PROBE} 0", _subprocess_env({}))
+    assert first != resumed
+
+
+def test_a_process_started_while_the_launch_runs_joins_it() -> None:
+    """A process the script starts later, while a process of the launch still runs, joins that launch."""
+    gap = _launch_group.STARTED_TOGETHER_S + 0.5
+    ids = _in_a_terminal(f"{_PROBE} {gap + 2} & sleep {gap}; {_PROBE} 0; wait", _subprocess_env({}))
+    assert len(ids) == 2
+    assert len(set(ids)) == 1
+
+
+def test_a_launch_folder_another_user_could_write_is_not_used(tmp_path: Path) -> None:
+    """A launch folder open to others (or a link) is refused: the process falls back to one launch per run."""
+    shared = tmp_path / "runtime"
+    (shared / "otel-valgen").mkdir(parents=True, mode=0o777)
+    os.chmod(shared / "otel-valgen", 0o777)
+    linked = tmp_path / "linked"
+    linked.mkdir()
+    (linked / "otel-valgen").symlink_to(tmp_path)
+    for runtime in (shared, linked):
+        (launch,) = _in_a_terminal(f"{_PROBE} 0", _subprocess_env({"XDG_RUNTIME_DIR": str(runtime)}))
+        assert launch == "run"
 
 
 _VALIDATE_PART = textwrap.dedent(
@@ -161,17 +235,18 @@ _VALIDATE_PART = textwrap.dedent(
 
 
 def test_two_plain_processes_validating_one_step_form_one_attempt(tmp_path: Path) -> None:
-    """Issue 22's story: two plain processes, one run id, each half of step 1: one attempt of all 40."""
+    """Issue 22's story: two plain processes started by one script, one run id, each half of step 1: one attempt."""
     sink = tmp_path / "sink"
     env = _subprocess_env({"OTEL_VALGEN_RUN_ID": "plain", "OTEL_VALGEN_COUNT": "5", "OTEL_VALGEN_DIR": str(sink)})
-    for part in ("a", "b"):
-        subprocess.run([sys.executable, "-c", _VALIDATE_PART, part, "20"], env=env, check=True, timeout=60)
+    validate = f"{shlex.quote(sys.executable)} -c {shlex.quote(_VALIDATE_PART)}"
+    _in_a_terminal(f"{validate} a 20 & {validate} b 20 & wait", env)
     ((_, attempts),) = select_attempts(read_paths([sink], pytest.fail)).items()
     (attempt,) = attempts
     ids = [f"{part}-{i}/0" for part in "ab" for i in range(20)]
     expected = [i for _, i in bottom_k(((SortKey.of(sample_key(42, i), i), i) for i in ids), 5)]
-    assert (attempt.attempt, attempt.seen, attempt.complete) == ("run.1", 40, True)
-    assert [g.sample_id for g in attempt.generations] == expected
+    assert re.fullmatch(r"pg[0-9]+-[0-9a-f]{8}\.1", attempt.attempt)
+    assert (attempt.seen, attempt.complete) == (40, True)
+    assert [untagged(g.sample_id) for g in attempt.generations] == expected
 
 
 _PARENT_AND_CHILD = textwrap.dedent(
@@ -207,17 +282,12 @@ def test_a_multiprocessing_child_shares_its_configured_parents_attempt(
     script = tmp_path / "parent.py"
     script.write_text(_PARENT_AND_CHILD, encoding="utf-8")
     sink = tmp_path / "sink"
-    subprocess.run(
-        [sys.executable, str(script), start_method, launch_id, str(sink)],
-        env=_subprocess_env({}),
-        check=True,
-        timeout=120,
-    )
+    command = shlex.join([sys.executable, str(script), start_method, launch_id, str(sink)])
+    _in_a_terminal(command, _subprocess_env({}))
     records = list(read_paths([sink], pytest.fail))
-    assert {(r.source, r.attempt) for r in records} == {
-        ("child", f"{launch_id or 'run'}.1"),
-        ("parent", f"{launch_id or 'run'}.1"),
-    }
+    (attempt,) = {r.attempt for r in records}
+    assert {r.source for r in records} == {"child", "parent"}
+    assert attempt == f"{launch_id}.1" if launch_id else re.fullmatch(r"pg[0-9]+-[0-9a-f]{8}\.1", attempt)
 
 
 def test_only_ids_a_child_could_not_find_go_into_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -16,7 +16,7 @@ from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter
 import otel_valgen as vg
 from otel_valgen import _process, contract
 from otel_valgen.reader import EndRecord, Generation, ProgressRecord, StartRecord, records_from_request
-from otel_valgen.sampling import SortKey, bottom_k, sample_key
+from otel_valgen.sampling import SortKey, bottom_k, sample_key, untagged
 from otel_valgen.selection import select_steps
 from otel_valgen.testing import capture_records, record_to_dict
 from tests.conftest import REPO, OtlpHttpReceiver
@@ -286,9 +286,9 @@ def test_a_blockless_call_is_delivered_before_it_returns() -> None:
     events = [r["event_name"] for r in delivered]
     assert events[0] == contract.EVENT_VALIDATION_START
     assert events[-1] == contract.EVENT_VALIDATION_END
-    assert sorted(r["attributes"][contract.SAMPLE_ID] for r in _of(delivered, contract.EVENT_GENERATION)) == sorted(
-        _bottom_k_ids(5, ids, 3)
-    )
+    assert sorted(
+        untagged(r["attributes"][contract.SAMPLE_ID]) for r in _of(delivered, contract.EVENT_GENERATION)
+    ) == sorted(_bottom_k_ids(5, ids, 3))
     (end,) = _of(delivered, contract.EVENT_VALIDATION_END)
     assert (end["attributes"][contract.SEEN], end["attributes"][contract.EMITTED]) == (20, 3)
     assert {r["attributes"][contract.ATTEMPT] for r in delivered} == {"B.1"}
@@ -310,7 +310,7 @@ def test_blockless_calls_of_one_step_merge_into_the_exact_bottom_k(tmp_path: Any
         logged += batch
         # What is on disk right after the call, as `otel-valgen show` reads it:
         (selection,) = select_steps(_delivered(str(tmp_path)))
-        assert [g.sample_id for g in selection.generations] == _bottom_k_ids(9, logged, 8)
+        assert [untagged(g.sample_id) for g in selection.generations] == _bottom_k_ids(9, logged, 8)
         assert (selection.attempt, selection.seen, selection.attempts) == ("P.1", len(logged), 1)
         assert selection.complete
     records = _delivered(str(tmp_path))
@@ -409,7 +409,7 @@ def test_a_process_ended_without_exit_handlers_keeps_its_blockless_part(tmp_path
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     subprocess.run([sys.executable, "-c", _ABRUPT, str(tmp_path)], env=env, check=True, timeout=60)
     (selection,) = select_steps(_delivered(str(tmp_path)))
-    assert [g.sample_id for g in selection.generations] == _bottom_k_ids(1, [f"g{i}" for i in range(50)], 4)
+    assert [untagged(g.sample_id) for g in selection.generations] == _bottom_k_ids(1, [f"g{i}" for i in range(50)], 4)
     assert (selection.seen, selection.complete) == (50, True)
 
 

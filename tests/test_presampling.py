@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 import otel_valgen as vg
 from otel_valgen import _process, contract
-from otel_valgen.sampling import SortKey, bottom_k, sample_key
+from otel_valgen.sampling import SortKey, bottom_k, sample_key, untagged
 from otel_valgen.testing import capture_records
 
 
@@ -59,7 +59,7 @@ def test_merged_selection_equals_the_single_process_choice(
     sent = (
         (SortKey.of(r["attributes"][contract.SAMPLE_KEY], r["attributes"][contract.SAMPLE_ID]), r) for r in generations
     )
-    chosen = [r["attributes"][contract.SAMPLE_ID] for _, r in bottom_k(sent, k)]
+    chosen = [untagged(r["attributes"][contract.SAMPLE_ID]) for _, r in bottom_k(sent, k)]
     oracle = [s for _, s in bottom_k(((SortKey.of(sample_key(seed, f"{i}/0"), f"{i}/0"), f"{i}/0") for i in ids), k)]
     assert chosen == oracle
     assert len(chosen) == min(k, len(ids))

@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from otel_valgen._keys import BatchKeyer
-from otel_valgen._records import Batch, candidates
+from otel_valgen._records import Batch, ResponseLanes, candidates
 from otel_valgen.sampling import (
     KEY_VERSION,
     KEY_VERSIONS,
@@ -141,26 +141,18 @@ def test_v2_key_is_the_documented_mix() -> None:
     assert sample_key(42, "uid") == no_index >> 1
 
 
-@pytest.mark.parametrize(
-    ("sample_id", "split"),
-    [
-        ("abc/0", ("abc", 1)),
-        ("abc/12", ("abc", 13)),
-        ("a/b/3", ("a/b", 4)),
-        ("/0", ("", 1)),
-        ("abc", ("abc", 0)),
-        ("abc/", ("abc/", 0)),
-        ("abc/01", ("abc/01", 0)),
-        ("abc/+1", ("abc/+1", 0)),
-        ("abc/\u0661", ("abc/\u0661", 0)),
-        ("abc/1 ", ("abc/1 ", 0)),
-        ("x/9999999999999999999", ("x", 10**19)),
-        ("x/10000000000000000000", ("x/10000000000000000000", 0)),
-    ],
-)
-def test_response_index_suffix(sample_id: str, split: tuple[str, int]) -> None:
-    """Only a final '/' and 1-19 ASCII digits without a leading zero is a response index."""
-    assert split_sample_id(sample_id) == split
+def test_response_index_suffix_from_the_shared_vectors() -> None:
+    """Only a final '/' and 1-19 ASCII digits without a leading zero, then an optional '@<tag>', is a response index."""
+    cases = json.loads((VECTORS / "key_vectors.json").read_text(encoding="utf-8"))["split"]
+    assert any("@" in case["sample_id"] for case in cases)
+    for case in cases:
+        assert split_sample_id(case["sample_id"]) == (case["base"], int(case["n"])), case
+
+
+def test_a_tag_after_the_index_leaves_the_key_unchanged() -> None:
+    """Two parts answering one prompt (two tags) get one key; a malformed index is still hashed whole."""
+    assert sample_key(42, "abc/1@5f2e9c1a7b3d") == sample_key(42, "abc/1") == sample_key(42, "abc/1@")
+    assert sample_key(42, "abc/01@t") != sample_key(42, "abc/01")
 
 
 def test_only_16_lowercase_hex_digits_are_read_as_a_number() -> None:
@@ -204,12 +196,34 @@ def test_reference_key_of_hex_ids_matches_go_style_recomputation() -> None:
     """The emitter's keys (one hash per generation) equal sample_key of the id it sends."""
     inputs = [f"prompt {i % 37}" for i in range(300)]
     batch = Batch(inputs, inputs, None, None, None, None)
-    found = candidates(batch, BatchKeyer(9), None, None)
+    found = candidates(batch, BatchKeyer(9), None, None, ResponseLanes(), "5f2e9c1a7b3d")
     assert len(found) == 300
     for index, (key, sample_id) in found:
         base = xxhash.xxh64_hexdigest(inputs[index].encode())
         assert sample_id.decode().startswith(f"{base}/")
+        assert sample_id.decode().endswith("@5f2e9c1a7b3d")
         assert key == sample_key(9, sample_id.decode())
+
+
+@pytest.mark.parametrize("given", [None, "uids"])
+def test_a_part_numbers_responses_the_same_however_its_calls_split(given: str | None) -> None:
+    """Two sampling passes over 20 prompts: 40 ids, the same in one call as in two calls of a part."""
+    prompts = [f"prompt {i}" for i in range(20)]
+    uids = [f"uid-{i}" for i in range(20)] if given else None
+
+    def ids(calls: list[list[int]]) -> list[str]:
+        lanes, found = ResponseLanes(), []
+        for call in calls:
+            inputs = [prompts[i] for i in call]
+            batch = Batch(inputs, inputs, None, None, [uids[i] for i in call] if uids else None, None)
+            found += [order[1].decode() for _, order in candidates(batch, BatchKeyer(1), None, None, lanes, "t")]
+        return found
+
+    one_call = ids([list(range(20)) * 2])
+    two_calls = ids([list(range(20)), list(range(20))])
+    assert len(set(one_call)) == 40
+    assert sorted(one_call) == sorted(two_calls)
+    assert {sid.rsplit("@", 1)[0].rsplit("/", 1)[1] for sid in two_calls} == {"0", "1"}
 
 
 def test_duplicates_are_kept_once() -> None:
@@ -353,6 +367,7 @@ def test_emitter_candidates_keep_the_exact_bottom_k(batches: list[list[str]], k:
     keyer = BatchKeyer(seed)
     selector: BottomK[int] = BottomK(k)
     everything: list[tuple[SortKey, int]] = []
+    all_lanes, kept_lanes = ResponseLanes(), ResponseLanes()  # one part's calls, numbered twice
     for batch_inputs in batches:
         inputs: list[Any] = list(batch_inputs)
         given: list[Any] | None = None
@@ -366,10 +381,10 @@ def test_emitter_candidates_keep_the_exact_bottom_k(batches: list[list[str]], k:
         elif ids == "bad input":
             inputs = [text.encode() if i % 2 else text + "\ud800" for i, text in enumerate(inputs)]
         batch = Batch(inputs, inputs, None, None, given, None)
-        for index, (key, sample_id) in candidates(batch, keyer, None, None):
+        for index, (key, sample_id) in candidates(batch, keyer, None, None, all_lanes, "t"):
             assert key == sample_key(seed, sample_id.decode())
             everything.append((SortKey(key, sample_id), index))
-        for index, order in candidates(batch, keyer, selector.threshold(), k):
+        for index, order in candidates(batch, keyer, selector.threshold(), k, kept_lanes, "t"):
             selector.offer(order, index)
     want = {order for order, _ in bottom_k(everything, k)}
     assert {order for order, _ in selector.items()} == want
@@ -398,10 +413,10 @@ def test_str_subclasses_and_other_values_get_the_ids_of_their_text() -> None:
     plain = ["a", "b", "a", "7", "x"]
     odd: list[Any] = [Text("a"), Text("b"), "a", 7, b"x"]
     keyer = BatchKeyer(3)
-    want = candidates(Batch(plain, plain, None, None, None, None), keyer, None, None)
-    assert candidates(Batch(odd, odd, None, None, None, None), keyer, None, None) == want
+    want = candidates(Batch(plain, plain, None, None, None, None), keyer, None, None, ResponseLanes(), "t")
+    assert candidates(Batch(odd, odd, None, None, None, None), keyer, None, None, ResponseLanes(), "t") == want
     texts = [Text(value) for value in plain]
-    assert candidates(Batch(texts, texts, None, None, None, None), keyer, None, None) == want
+    assert candidates(Batch(texts, texts, None, None, None, None), keyer, None, None, ResponseLanes(), "t") == want
 
 
 def _unmix64(z: int) -> int:

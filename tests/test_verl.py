@@ -20,6 +20,7 @@ import otel_valgen as vg
 from otel_valgen import contract
 from otel_valgen.integrations import _trainer_step
 from otel_valgen.integrations import verl as vg_verl
+from otel_valgen.sampling import untagged
 from otel_valgen.testing import capture_records
 
 assert vg_verl.install()  # what otel-valgen's Ray setup hook does in every worker
@@ -70,13 +71,13 @@ def test_verls_hook_sends_every_generation_at_global_steps_with_k() -> None:
 
 
 def test_responses_to_one_prompt_get_distinct_stable_ids() -> None:
-    """Two responses to one prompt get ids <hash>/0 and <hash>/1, the same at every step."""
+    """Two responses to one prompt get ids <hash>/0 and <hash>/1 (then the part's tag), the same at every step."""
     ids_by_step = {}
     for step in (1, 2):
         with capture_records(run_id="verl", count=64) as records:
             _call_like_verls_validate(_TrainerSkippingInit(count=64, global_steps=step), n=6)
         generations = _by_event(records, contract.EVENT_GENERATION)
-        ids_by_step[step] = sorted(r["attributes"][contract.SAMPLE_ID] for r in generations)
+        ids_by_step[step] = sorted(untagged(r["attributes"][contract.SAMPLE_ID]) for r in generations)
     assert ids_by_step[1] == ids_by_step[2]
     assert len(set(ids_by_step[1])) == 6
     assert {i.rsplit("/", 1)[1] for i in ids_by_step[1]} == {"0", "1"}

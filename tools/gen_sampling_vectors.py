@@ -59,6 +59,43 @@ IDS = [
     "x/+1",
     "x/\u0661",
     "x/0 ",
+    # a part's tag after the index (not part of the key): the same key as without it
+    "abc/0@5f2e9c1a7b3d",
+    "abc/1@5f2e9c1a7b3d",
+    "0123456789abcdef/0@000000000000",
+    "0123456789abcdef/0@ffffffffffff",
+    "a/b/3@t",
+    "abc/0@",
+    "abc/0@x@y",
+    "abc/01@t",
+    "abc/@t",
+    "abc@t",
+    "abc@t/0",
+]
+# How ids split into (base, n = 1 + response index): written out by hand, not computed.
+SPLITS = [
+    ("abc/0", "abc", 1),
+    ("abc/12", "abc", 13),
+    ("a/b/3", "a/b", 4),
+    ("/0", "", 1),
+    ("abc", "abc", 0),
+    ("abc/", "abc/", 0),
+    ("abc/01", "abc/01", 0),
+    ("abc/+1", "abc/+1", 0),
+    ("abc/\u0661", "abc/\u0661", 0),
+    ("abc/1 ", "abc/1 ", 0),
+    ("x/9999999999999999999", "x", 10**19),
+    ("x/10000000000000000000", "x/10000000000000000000", 0),
+    ("abc/0@5f2e9c1a7b3d", "abc", 1),
+    ("abc/12@5f2e9c1a7b3d", "abc", 13),
+    ("a/b/3@t", "a/b", 4),
+    ("abc/0@", "abc", 1),
+    ("abc/0@x@y", "abc", 1),
+    ("abc/01@t", "abc/01@t", 0),
+    ("abc/@t", "abc/@t", 0),
+    ("abc@t", "abc@t", 0),
+    ("abc@t/0", "abc@t", 1),
+    ("abc/0@t/1", "abc/0@t", 2),
 ]
 # Bases that id_hash hashes with XXH64 (not 16 lowercase hex digits), long ones past XXH64's
 # 32-byte stripes too.
@@ -81,12 +118,15 @@ def key_vectors() -> dict[str, object]:
             "mix64(id_hash(base) XOR seed_lane(seed, n)) >> 1, with base and n from the id's "
             "'/<index>' suffix. id_hash holds XXH64 (seed 0) of bases that are not 16 lowercase "
             "hex digits, mix64 the SplitMix64 finaliser's values and seed_lane the lanes "
-            "(n = 0 .. 3) of each seed. seeds, words and keys are decimal strings (uint64)."
+            "(n = 0 .. 3) of each seed, split how version 2 reads an id: base and n (1 + the "
+            "response index of '<base>/<index>' or '<base>/<index>@<tag>', else 0). seeds, words, "
+            "keys and n are decimal strings (uint64)."
         ),
         "vectors": vectors,
         "id_hash": [{"base": base, "hash": str(id_hash(base))} for base in HASHED_BASES],
         "mix64": [{"in": str(word), "out": str(mix64(word))} for word in MIX_INPUTS],
         "seed_lane": [{"seed": str(seed), "n": n, "lane": str(seed_lane(seed, n))} for seed in SEEDS for n in range(4)],
+        "split": [{"sample_id": sid, "base": base, "n": str(n)} for sid, base, n in SPLITS],
     }
 
 
@@ -150,6 +190,25 @@ def bottom_k_cases() -> dict[str, object]:
                     "expected": [sid for _, sid in chosen],
                 }
             )
+    # Two parts (tags) answer the same 20 prompts once each, and one record arrives twice: the
+    # 40 generations are 40 records (one key, two ids per prompt), the redelivery is one.
+    parts_rng = random.Random(20261203)
+    prompts = [f"{parts_rng.getrandbits(64):016x}" for _ in range(20)]
+    ids = [f"{prompt}/0@{tag}" for tag in ("3c9a5e0d2b71", "e4f1a7c20b96") for prompt in prompts]
+    arrivals = [*ids, ids[7]]
+    parts_rng.shuffle(arrivals)
+    for k in (40, 10):
+        chosen = bottom_k(((SortKey.of(sample_key(42, sid), sid), sid) for sid in arrivals), k)
+        cases.append(
+            {
+                "name": f"two_parts_answer_the_same_prompts_k{k}",
+                "k": k,
+                "seed": "42",
+                "key_version": 2,
+                "records": [{"sample_id": sid} for sid in arrivals],
+                "expected": [sid for _, sid in chosen],
+            }
+        )
     return {
         "description": (
             "For each case keep the k records with the smallest (sample_key, UTF-8 bytes of "

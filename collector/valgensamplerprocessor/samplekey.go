@@ -55,14 +55,19 @@ func mixKey(seed uint64, sampleID string) uint64 {
 	return mix64(idHash(base)^seedLane(seed, n)) >> 1
 }
 
-// splitSampleID returns (base, 1 + index) for "<base>/<index>", where index is 1 to 19 ASCII
-// digits without a leading zero (unless it is "0"), and (sampleID, 0) for any other id.
+// splitSampleID returns (base, 1 + index) for "<base>/<index>" and "<base>/<index>@<tag>",
+// where index is 1 to 19 ASCII digits without a leading zero (unless it is "0"), and
+// (sampleID, 0) for any other id. The tag names the part that emitted the record: two parts
+// answering one prompt get the same key and different ids.
 func splitSampleID(sampleID string) (string, uint64) {
 	slash := strings.LastIndexByte(sampleID, '/')
 	if slash < 0 {
 		return sampleID, 0
 	}
 	digits := sampleID[slash+1:]
+	if at := strings.IndexByte(digits, '@'); at >= 0 {
+		digits = digits[:at]
+	}
 	if len(digits) == 0 || len(digits) > maxIndexDigits || (digits[0] == '0' && len(digits) > 1) {
 		return sampleID, 0
 	}

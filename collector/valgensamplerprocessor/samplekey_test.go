@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/cespare/xxhash/v2"
@@ -41,6 +42,11 @@ type keyVectors struct {
 		N    uint64 `json:"n"`
 		Lane string `json:"lane"`
 	} `json:"seed_lane"`
+	Split []struct {
+		SampleID string `json:"sample_id"`
+		Base     string `json:"base"`
+		N        string `json:"n"`
+	} `json:"split"`
 }
 
 type bottomKCases struct {
@@ -98,6 +104,24 @@ func TestSampleKeyVectors(t *testing.T) {
 	for _, v := range vectors.IDHash {
 		require.Equalf(t, parseUint(t, v.Hash), idHash(v.Base), "base=%q", v.Base)
 	}
+}
+
+// TestSplitSampleIDVectors checks how ids split into base and lane against the shared cases:
+// a part's "@<tag>" after the response index is not part of the key.
+func TestSplitSampleIDVectors(t *testing.T) {
+	var vectors keyVectors
+	readJSON(t, "key_vectors.json", &vectors)
+	require.NotEmpty(t, vectors.Split)
+	tagged := 0
+	for _, v := range vectors.Split {
+		base, n := splitSampleID(v.SampleID)
+		require.Equalf(t, v.Base, base, "id=%q", v.SampleID)
+		require.Equalf(t, parseUint(t, v.N), n, "id=%q", v.SampleID)
+		if strings.Contains(v.SampleID, "@") {
+			tagged++
+		}
+	}
+	require.Positive(t, tagged)
 }
 
 // TestSeedLanesAreSplitMix64 checks lanes 1..5 of seed 1234567 against SplitMix64's published
