@@ -28,6 +28,7 @@ import yaml
 from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
 from packaging.utils import canonicalize_name
 
+from otel_valgen.sampling import untagged
 from tests.deploy import harness, loki_model
 from tests.deploy.docker_stack import REPO, Stack, Started, our_images, readme_stack, run
 from tests.deploy.steps import Job, expected_ids, run_job, send_part
@@ -176,7 +177,7 @@ def test_file_volume_holds_k_records_per_step_as_show_chooses(stack: Stack, job:
         (summary,) = _summaries(records, step)
         assert summary["valgen.closed_reason"] == "complete"
         kept = [
-            r["attributes"]["valgen.sample_id"]
+            untagged(r["attributes"]["valgen.sample_id"])
             for r in records
             if r["event"] == "valgen.generation" and int(r["attributes"]["valgen.step"]) == step
         ]
@@ -189,7 +190,7 @@ def test_file_volume_holds_k_records_per_step_as_show_chooses(stack: Stack, job:
     ).stdout
     by_step = {entry["step"]: entry for entry in map(json.loads, shown.splitlines())}
     for step in job.steps:
-        shown_ids = sorted(g["sample_id"] for g in by_step[step]["generations"])
+        shown_ids = sorted(untagged(g["sample_id"]) for g in by_step[step]["generations"])
         assert shown_ids == sorted(expected_ids(range(job.generations_per_step), job.k))
 
 
@@ -326,7 +327,7 @@ def test_a_step_split_by_a_collector_restart_completes_exactly_once(stack: Stack
     assert summary["valgen.closed_reason"] == "complete"
     assert int(summary["valgen.sources_ended"]) == 2
     kept = [
-        r["attributes"]["valgen.sample_id"]
+        untagged(r["attributes"]["valgen.sample_id"])
         for r in records
         if r["event"] == "valgen.generation" and int(r["attributes"]["valgen.step"]) == RESTART_STEP
     ]

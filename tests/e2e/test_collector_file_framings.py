@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -18,6 +19,7 @@ import otel_valgen as vg
 from otel_valgen import _process
 from otel_valgen._framing import ZSTD_MAGIC
 from otel_valgen.reader import Generation, ReadError, read_paths
+from otel_valgen.sampling import untagged
 from otel_valgen.tools.cli import main
 from tests.e2e import harness
 from tests.support.require import require_or_skip
@@ -88,11 +90,16 @@ def _write_files(tmp_path: Path, feature_gates: tuple[str, ...]) -> Path:
     return directory
 
 
-def _show(path: Path) -> list[dict[str, object]]:
+def _show(path: Path) -> list[dict[str, Any]]:
+    """What `show` prints, each id without its part's tag (the two collectors' files come from two emissions)."""
     result = CliRunner().invoke(main, ["show", str(path), "--format", "json"])
     assert result.exit_code == 0, result.output
     assert not result.stderr
-    return [json.loads(line) for line in result.stdout.splitlines()]
+    steps = [json.loads(line) for line in result.stdout.splitlines()]
+    for step in steps:
+        for generation in step["generations"]:
+            generation["sample_id"] = untagged(generation["sample_id"])
+    return steps
 
 
 @pytest.fixture(scope="module")

@@ -17,6 +17,7 @@ import pytest
 
 import otel_valgen as vg
 from otel_valgen import _process, contract
+from otel_valgen.sampling import untagged
 from tests.e2e.harness import REPO, free_port, wait_for
 from tests.faults.conftest import Collectors, RunningCollector, file_records, metric_sum
 
@@ -60,7 +61,7 @@ def _step(run_id: str, step: int, text: str = "") -> None:
 
 def _kept(collector: RunningCollector, run_id: str, step: int) -> list[str]:
     return sorted(
-        r.attributes[contract.SAMPLE_ID]
+        untagged(r.attributes[contract.SAMPLE_ID])
         for r in file_records(collector.file_path)
         if r.event == contract.EVENT_GENERATION
         and r.attributes[contract.RUN_ID] == run_id

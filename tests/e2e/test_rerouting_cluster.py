@@ -24,7 +24,7 @@ import pytest
 from otel_valgen.exporter.backends.mlflow import MlflowConfig
 from otel_valgen.exporter.backends.tensorboard import TensorBoardConfig
 from otel_valgen.reader import read_paths
-from otel_valgen.sampling import SortKey, bottom_k, sample_key
+from otel_valgen.sampling import SortKey, bottom_k, sample_key, untagged
 from otel_valgen.selection import select_steps
 from tests.e2e.cluster import Cluster, cluster_env
 from tests.e2e.harness import StandIn, wait_for
@@ -89,7 +89,7 @@ def mlflow_steps(server: MlflowServer, run_id: str, folder: Path) -> dict[int, t
     out = {}
     for step in STEPS:
         path = client.download_artifacts(run_id, f"val_step{step}.json", str(folder / str(step)))
-        out[step] = ([row["sample_id"] for row in json.loads(Path(path).read_text())], missing[step])
+        out[step] = ([untagged(row["sample_id"]) for row in json.loads(Path(path).read_text())], missing[step])
     return out
 
 
@@ -175,7 +175,7 @@ def assert_exact(cluster: Cluster, mlflow_server: MlflowServer, mlflow_run: str)
     assert written == {step: (expected_ids(step), 0.0) for step in STEPS}, "MLflow rewrote merged steps in place"
     files = [c.file_path for name, c in cluster.collectors.items() if name.startswith("s") and c.file_path.exists()]
     shown = {selection.step: selection for selection in select_steps(read_paths(files, lambda _: None))}
-    assert {step: [g.sample_id for g in shown[step].generations] for step in STEPS} == {
+    assert {step: [untagged(g.sample_id) for g in shown[step].generations] for step in STEPS} == {
         step: expected_ids(step) for step in STEPS
     }
     assert all(shown[step].complete and shown[step].seen == PER_SOURCE * len(SOURCES) for step in STEPS)

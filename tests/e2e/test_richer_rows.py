@@ -19,7 +19,7 @@ from click.testing import CliRunner
 
 import otel_valgen as vg
 from otel_valgen import contract
-from otel_valgen.sampling import SortKey, bottom_k, sample_key
+from otel_valgen.sampling import SortKey, bottom_k, sample_key, untagged
 from otel_valgen.tools.cli import main as cli_main
 from tests.e2e.conftest import StartCollector
 from tests.e2e.harness import Record, StandIn, records_of_file, wait_for
@@ -138,7 +138,7 @@ def test_extra_columns_and_score_statistics_reach_every_output(
     kept = _kept(records)
     every_id = list(values)
     expected_ids = [i for _, i in bottom_k(((SortKey.of(sample_key(SEED, i), i), i) for i in every_id), K)]
-    assert [r.attributes[contract.SAMPLE_ID] for r in kept] == expected_ids
+    assert [untagged(r.attributes[contract.SAMPLE_ID]) for r in kept] == expected_ids
     kept_scores = [r.attributes[contract.SCORE] for r in kept if contract.SCORE in r.attributes]
     assert len(kept_scores) < summary[contract.SCORE_COUNT], "the statistics are not those of the kept records"
     for record in kept:
@@ -147,7 +147,7 @@ def test_extra_columns_and_score_statistics_reach_every_output(
             for key, value in record.attributes.items()
             if key.startswith(contract.EXTRA_PREFIX)
         }
-        assert got == _sent_extra(values[record.attributes[contract.SAMPLE_ID]])
+        assert got == _sent_extra(values[untagged(record.attributes[contract.SAMPLE_ID])])
 
     # Loki gets the same attributes (it stores them as structured metadata, valgen_extra_*).
     wait_for(lambda: len(_kept(loki_stand_in.records())) == K, 30, "the kept records at Loki")
@@ -163,7 +163,7 @@ def test_extra_columns_and_score_statistics_reach_every_output(
         summary[contract.SCORE_SUM],
         summary[contract.SCORE_MEAN],
     )
-    assert [g["sample_id"] for g in shown["generations"]] == expected_ids
+    assert [untagged(g["sample_id"]) for g in shown["generations"]] == expected_ids
     for generation in shown["generations"]:
-        sent = _sent_extra(values[generation["sample_id"]])
+        sent = _sent_extra(values[untagged(generation["sample_id"])])
         assert generation["extra"] == {name: sent.get(name) for name in ("acc", "format_ok", "judge", "tokens")}

@@ -13,7 +13,7 @@ from dashboards import validation_generations as vgd
 from dashboards.render import render
 from otel_valgen import contract
 from otel_valgen.reader import read_paths
-from otel_valgen.sampling import SortKey, group_view, sample_key
+from otel_valgen.sampling import SortKey, group_view, sample_key, untagged
 from otel_valgen.selection import select_steps
 from tests.deploy import grafana_table, logql_subset, loki_model
 from tests.deploy.loki_query import substitute
@@ -94,10 +94,10 @@ def test_rollouts_of_a_split_step_keep_k_whole_prompts(
         if r.event == contract.EVENT_GENERATION and r.attributes[contract.KIND] == contract.KIND_ROLLOUT
     ]
     assert [a[contract.RANK] for a in kept] == list(range(1, K * N + 1))
-    assert [a[contract.SAMPLE_ID] for a in kept] == oracle
+    assert [untagged(a[contract.SAMPLE_ID]) for a in kept] == oracle
     assert {a[contract.SOURCE] for a in kept} <= set(PROMPTS)
     (shown,) = select_steps(read_paths([collector.file_path], lambda e: None), kind=contract.KIND_ROLLOUT)
-    assert [g.sample_id for g in shown.generations] == oracle
+    assert [untagged(g.sample_id) for g in shown.generations] == oracle
     _assert_the_dashboard_shows_them(loki_stand_in, oracle)
 
 
@@ -114,7 +114,7 @@ def _assert_the_dashboard_shows_them(loki: StandIn, oracle: list[str]) -> None:
 
     wait_for(lambda: len(rows(vgd.Q_ROLLOUT_GENERATIONS)) == K * N, 30, "the kept rollouts at the Loki stand-in")
     table = grafana_table.sorted_rows(_panel_of(vgd.Q_ROLLOUT_GENERATIONS), rows(vgd.Q_ROLLOUT_GENERATIONS))
-    assert [row[vgd.SAMPLE_ID] for row in table] == oracle
+    assert [untagged(row[vgd.SAMPLE_ID]) for row in table] == oracle
     assert [row[vgd.PROMPT_ID] for row in table] == [sample_id.split("/")[0] for sample_id in oracle]
     missing = grafana_table.kept_columns(_panel_of(vgd.Q_ROLLOUT_GENERATIONS)) - set().union(*table)
     assert missing == {vgd.PARAM_VERSION}, "every column but the param version (not sent here) has its values"

@@ -20,7 +20,7 @@ import pytest
 from click.testing import CliRunner
 
 from otel_valgen import contract
-from otel_valgen.sampling import SortKey, bottom_k, sample_key
+from otel_valgen.sampling import SortKey, bottom_k, sample_key, untagged
 from otel_valgen.tools.cli import main as cli_main
 from tests.e2e.conftest import StartCollector
 from tests.e2e.harness import REPO, Collector, Record, records_of_file, wait_for
@@ -143,7 +143,9 @@ def kept(collector: Collector, step: int, attempt: str) -> list[str]:
         and r.attributes.get(contract.ATTEMPT) == attempt
         and contract.RANK in r.attributes
     ]
-    return [r.attributes[contract.SAMPLE_ID] for r in sorted(records, key=lambda r: r.attributes[contract.RANK])]
+    return [
+        untagged(r.attributes[contract.SAMPLE_ID]) for r in sorted(records, key=lambda r: r.attributes[contract.RANK])
+    ]
 
 
 def shown(collector: Collector) -> dict[int, dict[str, Any]]:
@@ -200,7 +202,7 @@ def test_a_resumed_run_shows_its_complete_retry(workers: Callable[..., Worker], 
     assert second.attributes[contract.SEEN] == 31
     step = shown(collector)[20]
     assert (step["attempt"], step["attempts"], step["seen"]) == ("L2.1", 2, 31)
-    assert [g["sample_id"] for g in step["generations"]] == true_bottom_k(ids("r", 31))
+    assert [untagged(g["sample_id"]) for g in step["generations"]] == true_bottom_k(ids("r", 31))
 
 
 def test_a_resume_within_the_wait_never_merges(workers: Callable[..., Worker], collector: Collector) -> None:
@@ -214,7 +216,7 @@ def test_a_resume_within_the_wait_never_merges(workers: Callable[..., Worker], c
     assert sorted(s.attributes[contract.SEEN] for s in summaries(collector, 30)) == [20, 20]
     step = shown(collector)[30]
     assert (step["attempt"], step["attempts"]) == ("L2.1", 2)
-    assert [g["sample_id"] for g in step["generations"]] == true_bottom_k(ids("m", 20))
+    assert [untagged(g["sample_id"]) for g in step["generations"]] == true_bottom_k(ids("m", 20))
 
 
 @pytest.mark.parametrize("collector", ["forward"], indirect=True)
@@ -237,10 +239,12 @@ def test_late_records_are_counted_per_step_and_never_mixed_in(
         for r in records_of_file(collector.file_path)
         if r.event == contract.EVENT_GENERATION and r.attributes.get(contract.LATE) is True
     ]
-    assert sorted(r.attributes[contract.SAMPLE_ID] for r in forwarded) == sorted(f"{i}/0" for i in ids("y", 20))
+    assert sorted(untagged(r.attributes[contract.SAMPLE_ID]) for r in forwarded) == sorted(
+        f"{i}/0" for i in ids("y", 20)
+    )
     step = shown(collector)[40]
     assert step["late"] == 22
-    assert [g["sample_id"] for g in step["generations"]] == true_bottom_k(ids("x", 20))
+    assert [untagged(g["sample_id"]) for g in step["generations"]] == true_bottom_k(ids("x", 20))
 
 
 def test_sigterm_inside_a_block_delivers_the_step(workers: Callable[..., Worker], collector: Collector) -> None:

@@ -18,7 +18,7 @@ import pytest
 import otel_valgen as vg
 from otel_valgen import contract
 from otel_valgen import ray as vg_ray
-from otel_valgen.sampling import SortKey, bottom_k, sample_key
+from otel_valgen.sampling import SortKey, bottom_k, sample_key, untagged
 from tests.e2e.harness import StandIn, wait_for
 from tests.e2e.steps import by_step
 from tests.faults.conftest import Collectors, RunningCollector, file_records, metric_sum
@@ -118,7 +118,7 @@ def _summary(collector: RunningCollector, step: int) -> tuple[list[str], dict[st
     kept, summaries = by_step(file_records(collector.file_path))
     assert len(summaries[step]) == 1
     ranked = sorted(kept[step], key=lambda r: r.attributes[contract.RANK])
-    return [r.attributes[contract.SAMPLE_ID] for r in ranked], summaries[step][0].attributes
+    return [untagged(r.attributes[contract.SAMPLE_ID]) for r in ranked], summaries[step][0].attributes
 
 
 @pytest.mark.timeout(150)

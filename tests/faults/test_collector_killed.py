@@ -21,7 +21,7 @@ import pytest
 
 import otel_valgen as vg
 from otel_valgen import contract
-from otel_valgen.sampling import SortKey, bottom_k, sample_key
+from otel_valgen.sampling import SortKey, bottom_k, sample_key, untagged
 from otel_valgen.tools.resend import progress_path
 from tests.e2e.harness import Record, StandIn, free_port, wait_for
 from tests.e2e.steps import by_step
@@ -52,7 +52,10 @@ def _bottom_k(ids: list[str]) -> list[str]:
 
 def _assert_once(name: str, records: list[Record], step: int, want: list[str], reason: str, sources: int) -> None:
     kept, summaries = by_step(records)
-    got = [r.attributes[contract.SAMPLE_ID] for r in sorted(kept[step], key=lambda r: r.attributes[contract.RANK])]
+    got = [
+        untagged(r.attributes[contract.SAMPLE_ID])
+        for r in sorted(kept[step], key=lambda r: r.attributes[contract.RANK])
+    ]
     assert got == want, f"{name} step {step}: {got} != {want}"
     assert len(summaries[step]) == 1, f"{name} step {step}: {len(summaries[step])} summaries"
     summary = summaries[step][0].attributes

@@ -26,7 +26,7 @@ from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
 
 import otel_valgen as vg
 from otel_valgen import contract
-from otel_valgen.sampling import SortKey, bottom_k, sample_key
+from otel_valgen.sampling import SortKey, bottom_k, sample_key, untagged
 from tests.e2e.harness import Record, StandIn, free_port, records_of_request, wait_for
 from tests.e2e.steps import by_step
 from tests.faults.conftest import Collectors, file_records
@@ -62,7 +62,7 @@ def _assert_each_step_once(name: str, records: list[Record], run: str, steps: li
     kept, summaries = by_step([r for r in records if r.attributes.get(contract.RUN_ID) == run])
     for step in steps:
         ranked = sorted(kept[step], key=lambda r: r.attributes[contract.RANK])
-        got = [r.attributes[contract.SAMPLE_ID] for r in ranked]
+        got = [untagged(r.attributes[contract.SAMPLE_ID]) for r in ranked]
         assert got == _bottom_k(_ids(run, step)), f"{name} step {step}"
         assert len(summaries[step]) == 1, f"{name} step {step}: {len(summaries[step])} summaries"
         assert summaries[step][0].attributes[contract.CLOSED_REASON] == "complete", f"{name} step {step}"

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from otel_valgen.sampling import untagged
 from tests.support.require import require_module
 
 require_module("ray")
@@ -32,6 +33,8 @@ def test_demo_samples_k_generations_per_step_from_every_actor(tmp_path: Path) ->
     )  # fmt: skip
     steps = [json.loads(line) for line in shown.stdout.splitlines()]
     assert [(s["step"], s["seen"], s["kept"]) for s in steps] == [(1, 192, 5), (2, 192, 5)]
-    assert [g["sample_id"] for g in steps[0]["generations"]] == [g["sample_id"] for g in steps[1]["generations"]]
+    assert [untagged(g["sample_id"]) for g in steps[0]["generations"]] == [
+        untagged(g["sample_id"]) for g in steps[1]["generations"]
+    ]
     sources = {g["source"] for s in steps for g in s["generations"]}
     assert sources <= {"trainer", "generation-0", "generation-1", "generation-2"}

@@ -13,7 +13,7 @@ import otel_valgen as vg
 from otel_valgen import contract
 from otel_valgen import ray as vg_ray
 from otel_valgen.reader import EndRecord, Generation, read_paths, records_from_request
-from otel_valgen.sampling import SortKey, bottom_k, sample_key
+from otel_valgen.sampling import SortKey, bottom_k, sample_key, untagged
 from otel_valgen.selection import select_steps
 from tests.conftest import OtlpHttpReceiver
 from tests.support.require import require_module
@@ -86,7 +86,7 @@ def test_actors_with_the_carrier_share_the_trace_and_merge_exactly(cluster: Path
         sid for _, sid in bottom_k(((SortKey.of(sample_key(11, f"{i}/0"), f"{i}/0"), f"{i}/0") for i in ids), 6)
     ]
     selections = select_steps(records)
-    assert [(s.step, s.seen, [g.sample_id for g in s.generations]) for s in selections] == [
+    assert [(s.step, s.seen, [untagged(g.sample_id) for g in s.generations]) for s in selections] == [
         (1, 300, expected),
         (2, 300, expected),
     ]
@@ -144,7 +144,7 @@ def test_records_of_an_ended_step_survive_kill_and_shutdown(tmp_path: Path) -> N
         expected = [
             sid for _, sid in bottom_k(((SortKey.of(sample_key(42, f"{i}/0"), f"{i}/0"), f"{i}/0") for i in ids), 4)
         ]
-        assert sorted(g.sample_id for g in generations) == sorted(expected)
+        assert sorted(untagged(g.sample_id) for g in generations) == sorted(expected)
         (end,) = [r for r in records if isinstance(r, EndRecord)]
         assert (end.seen, end.emitted, end.source) == (50, 4, "doomed")
         assert all(g.resource.get(contract.RAY_ACTOR_ID) for g in generations)
@@ -169,11 +169,11 @@ def test_a_ray_task_without_a_block_delivers_its_step(cluster: Path) -> None:
     expected = [
         sid for _, sid in bottom_k(((SortKey.of(sample_key(11, f"{i}/0"), f"{i}/0"), f"{i}/0") for i in ids), 6)
     ]
-    assert sorted(g.sample_id for g in generations) == sorted(expected)
+    assert sorted(untagged(g.sample_id) for g in generations) == sorted(expected)
     (end,) = [r for r in records if isinstance(r, EndRecord)]
     assert (end.seen, end.emitted) == (40, 6)
     (selection,) = select_steps(records)
-    assert ([g.sample_id for g in selection.generations], selection.complete) == (expected, True)
+    assert ([untagged(g.sample_id) for g in selection.generations], selection.complete) == (expected, True)
 
 
 @ray.remote(num_cpus=0)

@@ -21,7 +21,7 @@ from click.testing import CliRunner
 
 from otel_valgen import contract
 from otel_valgen._settings import DEFAULT_COUNT, DEFAULT_SEED
-from otel_valgen.sampling import SortKey, bottom_k, sample_key
+from otel_valgen.sampling import SortKey, bottom_k, sample_key, untagged
 from otel_valgen.tools.cli import main as cli_main
 from tests.conftest import REPO
 from tests.e2e import harness
@@ -69,7 +69,7 @@ def assert_one_attempt_of_all_ranks(steps: list[dict[str, Any]]) -> str:
     (step,) = steps
     assert (step["run_id"], step["step"], step["attempts"]) == (RUN_ID, 1, 1)
     assert step["seen"] == PROMPTS
-    kept = [g["sample_id"] for g in step["generations"]]
+    kept = [untagged(g["sample_id"]) for g in step["generations"]]
     assert kept == true_bottom_k()
     assert {int(i.split("-")[1].split("/")[0]) % RANKS for i in kept} == set(range(RANKS))
     return str(step["attempt"])

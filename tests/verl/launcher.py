@@ -30,7 +30,7 @@ from typing import Any
 import xxhash
 
 from otel_valgen import contract
-from otel_valgen.sampling import SortKey, bottom_k, sample_key
+from otel_valgen.sampling import SortKey, bottom_k, sample_key, untagged
 from tests.e2e.harness import Record, records_of_file, wait_for
 from tests.support.ray_cluster import RAY, RayCluster
 from tests.verl import harness
@@ -350,7 +350,9 @@ def assert_rollouts_sampled(
     kept = generations(collector_file, step, contract.KIND_ROLLOUT)
     by_prompt: dict[str, list[str]] = {}
     for record in kept:
-        by_prompt.setdefault(record.attributes[contract.PROMPT_ID], []).append(record.attributes[contract.SAMPLE_ID])
+        by_prompt.setdefault(record.attributes[contract.PROMPT_ID], []).append(
+            untagged(record.attributes[contract.SAMPLE_ID])
+        )
     assert len(by_prompt) == k, by_prompt
     for prompt, sample_ids in by_prompt.items():
         assert sorted(sample_ids) == [f"{prompt}/{i}" for i in range(n)], sample_ids
@@ -379,7 +381,7 @@ def assert_rollouts_sampled(
 def assert_validation_sampled(collector_file: Path, validation: Validation, k: int, source: str) -> None:
     """One validation's records: the bottom-k of what verl dumped, from ``source``, one trace, its summary's counts."""
     kept = generations(collector_file, validation.trainer_step)
-    assert [r.attributes[contract.SAMPLE_ID] for r in kept] == expected_bottom_k(validation.dumped, k)
+    assert [untagged(r.attributes[contract.SAMPLE_ID]) for r in kept] == expected_bottom_k(validation.dumped, k)
     assert {r.attributes[contract.SOURCE] for r in kept} == {source}
     assert len({r.trace_id for r in kept}) == 1
     (summary,) = [

@@ -23,6 +23,7 @@ import pytest
 from click.testing import CliRunner
 
 from otel_valgen import contract
+from otel_valgen.sampling import untagged
 from otel_valgen.tools.cli import main as cli_main
 from tests.e2e import harness as e2e
 from tests.support.ray_cluster import ray_env, ray_head
@@ -115,7 +116,7 @@ def test_each_validation_lands_at_the_trainers_version_with_exactly_k(job: Job) 
     shown = {entry["step"]: entry for entry in map(json.loads, result.stdout.splitlines())}
     assert sorted(shown) == sorted(versions)
     for validation in validations:
-        shown_ids = [g["sample_id"] for g in shown[validation.trainer_step]["generations"]]
+        shown_ids = [untagged(g["sample_id"]) for g in shown[validation.trainer_step]["generations"]]
         assert shown_ids == launcher.expected_bottom_k(validation.dumped, K)
 
 

@@ -20,7 +20,7 @@ import torch
 import otel_valgen as vg
 from otel_valgen import contract
 from otel_valgen.integrations.verl_rollouts import rollout_columns, send_rollout_batch
-from otel_valgen.sampling import SortKey, group_view, sample_key
+from otel_valgen.sampling import SortKey, group_view, sample_key, split_sample_id, untagged
 from otel_valgen.testing import capture_records
 from tests.verl import harness
 
@@ -133,11 +133,11 @@ def test_k_prompts_with_all_n_responses_and_their_columns(tokenizer: Any) -> Non
         for pid, sid in zip(ids, sample_ids, strict=True)
     ]
     expected = sorted(sid for _, _, sid in group_view(items, 2))
-    assert sorted(g["attributes"][contract.SAMPLE_ID] for g in sent) == expected
+    assert sorted(untagged(g["attributes"][contract.SAMPLE_ID]) for g in sent) == expected
     for g in sent:
         attributes, body = g["attributes"], g["body"]
         p = PROMPTS.index(body[contract.BODY_INPUT])
-        i = int(attributes[contract.SAMPLE_ID].rsplit("/", 1)[1])
+        i = split_sample_id(attributes[contract.SAMPLE_ID])[1] - 1
         answer = _answer(p, i)
         assert attributes[contract.KIND] == contract.KIND_ROLLOUT
         assert attributes[contract.STEP] == 5

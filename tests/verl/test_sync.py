@@ -20,6 +20,7 @@ import otel_valgen as vg
 from otel_valgen import _process, contract
 from otel_valgen.integrations import verl as vg_verl
 from otel_valgen.reader import EndRecord, Record, StartRecord, read_paths
+from otel_valgen.sampling import untagged
 from otel_valgen.tools.cli import main as cli_main
 from tests.verl import harness
 from tests.verl.conftest import VerlFiles
@@ -89,7 +90,9 @@ def test_sync_trainer_validations_land_at_global_steps(verl_files: VerlFiles, tm
         assert entry["seen"] == 12  # 6 prompts x val_kwargs.n = 2: all of them reached otel-valgen
         assert entry["kept"] == K
         assert {g["source"] for g in entry["generations"]} == {"trainer"}
-    assert [g["sample_id"] for g in shown[0]["generations"]] == [g["sample_id"] for g in shown[3]["generations"]]
+    assert [untagged(g["sample_id"]) for g in shown[0]["generations"]] == [
+        untagged(g["sample_id"]) for g in shown[3]["generations"]
+    ]
 
 
 def test_v1_trainer_hook_lands_at_global_steps(verl_files: VerlFiles, tmp_path: Path) -> None:
