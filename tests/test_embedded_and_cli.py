@@ -239,3 +239,18 @@ def test_two_sampling_passes_in_one_block_keep_all_forty(tmp_path: Path) -> None
     assert (shown["seen"], shown["kept"]) == (40, 40)
     assert len({g["output"] for g in shown["generations"]}) == 40
     assert {split_sample_id(g["sample_id"])[1] for g in shown["generations"]} == {1, 2}
+
+
+def test_two_processes_rolling_out_the_same_prompts_keep_every_response(tmp_path: Path) -> None:
+    """Two emitters of one launch each answer the same 3 prompts twice (rollouts): each prompt keeps all 4 responses."""
+    prompts = [f"prompt {i}" for i in range(3) for _ in range(2)]
+    for name in ("a", "b"):
+        vg.configure(run_id="grpo", rollout_count=3, directory=str(tmp_path), source=name, launch_id="L")
+        vg.log_rollouts(prompts, [f"{name}: response {i}" for i in range(6)], [1.0] * 6, step=1)
+        vg.shutdown()
+        vg._process.reset_for_testing(keep_stats=True)
+    result = CliRunner().invoke(main, ["show", str(tmp_path), "--kind", "rollout", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    (shown,) = [json.loads(line) for line in result.stdout.splitlines()]
+    assert len(shown["generations"]) == 12
+    assert len({g["output"] for g in shown["generations"]}) == 12

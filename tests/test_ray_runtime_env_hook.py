@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
+import otel_valgen as vg
 from otel_valgen import _process
 from otel_valgen import ray as vg_ray
+from otel_valgen._settings import Settings, resolve_settings, variable_names
 
 
 @pytest.fixture(autouse=True)
@@ -88,3 +91,93 @@ def test_setup_worker_runs_the_chained_hook_first_and_raises_its_failure(monkeyp
     monkeypatch.setenv("OTEL_VALGEN_CHAINED_SETUP_HOOK", "tests.support.no_such_module.setup")
     with pytest.raises(RuntimeError, match="no_such_module"):
         vg_ray.setup_worker()
+
+
+def _as_worker(monkeypatch: pytest.MonkeyPatch, forwarded: dict[str, str], cwd: Path) -> Settings:
+    """The settings a Ray worker resolves from ``forwarded`` alone, in another working directory."""
+    for name in variable_names():
+        monkeypatch.delenv(name, raising=False)
+    for name, value in forwarded.items():
+        monkeypatch.setenv(name, value)
+    cwd.mkdir(parents=True, exist_ok=True)
+    monkeypatch.chdir(cwd)
+    return resolve_settings()
+
+
+def test_a_worker_resolves_the_drivers_sampling_settings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """k, rollout k, seed, presampling off, the sink folder (absolute) and progress reach a worker elsewhere."""
+    monkeypatch.chdir(tmp_path)
+    driver = vg.configure(
+        count=5, rollout_count=2, seed=9, presample=False, directory="relative-sink", progress_interval_s=3
+    )
+    assert driver is not None
+    worker = _as_worker(monkeypatch, vg_ray.worker_env(), tmp_path / "worker-cwd")
+    assert (worker.count, worker.rollout_count, worker.seed, worker.presample) == (5, 2, 9, False)
+    assert worker.directory == str(tmp_path / "relative-sink")
+    assert worker.progress_interval_s == 3
+    assert (worker.run_id, worker.run_id_origin) == ("hooked-run", "environment")
+
+
+def test_a_run_id_not_set_explicitly_goes_as_the_default(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The driver's ``WANDB_RUN_ID`` run id goes as OTEL_VALGEN_DEFAULT_RUN_ID: a worker's own wandb run comes first."""
+    monkeypatch.delenv("OTEL_VALGEN_RUN_ID")
+    monkeypatch.setenv("WANDB_RUN_ID", "wandb-7")
+    forwarded = vg_ray.worker_env()
+    assert "OTEL_VALGEN_RUN_ID" not in forwarded
+    assert (forwarded["OTEL_VALGEN_DEFAULT_RUN_ID"], forwarded["WANDB_RUN_ID"]) == ("wandb-7", "wandb-7")
+    monkeypatch.delenv("WANDB_RUN_ID")
+    worker = _as_worker(monkeypatch, {k: v for k, v in forwarded.items() if k != "WANDB_RUN_ID"}, tmp_path / "w")
+    assert (worker.run_id, worker.run_id_origin) == ("wandb-7", "default")
+
+
+def test_forwarded_variables_are_the_set_ones_of_the_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tracker and OTLP variables the driver has go to workers; an empty one and a per-process one do not."""
+    monkeypatch.setenv("WANDB_PROJECT", "my-project")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", "authorization=Bearer x")
+    monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", "team=rl")
+    monkeypatch.setenv("MLFLOW_RUN_ID", "")
+    monkeypatch.setenv("OTEL_VALGEN_SOURCE", "driver")  # each process names its own part
+    forwarded = vg_ray.worker_env()
+    assert forwarded["WANDB_PROJECT"] == "my-project"
+    assert forwarded["OTEL_EXPORTER_OTLP_HEADERS"] == "authorization=Bearer x"
+    assert forwarded["OTEL_RESOURCE_ATTRIBUTES"] == "team=rl"
+    assert "MLFLOW_RUN_ID" not in forwarded
+    assert "OTEL_VALGEN_SOURCE" not in forwarded
+
+
+def test_a_jobs_own_env_vars_win_over_the_forwarded_ones(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A variable the job's runtime env sets itself is kept as the job set it, not replaced by the driver's."""
+    monkeypatch.setenv("OTEL_VALGEN_COUNT", "3")
+    job_env = {"env_vars": {"OTEL_VALGEN_COUNT": "7", "OTEL_VALGEN_RUN_ID": "job-run"}}
+    merged = vg_ray.runtime_env_hook(job_env)
+    assert merged["env_vars"]["OTEL_VALGEN_COUNT"] == "7"
+    assert merged["env_vars"]["OTEL_VALGEN_RUN_ID"] == "job-run"
+    assert merged["env_vars"]["OTEL_VALGEN_SEED"] == "42"  # what the job does not set still comes
+
+
+def test_a_hook_only_in_rays_variable_is_chained() -> None:
+    """A job whose hook reached the driver only in Ray's variable (job submission) still runs it in every worker."""
+    merged = vg_ray.runtime_env({"env_vars": {"__RAY_WORKER_PROCESS_SETUP_HOOK_ENV_VAR": "my_project.setup"}})
+    assert merged["worker_process_setup_hook"] == "otel_valgen.ray.setup_worker"
+    assert merged["env_vars"]["__RAY_WORKER_PROCESS_SETUP_HOOK_ENV_VAR"] == "otel_valgen.ray.setup_worker"
+    assert merged["env_vars"]["OTEL_VALGEN_CHAINED_SETUP_HOOK"] == "my_project.setup"
+
+
+def test_a_jobs_setup_function_is_chained_before_otel_valgens() -> None:
+    """A function hook (a local driver's) is wrapped: each worker runs it, then otel-valgen's setup."""
+    ran: list[str] = []
+    merged = vg_ray.runtime_env({"worker_process_setup_hook": lambda: ran.append("job")})
+    hook = merged["worker_process_setup_hook"]
+    assert callable(hook)
+    assert "OTEL_VALGEN_CHAINED_SETUP_HOOK" not in merged["env_vars"]
+    hook()
+    assert ran == ["job"]
+
+
+def test_otel_valgens_hook_never_chains_itself(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A runtime env that already went through runtime_env() gains no chained hook; the worker's setup runs once."""
+    twice = vg_ray.runtime_env(vg_ray.runtime_env())
+    assert twice["worker_process_setup_hook"] == "otel_valgen.ray.setup_worker"
+    assert "OTEL_VALGEN_CHAINED_SETUP_HOOK" not in twice["env_vars"]
+    monkeypatch.setenv("OTEL_VALGEN_CHAINED_SETUP_HOOK", "otel_valgen.ray.setup_worker")
+    vg_ray.setup_worker()  # no recursion, no failure

@@ -15,7 +15,7 @@ import otel_valgen as vg
 from otel_valgen import _process, contract
 from otel_valgen.exporter.steps import assemble
 from otel_valgen.reader import Generation, ReadError, Summary, read_paths
-from otel_valgen.sampling import GroupView, SortKey, group_view, sample_key
+from otel_valgen.sampling import GroupView, SortKey, group_view, sample_key, untagged
 from otel_valgen.selection import select_steps
 from otel_valgen.testing import capture_records
 from otel_valgen.tools.cli import main
@@ -194,7 +194,7 @@ def test_a_prompt_in_two_calls_of_a_step_adds_responses(presample: bool) -> None
         vg.log_rollouts(**batch, step=1)
     sent = _generations(list(records))
     kept = _smallest_prompts(batch["prompt_ids"], 2) if presample else set(batch["prompt_ids"])
-    assert sorted(g[contract.SAMPLE_ID] for g in sent) == sorted(f"{p}/{i}" for p in kept for i in range(4))
+    assert sorted(untagged(g[contract.SAMPLE_ID]) for g in sent) == sorted(f"{p}/{i}" for p in kept for i in range(4))
     chosen = group_view(
         [(*_orders({"prompt_id": g[contract.PROMPT_ID], "sample_id": g[contract.SAMPLE_ID]}, SEED), g) for g in sent],
         2,
@@ -380,3 +380,73 @@ def test_the_reader_skips_unknown_kinds_and_rollouts_without_a_prompt(tmp_path: 
     records = list(read_paths([path], errors.append))
     assert [(r.kind, r.prompt_id) for r in records if isinstance(r, Generation)] == [(contract.KIND_ROLLOUT, "x")]
     assert len(errors) == 2
+
+
+def _by_response(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {r["body"][contract.BODY_OUTPUT]: r for r in records if r["event_name"] == contract.EVENT_GENERATION}
+
+
+def test_every_column_reaches_its_own_response() -> None:
+    """Each response's reward, advantage, length, truncation, param version, ground truth, data source: its own."""
+    rows = [(p, i) for p in range(3) for i in range(2)]
+    batch: dict[str, list[Any]] = {
+        "prompts": [f"prompt {p}" for p, _ in rows],
+        "responses": [f"answer {p}.{i}" for p, i in rows],
+        "rewards": [p + i / 10 for p, i in rows],
+        "prompt_ids": [f"q{p}" for p, _ in rows],
+        "advantages": [-(p + 1) - i / 100 for p, i in rows],
+        "response_lengths": [100 * p + i for p, i in rows],
+        "truncated": [(p + i) % 2 == 1 for p, i in rows],
+        "param_versions": [7 - p - i for p, i in rows],
+        "ground_truths": [f"gt {p}" for p, _ in rows],
+        "data_sources": [f"source {p}.{i}" for p, i in rows],
+    }
+    with capture_records(run_id="r", rollout_count=3, presample=False, progress_interval_s=0) as records:
+        assert vg.log_rollouts(**batch, step=4) == len(rows)
+    sent = _by_response(list(records))
+    assert sorted(sent) == sorted(batch["responses"])
+    for row, (p, i) in enumerate(rows):
+        record = sent[f"answer {p}.{i}"]
+        attributes, body = record["attributes"], record["body"]
+        assert body[contract.BODY_INPUT] == f"prompt {p}"
+        assert body[contract.BODY_GROUND_TRUTH] == f"gt {p}"
+        assert attributes[contract.PROMPT_ID] == f"q{p}"
+        assert attributes[contract.SCORE] == batch["rewards"][row]
+        assert attributes[contract.ADVANTAGE] == batch["advantages"][row]
+        assert attributes[contract.RESPONSE_LENGTH] == batch["response_lengths"][row]
+        assert attributes[contract.TRUNCATED] is batch["truncated"][row]
+        assert attributes[contract.PARAM_VERSION] == batch["param_versions"][row]
+        assert attributes[contract.DATA_SOURCE] == batch["data_sources"][row]
+
+
+def test_count_and_source_arguments_win_over_the_settings() -> None:
+    """``count=`` is k for the call, over rollout_count (also when rollouts are off); ``source=`` names the part."""
+    batch = _batch(6, 2)
+    with capture_records(run_id="r", rollout_count=4, progress_interval_s=0, source="main") as records:
+        assert vg.log_rollouts(**batch, step=1, count=1, source="trainer") == 12
+    sent = _generations(list(records))
+    assert {g[contract.PROMPT_ID] for g in sent} == _smallest_prompts(batch["prompt_ids"], 1)
+    assert {g[contract.SAMPLE_COUNT] for g in sent} == {1}
+    assert {r["attributes"][contract.SOURCE] for r in records} == {"trainer"}
+    with capture_records(run_id="r", progress_interval_s=0) as records:  # rollout_count 0: off unless count= asks
+        assert vg.log_rollouts(**batch, step=1, count=2) == 12
+    assert {g[contract.PROMPT_ID] for g in _generations(list(records))} == _smallest_prompts(batch["prompt_ids"], 2)
+
+
+def test_columns_of_unequal_lengths_drop_the_call() -> None:
+    """A column shorter than the others drops the whole call, counted as dropped.length_mismatch; nothing is sent."""
+    batch = _batch(3, 2)
+    batch["advantages"] = batch["advantages"][:-1]
+    with capture_records(run_id="r", rollout_count=3, progress_interval_s=0) as records:
+        assert vg.log_rollouts(**batch, step=1) == 0
+    assert list(records) == []
+    stats = vg.stats()
+    assert (stats["dropped.length_mismatch"], stats["generations_seen"], stats["internal_errors"]) == (6, 6, 0)
+
+
+def test_a_call_without_a_step_is_a_counted_drop() -> None:
+    """``step=None`` drops the call, counted as dropped.missing_step, never raised."""
+    with capture_records(run_id="r", rollout_count=3, progress_interval_s=0) as records:
+        assert vg.log_rollouts(**_batch(2, 2), step=None) == 0  # type: ignore[arg-type]
+    assert list(records) == []
+    assert (vg.stats()["dropped.missing_step"], vg.stats()["internal_errors"]) == (4, 0)

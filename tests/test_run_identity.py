@@ -160,3 +160,22 @@ def test_a_tracker_run_started_inside_a_block_does_not_split_the_step(tmp_path: 
     (selection,) = select_steps(records)
     assert (selection.attempts, selection.complete, selection.seen) == (1, True, 4)
     assert sorted(g.input for g in selection.generations) == ["q0", "q1", "q2", "q3"]
+
+
+def test_the_run_id_sources_rank_as_documented(wandb_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Argument > OTEL_VALGEN_RUN_ID > the wandb run > WANDB_RUN_ID > OTEL_VALGEN_DEFAULT_RUN_ID > generated."""
+    from otel_valgen._identity import resolve_run_id
+
+    assert resolve_run_id(None)[1] == "generated"
+    monkeypatch.setenv("OTEL_VALGEN_DEFAULT_RUN_ID", "forwarded")
+    assert resolve_run_id(None) == ("forwarded", "default")
+    monkeypatch.setenv("WANDB_RUN_ID", "from-wandb-env")
+    assert resolve_run_id(None) == ("from-wandb-env", "wandb_environment")
+    run = wandb.init(project="precedence", id="live-run")
+    try:
+        assert resolve_run_id(None) == ("live-run", "wandb")
+        monkeypatch.setenv("OTEL_VALGEN_RUN_ID", "the-jobs-own")
+        assert resolve_run_id(None) == ("the-jobs-own", "environment")
+        assert resolve_run_id("from-code") == ("from-code", "argument")
+    finally:
+        run.finish()

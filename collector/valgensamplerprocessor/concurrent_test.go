@@ -136,3 +136,46 @@ func TestFootprintsLiveAsLongAsTheRingRemembers(t *testing.T) {
 		})
 	}
 }
+
+// TestConcurrentAttemptsAreOfOneStepAndKind checks what is compared: only the attempts of the
+// same step and kind (another step, or the step's rollouts, run at the same time in other
+// processes by design), and sources told apart by their instance (two processes of one source
+// name are two sources).
+func TestConcurrentAttemptsAreOfOneStepAndKind(t *testing.T) {
+	tests := []struct {
+		name   string
+		second func(*rec) // edits each record of the second attempt
+		want   int64
+	}{
+		{"another step", func(r *rec) { r.step = 8 }, 0},
+		{"the step's rollouts", func(r *rec) {
+			r.kind = kindRollout
+			if r.event == "" {
+				r.promptID = "p-" + r.id
+			}
+		}, 0},
+		{"one source name on two instances", func(r *rec) { r.source, r.instance = "w0", "i-other" }, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t, nil)
+			core, logs := observer.New(zap.WarnLevel)
+			h.p.logger = zap.New(core)
+			epoch := h.clock.Now()
+			records := attemptPart{"p1.1", "w0", 0, time.Second, 0}.records(epoch)
+			for _, r := range (attemptPart{"p2.1", "w1", 100 * time.Millisecond, time.Second, 0}).records(epoch) {
+				tt.second(&r)
+				records = append(records, r)
+			}
+			h.consume(t, logsOf(records...))
+			h.clock.Advance(defaultDecisionWait)
+			h.p.closeExpired(context.Background())
+			summaries := collect(h.sink).summaries
+			require.Len(t, summaries, 2)
+			for _, s := range summaries {
+				assert.Equal(t, tt.want, intOf(t, s, attrAttemptsConcurrent), strOf(t, s, attrAttempt))
+			}
+			assert.Len(t, logs.FilterMessageSnippet("OTEL_VALGEN_LAUNCH_ID").All(), int(tt.want))
+		})
+	}
+}

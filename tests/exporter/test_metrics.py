@@ -1,8 +1,9 @@
 """The exporter service's /metrics, /healthz and /readyz (``--metrics-address``), scraped for real.
 
 The counts come from the running service: a TensorBoard backend writing into a temporary
-folder, and (issue 24's test) the ``exporter`` command as a process writing to a real MLflow
-tracking server that is stopped and started again while the endpoint is scraped.
+folder, a tracker's stand-in that is down then up (held, spooled and requeued steps), and
+(issue 24's test) the ``exporter`` command as a process writing to a real MLflow tracking
+server that is stopped and started again while the endpoint is scraped.
 """
 
 from __future__ import annotations
@@ -21,18 +22,22 @@ from click.testing import CliRunner
 from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from otel_valgen import contract
+from otel_valgen.exporter.backends import BackendUnavailable
 from otel_valgen.exporter.backends.tensorboard import TensorBoardBackend, TensorBoardConfig
 from otel_valgen.exporter.ledger import Ledger
-from otel_valgen.exporter.metrics import MetricsServer, registry_for
+from otel_valgen.exporter.metrics import MetricsServer, readiness, registry_for
 from otel_valgen.exporter.server import ExporterServer, ListenError
 from otel_valgen.exporter.service import ExporterService, ServiceConfig
+from otel_valgen.exporter.steps import ClosedStep
 from otel_valgen.otlp_json import to_otlp_json
 from otel_valgen.tools.exporter_commands import exporter_command
+from tests.support.otlp_values import any_value
 from tests.support.ports import free_port
 from tests.support.process import ServerProcess, launch
 from tests.support.require import require_module
 
-from .conftest import post_protobuf, rollout_request, step_request, wait_for
+from .conftest import _attrs, generation, post_protobuf, request, rollout_request, step_request, summary, wait_for
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -162,6 +167,88 @@ def test_a_bad_metrics_address_is_a_usage_error() -> None:
     result = CliRunner().invoke(exporter_command, ["--metrics-address", "nowhere"])
     assert result.exit_code == 2
     assert "expected HOST:PORT" in result.output
+
+
+class Tracker:
+    """A tracker's stand-in: refuses every step while ``down`` (BackendUnavailable), else keeps it."""
+
+    name = "tracker"
+
+    def __init__(self, *, down: bool) -> None:
+        self.down = down
+        self.ledger = Ledger(None)
+        self.steps: list[ClosedStep] = []
+
+    def write(self, step: ClosedStep) -> int | None:
+        """Keep the step, or raise BackendUnavailable while down."""
+        if self.down:
+            raise BackendUnavailable("the tracker is down")
+        self.steps.append(step)
+        return len(step.generations)
+
+    def close(self, *, teardown: bool = False) -> None:
+        """Nothing to close."""
+
+
+def sampler_part(sampler: str, ids: list[int]) -> dict[str, object]:
+    """Sampler ``sampler``'s part of run metrics-parts step 1: generations ``ids`` ranked, its summary."""
+    closing = summary("metrics-parts", 1, len(ids), seen=len(ids), closed_reason="wait")
+    closing.attributes.extend(_attrs({contract.SAMPLER: sampler, contract.SAMPLE_COUNT: 4}))
+    figure = {"source": "trainer@", "announced": True, "ended": False, "received": len(ids), "kept": len(ids)}
+    closing.attributes.add(key=contract.SOURCE_FIGURES, value=any_value([figure]))
+    ranked = [generation("metrics-parts", 1, i, rank=rank) for rank, i in enumerate(ids, start=1)]
+    return to_otlp_json(request(*ranked, closing))
+
+
+def test_merged_parts_and_set_aside_records_are_counted_by_reason(tensorboard: ExporterService) -> None:
+    """Two samplers' parts of a step: flagged merged (no part unmerged, no split); late and duplicate records apart."""
+    tensorboard.accept(sampler_part("s1", [0, 2]))
+    tensorboard.accept(sampler_part("s2", [1, 3]))
+    late = [generation("metrics-late", 1, i, late=True) for i in range(1, 3)]
+    tensorboard.accept(to_otlp_json(request(generation("metrics-late", 1, 0), *late, summary("metrics-late", 1, 1))))
+    twice = [generation("metrics-twice", 1, i) for i in (0, 1, 1)]
+    tensorboard.accept(to_otlp_json(request(*twice, summary("metrics-twice", 1, 2))))
+    samples = parse(generate_latest(registry_for(tensorboard)).decode())
+    assert value(samples, "steps_flagged_total", reason="merged") == 1
+    assert value(samples, "steps_flagged_total", reason="part_unmerged") == 0
+    assert value(samples, "steps_flagged_total", reason="split") == 0
+    assert value(samples, "steps_received_total", kind="validation") == 4
+    assert value(samples, "records_dropped_total", reason="late") == 2
+    assert value(samples, "records_dropped_total", reason="duplicate") == 1
+    assert value(samples, "records_dropped_total", reason="rejected") == 0
+
+
+def test_a_tracker_down_holds_spools_and_requeues_its_step(tmp_path: Path) -> None:
+    """Down: the step is held, its age grows, the backend is down and nothing is ready; spooled, then requeued."""
+    down = ExporterService(ServiceConfig(state_dir=str(tmp_path), retry_after_s=0.2), [Tracker(down=True)])
+    down.start()
+    down.accept(to_otlp_json(step_request("metrics-down", 1, 2)))
+    wait_for(lambda: down.stats()["backends"]["tracker"]["failing"])
+    time.sleep(0.1)
+    samples = parse(generate_latest(registry_for(down)).decode())
+    assert value(samples, "backend_up", backend="tracker") == 0
+    assert value(samples, "backend_outages_total", backend="tracker") == 1
+    assert value(samples, "steps_held", backend="tracker") == 1
+    assert value(samples, "oldest_held_step_age_seconds", backend="tracker") > 0
+    assert readiness(down) == "no backend can take data now: tracker"
+    down.stop(0.5)
+    samples = parse(generate_latest(registry_for(down)).decode())
+    assert value(samples, "steps_spooled_total", backend="tracker") == 1
+    assert value(samples, "steps_requeued_total", backend="tracker") == 0
+
+    tracker = Tracker(down=False)
+    up = ExporterService(ServiceConfig(state_dir=str(tmp_path), retry_after_s=0.2), [tracker])
+    up.start()
+    wait_for(up.idle)
+    up.stop()
+    samples = parse(generate_latest(registry_for(up)).decode())
+    assert [step.step for step in tracker.steps] == [1]
+    assert value(samples, "steps_requeued_total", backend="tracker") == 1
+    assert value(samples, "steps_spooled_total", backend="tracker") == 0
+    assert value(samples, "steps_held", backend="tracker") == 0
+    assert value(samples, "backend_up", backend="tracker") == 1
+    assert value(samples, "steps_total", backend="tracker", kind="validation", outcome="written") == 1
+    assert readiness(up) == "shutting down"
 
 
 def test_an_mlflow_outage_shows_on_the_metrics_endpoint_as_a_held_step_and_its_age(tmp_path: Path) -> None:

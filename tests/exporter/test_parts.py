@@ -10,7 +10,7 @@ from otel_valgen.exporter.backends import create_backends
 from otel_valgen.exporter.backends.tensorboard import TensorBoardConfig
 from otel_valgen.exporter.parts import StepParts
 from otel_valgen.exporter.service import ExporterService, ServiceConfig
-from otel_valgen.exporter.steps import assemble
+from otel_valgen.exporter.steps import ClosedStep, assemble
 from otel_valgen.otlp_json import to_otlp_json
 from otel_valgen.reader import split_request
 from tests.support.otlp_values import any_value
@@ -23,15 +23,15 @@ KEY = "val/generations"
 K = 4  # the conftest's generations ask for 4; s{i} has sample key 1000 + i
 
 
-def part(sampler: str, ids: list[int], *, ended: bool) -> Any:
-    """One sampler's part of run ``parts`` step 3: generations ``ids`` (ranked) and its summary.
+def part(sampler: str, ids: list[int], *, ended: bool, step: int = 3, closed_reason: str = "wait") -> Any:
+    """One sampler's part of run ``parts`` step ``step``: generations ``ids`` (ranked) and its summary.
 
     The one source (trainer) saw 6 generations and emitted them all; its end record reached the
     sampler when ``ended``.
     """
     kept = sorted(ids)[:K]
-    logs = [generation("parts", 3, i, rank=rank) for rank, i in enumerate(kept, start=1)]
-    closing = summary("parts", 3, len(kept), seen=6 if ended else len(ids), closed_reason="wait")
+    logs = [generation("parts", step, i, rank=rank) for rank, i in enumerate(kept, start=1)]
+    closing = summary("parts", step, len(kept), seen=6 if ended else len(ids), closed_reason=closed_reason)
     figure = {"source": "trainer@", "announced": True, "ended": ended, "received": len(ids), "kept": len(kept)}
     if ended:
         figure |= {"seen": 6, "emitted": 6, "score.count": 6, "score.sum": 3.0}
@@ -115,3 +115,64 @@ def test_the_parts_file_keeps_about_what_is_kept(tmp_path: Path) -> None:
     assert len(lines) <= 2 * 2 + 1
     again = StepParts(tmp_path, max_steps=2)
     assert [key[1] for key in again._parts] == [8, 9]
+
+
+def closed(sampler: str, ids: list[int], *, ended: bool, step: int = 3, closed_reason: str = "wait") -> ClosedStep:
+    """``part``'s request assembled into the closed step the service hands to ``StepParts``."""
+    request = to_otlp_json(part(sampler, ids, ended=ended, step=step, closed_reason=closed_reason))
+    (step_part,) = assemble(split_request(request).records).steps
+    return step_part
+
+
+def test_a_part_sent_again_after_the_merge_is_not_merged_twice() -> None:
+    """Sampler b's part again (a retried request): the step is still the merge of a and b, merged once."""
+    parts = StepParts()
+    assert parts.add(closed("a", [0, 2, 4], ended=False)).reason == "summary"
+    merged = parts.add(closed("b", [1, 3, 5], ended=True))
+    again = parts.add(closed("b", [1, 3, 5], ended=True))
+    assert (parts.merged, parts.unmerged) == (1, 0)
+    for step in (merged, again):
+        assert step.reason == "merged"
+        assert [g.sample_id for g in step.generations] == ["s000", "s001", "s002", "s003"]
+        assert step.summary is not None
+        assert step.summary[contract.SAMPLERS] == ["a", "b"]
+        assert step.summary[contract.SEEN] == 6
+
+
+def test_the_oldest_steps_parts_are_forgotten_first_and_a_late_part_is_counted() -> None:
+    """With 2 steps kept, a third step's later part still merges; a part of the forgotten first step comes alone."""
+    parts = StepParts(max_steps=2)
+    for step in (1, 2, 3):
+        parts.add(closed("a", [0, 2, 4], ended=False, step=step))
+    assert parts.add(closed("b", [1, 3, 5], ended=True, step=3)).reason == "merged"
+    alone = parts.add(closed("b", [1, 3, 5], ended=True, step=1))
+    assert alone.reason == "summary"
+    assert [g.sample_id for g in alone.generations] == ["s001", "s003", "s005"]
+    assert (parts.merged, parts.unmerged) == (1, 1)
+
+
+def test_the_merge_does_not_depend_on_the_order_the_parts_arrive() -> None:
+    """Parts a then b, or b then a: the same merged step (its summary, its records)."""
+    merged = []
+    for order in (("a", "b"), ("b", "a")):
+        parts = StepParts()
+        given = {
+            "a": closed("a", [0, 2], ended=False, closed_reason="max_groups"),
+            "b": closed("b", [1, 3, 5], ended=True),
+        }
+        steps = [parts.add(given[name]) for name in order]
+        merged.append(steps[-1])
+    first, second = merged
+    assert first.summary is not None
+    assert first.summary[contract.CLOSED_REASON] == "max_groups"  # one was missing: not complete
+    assert first.summary == second.summary
+    assert first.generations == second.generations
+
+
+def test_the_parts_kept_in_the_state_folder_merge_after_a_restart(tmp_path: Path) -> None:
+    """Part a before a restart, part b after it: merged from the state folder's parts."""
+    StepParts(tmp_path).add(closed("a", [0, 2, 4], ended=False))
+    restarted = StepParts(tmp_path)
+    merged = restarted.add(closed("b", [1, 3, 5], ended=True))
+    assert (merged.reason, restarted.merged) == ("merged", 1)
+    assert [g.sample_id for g in merged.generations] == ["s000", "s001", "s002", "s003"]
