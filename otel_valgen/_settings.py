@@ -191,11 +191,14 @@ SETTINGS: Final[tuple[Setting, ...]] = (
             env.SLURM_RESTART_COUNT,
             env.PMIX_NAMESPACE,
             env.OMPI_MCA_ESS_BASE_JOBID,
+            env.WORLD_SIZE,
+            env.LOCAL_WORLD_SIZE,
         ),
         None,
         "set by the launcher",
         "The launchers' own (torchrun, Slurm, Open MPI / PMIx); they name the launch when "
-        "`OTEL_VALGEN_LAUNCH_ID` is unset (see *Launches*). Each process reads its own.",
+        "`OTEL_VALGEN_LAUNCH_ID` is unset (see *Launches*). `WORLD_SIZE` above `LOCAL_WORLD_SIZE` "
+        "keeps a job that may span hosts from being named by its process group. Each process reads its own.",
         forwarded=False,
     ),
     Setting(

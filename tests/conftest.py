@@ -64,6 +64,7 @@ SERIAL_GROUPS = {
         "tests/test_launchers.py",
         "tests/test_ray_launch_styles.py",
         "tests/test_readme.py",
+        "tests/test_trainer_step.py",
     ),
 }
 FIRST_FILES = ("tests/deploy/test_docker_stack.py",)
