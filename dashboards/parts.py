@@ -102,6 +102,10 @@ def hide_columns(*names: str) -> DataTransformerConfig:
     return DataTransformerConfig(id_val="organize", options=options)
 
 
+PART_TAG_PATTERN = r"^(.*/[0-9]+)@[0-9a-f]*$"
+"""A sample id and its part's tag (README, *Sample ids*): group 1 is the id without the tag."""
+
+
 def column_pattern(*names: str) -> str:
     """An anchored regular expression matching a column by any of `names` (its Loki name or its header)."""
     return "^(" + "|".join(re.escape(name) for name in dict.fromkeys(names)) + ")$"
@@ -117,15 +121,22 @@ def min_width(pixels: int) -> DynamicConfigValue:
     return DynamicConfigValue(id_val="custom.minWidth", value=pixels)
 
 
-def link_to_variable(title: str, variable: str, keep: list[str]) -> DynamicConfigValue:
+def link_to_variable(title: str, variable: str, keep: list[str], shown: bool = False) -> DynamicConfigValue:
     """A data link (on a column) that reloads this dashboard with `variable` set to the clicked value.
 
-    The time range and the variables in `keep` stay as they are.
+    The time range and the variables in `keep` stay as they are. `shown`: the value as the
+    column displays it (after its value mappings), else the raw value.
     """
     kept = "".join(f"&${{{name}:queryparam}}" for name in keep if name != variable)
-    value = "${__value.raw:percentencode}"
+    value = "${__value.text:percentencode}" if shown else "${__value.raw:percentencode}"
     url = f"/d/${{__dashboard.uid}}?${{__url_time_range}}{kept}&var-{variable}={value}"
     return DynamicConfigValue(id_val="links", value=[{"title": title, "url": url}])
+
+
+def without_part_tag() -> DynamicConfigValue:
+    """Show sample ids without their part's tag: `<prompt>/<i>@<tag>` as `<prompt>/<i>`, the same at every step."""
+    mapping = {"type": "regex", "options": {"pattern": PART_TAG_PATTERN, "result": {"text": "$1", "index": 0}}}
+    return DynamicConfigValue(id_val="mappings", value=[mapping])
 
 
 def grid(x: int, y: int, w: int, h: int) -> GridPos:

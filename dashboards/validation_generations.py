@@ -111,7 +111,8 @@ ROLLOUTS = f'| {KIND}="{contract.KIND_ROLLOUT}"'
 BODY = f"| json {contract.BODY_INPUT}, {contract.BODY_OUTPUT}, {contract.BODY_GROUND_TRUTH}"
 
 Q_STEP_GENERATIONS = f'{STREAMS} {OF_RUN} {VALIDATION} | {STEP}=~"$step" {KEPT_ONLY} {BODY}'
-Q_PROMPT_ACROSS_STEPS = f'{STREAMS} {OF_RUN} {VALIDATION} | {SAMPLE_ID}=~"$sample" {KEPT_ONLY} {BODY}'
+# A prompt's response at every step: its id there carries that step's part tag (README, *Sample ids*).
+Q_PROMPT_ACROSS_STEPS = f'{STREAMS} {OF_RUN} {VALIDATION} | {SAMPLE_ID}=~"$sample(@[0-9a-f]*)?" {KEPT_ONLY} {BODY}'
 Q_SUMMARIES = f"{STREAMS} {OF_RUN} {VALIDATION} {SUMMARIES_ONLY}"
 Q_LATE = f'{STREAMS} {OF_RUN} | {LATE}="true" {BODY}'
 Q_MEAN_SCORE = (
@@ -201,6 +202,12 @@ def text_columns(*fields: str) -> list[tuple[list[str], list[DynamicConfigValue]
 def linked_column(field: str, header: str, title: str, variable: str) -> tuple[list[str], list[DynamicConfigValue]]:
     """A column whose values link to this dashboard with `variable` set to the clicked value."""
     return [field, header], [parts.link_to_variable(title, variable, keep=VARIABLE_NAMES)]
+
+
+def sample_id_column(title: str) -> tuple[list[str], list[DynamicConfigValue]]:
+    """The sample id column: ids shown without their part's tag, each linking to its prompt across steps."""
+    link = parts.link_to_variable(title, "sample", keep=VARIABLE_NAMES, shown=True)
+    return [SAMPLE_ID, "sample id"], [parts.without_part_tag(), link]
 
 
 def per_step_chart(
@@ -299,7 +306,9 @@ def variables() -> list[Builder[dashboard_models.VariableModel]]:
         service,
         textbox("run", "run", f"Regular expression over {RUN_ID}, the training run."),
         textbox("step", "step", f"Regular expression over {STEP}, the trainer's step."),
-        textbox("sample", "prompt", f"Regular expression over {SAMPLE_ID}, one prompt's response."),
+        textbox(
+            "sample", "prompt", f"Regular expression over {SAMPLE_ID} without its part's tag, one prompt's response."
+        ),
         pipeline_health.variable(),
     ]
 
@@ -481,7 +490,7 @@ def panels() -> list[Builder[dashboard_models.Panel]]:
         with_columns(
             generations,
             *text_columns(contract.BODY_INPUT, contract.BODY_OUTPUT),
-            linked_column(SAMPLE_ID, "sample id", "Show this prompt across steps", "sample"),
+            sample_id_column("Show this prompt across steps"),
         ),
         with_columns(prompt, *text_columns(contract.BODY_OUTPUT)),
         mean_score,

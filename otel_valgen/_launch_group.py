@@ -49,6 +49,9 @@ _logger = logging.getLogger("otel_valgen")
 STARTED_TOGETHER_S: Final = 2.0
 """Processes of one group that configure this close together are one launch, even if one ended first."""
 
+LOCK_WAIT_S: Final = 2.0
+"""The longest a process waits for the launch files' locks before falling back to one launch per run."""
+
 _lock = threading.Lock()
 _resolved: str | None = None
 _held: int | None = None  # the descriptor whose shared lock says this process's launch runs
@@ -65,7 +68,11 @@ def launch_id() -> str | None:
         try:
             _resolved, _held = _join_or_start(_folder(), os.getpgrp())
         except OSError as error:
-            _logger.debug("otel_valgen: cannot use the process group's launch file: %s", error)
+            _logger.warning(
+                "otel_valgen: cannot tell this process group's launch (%s); its processes share one launch "
+                "per run. Set OTEL_VALGEN_LAUNCH_ID to a new value at each launch to tell launches apart.",
+                error,
+            )
             return None
         return _resolved
 
@@ -116,7 +123,7 @@ def _join_or_start(folder: Path, group: int) -> tuple[str, int]:
     flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
     decide = os.open(folder / f"{name}.lock", flags, 0o600)
     try:
-        fcntl.flock(decide, fcntl.LOCK_EX)
+        _lock_within(decide, fcntl.LOCK_EX)
         held = os.open(folder / name, flags, 0o600)
         try:
             try:
@@ -133,13 +140,31 @@ def _join_or_start(folder: Path, group: int) -> tuple[str, int]:
             else:
                 launch = f"pg{group}-{secrets.token_hex(4)}"
             _write(held, launch, joined)
-            fcntl.flock(held, fcntl.LOCK_SH)
+            _lock_within(held, fcntl.LOCK_SH)
         except BaseException:
             os.close(held)
             raise
     finally:
         os.close(decide)  # releases the decision lock
     return launch, held
+
+
+def _lock_within(descriptor: int, operation: int) -> None:
+    """``flock`` that gives up after ``LOCK_WAIT_S`` (an ``OSError``: the caller falls back), never hangs.
+
+    Every holder keeps these locks for milliseconds; a process forked by another thread at that
+    moment could keep one until it exits, and configuring must not wait for it.
+    """
+    assert fcntl is not None
+    deadline = time.monotonic() + LOCK_WAIT_S
+    while True:
+        try:
+            fcntl.flock(descriptor, operation | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"launch file locked for more than {LOCK_WAIT_S} s") from None
+            time.sleep(0.01)
 
 
 def _read(descriptor: int) -> tuple[str, float] | None:

@@ -6,6 +6,7 @@ are real subprocesses where the story needs several. Only the library, pytest an
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import re
@@ -13,6 +14,7 @@ import shlex
 import subprocess
 import sys
 import textwrap
+import time
 import types
 from collections.abc import Mapping
 from pathlib import Path
@@ -347,3 +349,14 @@ def test_a_ray_driver_forwards_a_launchers_id(monkeypatch: pytest.MonkeyPatch) -
     """A driver in a Slurm job forwards the Slurm launch id, which Ray workers then rank first."""
     _set(monkeypatch, SLURM)
     assert vg_ray.worker_env()[_env.OTEL_VALGEN_LAUNCH_ID] == "slurm-4242"
+
+
+def test_a_launch_file_locked_by_another_process_never_holds_configure_up(tmp_path: Path) -> None:
+    """A launch file whose lock another process keeps: configuring gives up after LOCK_WAIT_S, never hangs."""
+    name = f"launch-{os.getpgrp()}-{_launch_group._namespace()}.lock"
+    with open(tmp_path / name, "w") as kept:
+        fcntl.flock(kept, fcntl.LOCK_EX)
+        started = time.monotonic()
+        with pytest.raises(TimeoutError):
+            _launch_group._join_or_start(tmp_path, os.getpgrp())
+        assert time.monotonic() - started < _launch_group.LOCK_WAIT_S + 1

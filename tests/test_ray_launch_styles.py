@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -37,8 +38,17 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayCluster]:
 
 
 def _probe(command: list[str], env: dict[str, str], cwd: Path | None = None) -> dict[str, Any]:
-    """Run a driver (or `ray job submit`) to its end; what its worker reported on the ``PROBE`` line."""
-    result = subprocess.run(command, check=False, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    """Run a driver (or `ray job submit`) to its end; what its worker reported on the ``PROBE`` line.
+
+    A head whose dashboard is up may not have its job agent yet: Ray then refuses the submission
+    ("No available agent ... try again later"), and it is submitted again, as Ray asks.
+    """
+    deadline = time.monotonic() + 120
+    while True:
+        result = subprocess.run(command, check=False, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+        if "No available agent to submit job" not in result.stderr or time.monotonic() > deadline:
+            break
+        time.sleep(2)
     output = f"exit {result.returncode}\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
     assert result.returncode == 0, output
     lines = [line for line in result.stdout.splitlines() if line.startswith("PROBE ")]

@@ -111,7 +111,19 @@ def test_panels_the_issue_asks_for(dashboard: dict[str, Any]) -> None:
     assert '| valgen_step=~"$step"' in step_table["targets"][0]["expr"]
     prompt = _panel(dashboard, "one prompt across steps")
     assert {"valgen_step", "output", "trace_id"} <= _columns(prompt)
-    assert '| valgen_sample_id=~"$sample"' in prompt["targets"][0]["expr"]
+    assert '| valgen_sample_id=~"$sample(@[0-9a-f]*)?"' in prompt["targets"][0]["expr"]
+    (sample_column,) = [
+        o for o in step_table["fieldConfig"]["overrides"] if "valgen_sample_id" in o["matcher"]["options"]
+    ]
+    properties = {p["id"]: p["value"] for p in sample_column["properties"]}
+    (mapping,) = properties["mappings"]  # the table shows <prompt>/<i>, and links to it, not one part's id
+    assert (
+        re.sub(
+            mapping["options"]["pattern"], mapping["options"]["result"]["text"].replace("$", "\\"), "ab/0@5f2e9c1a7b3d"
+        )
+        == "ab/0"
+    )
+    assert "var-sample=${__value.text:percentencode}" in properties["links"][0]["url"]
     summaries = _panel(dashboard, "Steps: seen, kept, late, missing")
     assert {"valgen_seen", "valgen_kept", "valgen_late", "valgen_missing", "trace_id"} <= _columns(summaries)
     counts = _panel(dashboard, "Seen, kept, late, missing per step")
@@ -199,7 +211,7 @@ def test_every_query_parses_with_our_logql_subset_parser(dashboard: dict[str, An
         ('"', "'"),
         ("[1h]", "[1h"),
         ("))", ")))"),
-        ('"abc/0"', '"abc/(0"'),
+        ('"abc/0(', '"abc/(0('),
     ],
 )
 def test_the_parser_rejects_a_typo_in_a_dashboard_query(dashboard: dict[str, Any], correct: str, typo: str) -> None:

@@ -19,6 +19,7 @@ import yaml
 from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
 
 from dashboards import validation_generations as vgd
+from otel_valgen.sampling import untagged
 from tests.deploy import grafana_table, harness, logql_subset, loki_model
 from tests.deploy.loki_query import substitute, variables
 from tests.deploy.steps import PROMPTS, Job, expected_ids, extra_columns, run_job, score, send_late_generation
@@ -176,7 +177,7 @@ def test_dashboard_queries_use_only_names_in_what_loki_stores(loki: LokiStandIn)
 def test_step_table_lists_the_kept_generations_of_the_step(loki: LokiStandIn) -> None:
     """The step panel's query returns the k kept generations of that step, with every column the table shows."""
     rows = loki.logs(substitute(vgd.Q_STEP_GENERATIONS, **variables(loki.job, step="200")))
-    assert sorted(row["valgen_sample_id"] for row in rows) == sorted(expected_ids())
+    assert sorted(untagged(row["valgen_sample_id"]) for row in rows) == sorted(expected_ids())
     assert sorted(int(row["valgen_rank"]) for row in rows) == list(range(1, loki.job.k + 1))
     for row in rows:
         assert row["valgen_step"] == "200"
@@ -194,7 +195,7 @@ def test_prompt_panel_follows_one_prompt_across_steps(loki: LokiStandIn) -> None
     sample = expected_ids()[0]
     rows = loki.logs(substitute(vgd.Q_PROMPT_ACROSS_STEPS, **variables(loki.job, sample=sample)))
     assert sorted(int(row["valgen_step"]) for row in rows) == list(loki.job.steps)
-    assert {row["valgen_sample_id"] for row in rows} == {sample}
+    assert {untagged(row["valgen_sample_id"]) for row in rows} == {sample}
     assert all(row["output"].startswith(f"At step {row['valgen_step']} ") for row in rows)
 
 
@@ -270,7 +271,7 @@ def test_late_panel_lists_generations_that_arrive_after_their_step_closed(loki: 
     query = substitute(vgd.Q_LATE, **variables(loki.job))
     harness.wait_for(lambda: len(loki.logs(query)) == 1, 30, "the late generation")
     (row,) = loki.logs(query)
-    assert (row["valgen_step"], row["valgen_sample_id"]) == ("100", "straggler-prompt/0")
+    assert (row["valgen_step"], untagged(row["valgen_sample_id"])) == ("100", "straggler-prompt/0")
     assert (row["input"], row["output"]) == ("a late question", "a late answer")
     kept = loki.logs(substitute(vgd.Q_STEP_GENERATIONS, **variables(loki.job, step="100")))
-    assert "straggler-prompt/0" not in {r["valgen_sample_id"] for r in kept}
+    assert "straggler-prompt/0" not in {untagged(r["valgen_sample_id"]) for r in kept}

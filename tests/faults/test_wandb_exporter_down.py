@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import otel_valgen as vg
-from otel_valgen.sampling import SortKey, bottom_k, sample_key
+from otel_valgen.sampling import SortKey, bottom_k, sample_key, untagged
 from tests.e2e.harness import StandIn, free_port, wait_for
 from tests.e2e.steps import by_step
 from tests.exporter.wandb_files import read_run
@@ -71,7 +71,7 @@ def test_tables_arrive_once_each_after_the_wandb_exporter_returns(
     tables = read_run(wandb_dir, RUN_ID).tables("val/generations")
     assert [step for step, _ in tables] == list(STEPS), tables
     for step, table in tables:
-        sample_ids = [row[table["columns"].index("sample_id")] for row in table["data"]]
+        sample_ids = [untagged(row[table["columns"].index("sample_id")]) for row in table["data"]]
         everything = [f"{i}/0" for source in ("trainer", "rollouter") for i in _ids(source, step)]
         want = [i for _, i in bottom_k(((SortKey.of(sample_key(SEED, i), i), i) for i in everything), K)]
         assert sorted(sample_ids) == sorted(want), (step, sample_ids)
