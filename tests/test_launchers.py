@@ -32,6 +32,7 @@ from otel_valgen.sampling import SortKey, bottom_k, sample_key, untagged
 from otel_valgen.selection import select_attempts
 from otel_valgen.testing import capture_records
 from tests.conftest import REPO
+from tests.support.process import run_in_a_terminal
 
 TORCHRUN = {
     "TORCHELASTIC_RUN_ID": "3f2a",
@@ -162,19 +163,9 @@ def test_separate_processes_of_one_launch_find_the_same_id(variables: dict[str, 
     assert ids == {expected}
 
 
-def _in_a_terminal(script: str, env: Mapping[str, str], timeout_s: float = 120) -> list[str]:
-    """Run a shell script as a terminal runs a command line (a process group of its own); its output lines."""
-    done = subprocess.run(
-        ["bash", "-c", script],
-        check=False,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-        start_new_session=True,
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout.split()
+def _in_a_terminal(script: str, env: Mapping[str, str]) -> list[str]:
+    """Run a shell script as a terminal runs a command line; the launch ids it printed."""
+    return run_in_a_terminal(script, env).split()
 
 
 _SLEEP = "; import sys, time; time.sleep(float(sys.argv[1]))"

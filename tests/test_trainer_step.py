@@ -54,12 +54,12 @@ class RayJob:
 
     job_id: str
     gcs_address: str
-    rollouter: Any  # a handle to the Rollouter actor, a process of this job
+    rollouter: Any  # a handle to the JobPeer actor, a process of this job
 
 
 @ray.remote(num_cpus=0)
-class Rollouter:
-    """The rollouter: another process of the trainer's Ray job, reading what the trainer published."""
+class JobPeer:
+    """Another process of the trainer's Ray job (where verl's rollouter runs), reading what the trainer published."""
 
     def read(self) -> _trainer_step.Published | None:
         """What the trainer of this Ray job published last, as the rollouter sees it."""
@@ -82,7 +82,7 @@ def ray_cluster() -> Iterator[RayJob]:
     )
     try:
         context = ray.get_runtime_context()
-        rollouter = Rollouter.remote()
+        rollouter = JobPeer.remote()
         ray.get(rollouter.__ray_ready__.remote(), timeout=120)
         yield RayJob(context.get_job_id(), context.gcs_address, rollouter)
     finally:

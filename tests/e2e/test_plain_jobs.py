@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -30,6 +29,7 @@ from tests.e2e.conftest import StartCollector
 from tests.e2e.harness import REPO, Collector, StandIn, records_of_file, wait_for
 from tests.e2e.steps import by_step
 from tests.exporter.tensorboard_files import read_texts
+from tests.support.process import run_in_a_terminal
 
 JOB = f"{shlex.quote(sys.executable)} {shlex.quote(str(Path(__file__).with_name('plain_job.py')))}"
 
@@ -54,16 +54,7 @@ def _in_a_terminal(script: str, collector: Collector, extra: dict[str, str] | No
         "OTEL_VALGEN_COUNT": "40",
         **(extra or {}),
     }
-    done = subprocess.run(
-        ["bash", "-c", script],
-        check=False,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=180,
-        start_new_session=True,
-    )
-    assert done.returncode == 0, done.stderr
+    run_in_a_terminal(script, env, timeout_s=180)
 
 
 def _show(path: Path, step: int) -> dict[str, Any]:

@@ -53,3 +53,22 @@ def launch(name: str, args: list[str], env: Mapping[str, str], workdir: Path, lo
     workdir.mkdir(parents=True, exist_ok=True)
     with (workdir / log_name).open("ab") as log:
         return subprocess.Popen(args, env=dict(env), stdout=log, stderr=subprocess.STDOUT, cwd=workdir)
+
+
+def run_in_a_terminal(script: str, env: Mapping[str, str], timeout_s: float = 120) -> str:
+    """Run a shell script as a terminal runs a command line (a process group of its own); its stdout.
+
+    The script must succeed. A process group of its own is what a plain job gets from a
+    terminal, and what tells its launch (``otel_valgen._launch_group``) from the test run's.
+    """
+    done = subprocess.run(
+        ["bash", "-c", script],
+        check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        start_new_session=True,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
