@@ -142,11 +142,7 @@ class ResponseLanes:
                 assert self._first is not None
                 counts = self._counts = dict(Counter(memoryview(self._first).cast("Q").tolist()))
                 self._first = None
-            lanes = []
-            for word in words:
-                lane = counts.get(word, 0) + 1
-                counts[word] = lane
-                lanes.append(lane)
+            lanes = _counted(words, counts)
         return lanes if any(lane != 1 for lane in lanes) else None
 
 
@@ -154,7 +150,11 @@ def _call_lanes(words: list[int]) -> list[int] | None:
     """1 + the response index of each generation among equal id hashes of one call; None if all are 1."""
     if len(set(words)) == len(words):
         return None
-    counts: dict[int, int] = {}
+    return _counted(words, {})
+
+
+def _counted(words: list[int], counts: dict[int, int]) -> list[int]:
+    """Each word's lane, counting on from ``counts`` (which it updates)."""
     lanes = []
     for word in words:
         lane = counts.get(word, 0) + 1
