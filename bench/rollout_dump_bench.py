@@ -1,5 +1,8 @@
 """Benchmark: one training step's rollout dump, verl 0.9.1's own against otel-valgen's, on the same batch.
 
+Two paths, one per trainer kind: the legacy trainer's batch (a ``DataProto``, ``RayPPOTrainer``) and
+``main_ppo``'s default v1 trainer's (the same rows in a real TransferQueue, ``PPOTrainer``).
+
 The batch is a real verl ``DataProto`` of 256 prompts x 8 responses (2,048 rows): prompts
 left-padded to 1,024 tokens, responses right-padded to 2,048 (lengths vary; some hit the
 limit), ``token_level_scores``, ``advantages`` (GRPO, per prompt group), ``response_mask``,
@@ -11,6 +14,16 @@ wraps in ``transformers.PreTrainedTokenizerFast`` (cached under ``--cache-dir``)
   carries ``tokenizer``, ``global_steps`` and verl's own ``_dump_generations``,
   ``_write_generations`` and ``_init_dump_executor``. Timed as the training loop sees it (it
   decodes every row, then hands the JSONL write to a thread), and until that write completes.
+- v1 (``main_ppo``'s default): the same 2,048 rows in a real TransferQueue (``transfer_queue.init``
+  on a local CPU Ray cluster, one SimpleStorage unit, as ``tests/verl`` run it under ``main_ppo``),
+  written as verl's ``AgentLoopWorkerTQ`` writes them (one unpadded row per key ``{uid}_{session}_0``,
+  ``verl.utils.tensordict_utils.list_of_dict_to_tensordict``: nested ``prompts``, ``responses``,
+  ``response_mask``, ``rm_scores``; ``reward_model``, ``data_source``, ``extra_fields``; tags with the
+  param versions), then the trainer's nested ``advantages``. Timed: verl's real, unbound v1
+  ``PPOTrainer._log_rollout_data`` (fetches its fields with ``tq.kv_batch_get``, decodes every row) on a
+  minimal object as above, and otel-valgen's v1 hook ``verl_rollouts.send_v1_step(trainer, batch,
+  global_steps)`` on the same ``KVBatchMeta`` (fetches ``V1_FIELDS`` from TransferQueue, then
+  ``send_rollout_batch``).
 - otel-valgen, k = 4 prompts (``rollout_count``), sending OTLP/HTTP to the built collector
   (``build/otelcol-valgen``, ``collector-config/collector.yaml``, destinations stand-ins):
   ``otel_valgen.integrations.verl_rollouts.send_rollout_batch`` when this checkout has it (keys
@@ -18,8 +31,10 @@ wraps in ``transformers.PreTrainedTokenizerFast`` (cached under ``--cache-dir``)
   ``vg.log_rollouts`` given texts decoded beforehand (untimed), the other columns taken from
   the batch's tensors (timed). Both return once the step's records are flushed to the collector.
 
-Run: ``python bench/rollout_dump_bench.py [--repeats 5]`` (needs ``make collector``; the first
-run trains the tokenizer, about a minute on 2 cores). Prints medians per step; none is asserted.
+Run: ``python bench/rollout_dump_bench.py [--repeats 5] [--no-v1]`` (needs ``make collector``; the
+first run trains the tokenizer, about a minute on 2 cores; v1 starts a local Ray cluster). Prints
+medians per step and each otel-valgen path's ratio to verl's own dump of the same trainer; none is
+asserted.
 """
 
 from __future__ import annotations
@@ -250,6 +265,123 @@ def decode_kept(batch: Any, tokenizer: Any) -> float:
     return time.perf_counter() - started
 
 
+V1_METHODS = (*VERL_METHODS[1:],)  # the v1 trainer's own dump methods; _log_rollout_data is v1's too
+V1_PARTITION = "train"
+
+
+def v1_rows(batch: Any) -> tuple[list[str], list[dict[str, Any]], list[dict[str, Any]], Any]:
+    """The batch as verl's ``AgentLoopWorkerTQ`` puts it into TransferQueue: keys, one unpadded dict per row, tags.
+
+    Also the nested ``advantages`` the trainer writes back after computing them (``response_to_nested``).
+    """
+    prompts, responses = batch.batch["prompts"], batch.batch["responses"]
+    prompt_mask = batch.batch["attention_mask"][:, :PROMPT_LEN].bool()
+    response_mask = batch.batch["response_mask"]
+    scores = batch.batch["token_level_scores"]
+    advantages = batch.batch["advantages"]
+    extra_acc = (scores.sum(-1) > 0).float().tolist()
+    keys, rows, tags, nested_advantages = [], [], [], []
+    for row in range(len(batch)):
+        length = int(response_mask[row].sum())
+        uid = str(batch.non_tensor_batch["uid"][row])
+        keys.append(f"{uid}_{row % N}_0")
+        rows.append(
+            {
+                "uid": uid,  # the dataset row's columns come with it (verl's agent loop: field.update(kwargs))
+                "prompts": prompts[row][prompt_mask[row]].clone(),
+                "responses": responses[row, :length].clone(),
+                "response_mask": response_mask[row, :length].clone(),
+                "rm_scores": scores[row, :length].clone(),
+                "reward_model": batch.non_tensor_batch["reward_model"][row],
+                "data_source": str(batch.non_tensor_batch["data_source"][row]),
+                "extra_fields": {
+                    "reward_extra_info": {"acc": extra_acc[row]},
+                    "global_steps": 0,
+                    "min_global_steps": 0,
+                    "max_global_steps": 0,
+                },
+            }
+        )
+        tags.append(
+            {
+                "status": "success",
+                "prompt_len": int(prompt_mask[row].sum()),
+                "response_len": length,
+                "global_steps": 0,
+                "min_global_steps": 0,
+                "max_global_steps": 0,
+            }
+        )
+        nested_advantages.append(advantages[row, :length].clone())
+    return keys, rows, tags, nested_advantages
+
+
+@contextlib.contextmanager
+def v1_queue(batch: Any) -> Any:
+    """A local CPU Ray cluster and a real TransferQueue holding ``batch`` as v1's trainer has it: its KVBatchMeta."""
+    import ray
+    import transfer_queue as tq
+    from omegaconf import OmegaConf
+    from tensordict import TensorDict
+    from verl.utils.tensordict_utils import list_of_dict_to_tensordict
+
+    keys, rows, tags, advantages = v1_rows(batch)
+    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
+    try:
+        tq.init(OmegaConf.create({"backend": {"SimpleStorage": {"num_data_storage_units": 1}}}))
+        for start in range(0, len(keys), 256):  # the agent-loop workers put a few rows at a time
+            end = start + 256
+            tq.kv_batch_put(
+                keys=keys[start:end],
+                partition_id=V1_PARTITION,
+                fields=list_of_dict_to_tensordict(rows[start:end]),
+                tags=tags[start:end],
+            )
+        nested = torch.nested.as_nested_tensor(advantages, layout=torch.jagged)
+        meta = tq.kv_batch_put(
+            keys=keys, partition_id=V1_PARTITION, fields=TensorDict({"advantages": nested}, batch_size=[len(keys)])
+        )
+        yield meta
+    finally:
+        with contextlib.suppress(Exception):
+            tq.close()
+        ray.shutdown()
+
+
+def v1_dumper(tokenizer: Any) -> Any:
+    """The smallest object verl's v1 ``PPOTrainer._log_rollout_data`` runs on: v1's own methods."""
+    from verl.trainer.ppo.v1.trainer_base import PPOTrainer
+
+    methods = {name: vars(PPOTrainer)[name] for name in ("_log_rollout_data", *V1_METHODS)}
+    dumper = type("VerlV1Dumper", (), methods)()
+    dumper.tokenizer = tokenizer
+    dumper.global_steps = 0
+    dumper._init_dump_executor()
+    return dumper
+
+
+def v1_verl_dump(dumper: Any, meta: Any, folder: str, step: int) -> tuple[float, float]:
+    """Seconds in v1's ``_log_rollout_data`` (fetch from TransferQueue, decode) and until its JSONL is written."""
+    dumper.global_steps = step
+    with contextlib.redirect_stdout(io.StringIO()):
+        started = time.perf_counter()
+        dumper._log_rollout_data(meta, {}, folder)
+        returned = time.perf_counter()
+        for future in dumper._dump_futures:
+            future.result()
+        written = time.perf_counter()
+    return returned - started, written - started
+
+
+def v1_hook_run(trainer: Any, meta: Any, step: int) -> float:
+    """Seconds in otel-valgen's v1 hook ``send_v1_step`` (fetch ``V1_FIELDS`` from TransferQueue, send)."""
+    from otel_valgen.integrations.verl_rollouts import send_v1_step
+
+    started = time.perf_counter()
+    send_v1_step(trainer, meta, step)
+    return time.perf_counter() - started
+
+
 def rollout_summaries(stand_in: Any) -> list[dict[str, Any]]:
     """The rollout step summaries the collector sent to the wandb stand-in."""
     return [
@@ -265,7 +397,7 @@ def ms(seconds: list[float]) -> float:
 
 
 def measure(
-    batch: Any, tokenizer: Any, extra: dict[str, list[float]], repeats: int
+    batch: Any, tokenizer: Any, extra: dict[str, list[float]], repeats: int, *, v1: bool = True
 ) -> tuple[dict[str, list[float]], list[dict[str, Any]]]:
     """Seconds per step of each variant (a first, untimed round warms up), and the collector's rollout summaries."""
     import otel_valgen as vg
@@ -274,7 +406,13 @@ def measure(
     texts = decoded(batch, tokenizer)
     send = the_hook()
     times: dict[str, list[float]] = {"verl": [], "verl_written": [], "baseline": [], "hook": [], "decode": []}
-    with tempfile.TemporaryDirectory() as tmp, harness.bench_collector(Path(tmp), "2s") as (collector, wandb, _):
+    times.update({"v1_verl": [], "v1_verl_written": [], "v1_hook": []})
+    queue = v1_queue(batch) if v1 and send else contextlib.nullcontext()
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        harness.bench_collector(Path(tmp), "2s") as (collector, wandb, _),
+        queue as meta,
+    ):
         vg.configure(
             run_id="bench-rollouts",
             rollout_count=K,
@@ -283,6 +421,14 @@ def measure(
             directory=os.path.join(tmp, "emitter"),
         )
         verl = verl_dumper(tokenizer)
+        if meta is not None:
+            from omegaconf import OmegaConf
+
+            v1_verl = v1_dumper(tokenizer)
+            # what send_v1_step reads of the v1 trainer: its tokenizer and the response length limit
+            v1_trainer = type("V1Trainer", (), {})()
+            v1_trainer.tokenizer = tokenizer
+            v1_trainer.config = OmegaConf.create({"actor_rollout_ref": {"rollout": {"response_length": RESPONSE_LEN}}})
         for step in range(1, repeats + 2):  # step 1 warms up (verl's thread, the OTLP connection)
             measured = (
                 *verl_dump(verl, batch, extra, os.path.join(tmp, "rollout_data_dir"), step),
@@ -290,11 +436,18 @@ def measure(
                 hook_run(send, batch, tokenizer, extra, step + 10_000) if send else float("nan"),
                 decode_kept(batch, tokenizer),
             )
-            for name, value in zip(times, measured, strict=True):
+            if meta is not None:  # v1: verl's dump, then the hook, on the same rows in TransferQueue
+                measured += (
+                    *v1_verl_dump(v1_verl, meta, os.path.join(tmp, "v1_rollout_data_dir"), step),
+                    v1_hook_run(v1_trainer, meta, step + 20_000),
+                )
+            for name, value in zip(times, measured, strict=False):
                 times[name] += [value] if step > 1 else []
         verl._shutdown_dump_executor()
+        if meta is not None:
+            v1_verl._shutdown_dump_executor()
         vg.shutdown()
-        otel_steps = (repeats + 1) * (2 if send else 1)
+        otel_steps = (repeats + 1) * (1 + (send is not None) + (meta is not None))
         harness.wait_for(lambda: len(rollout_summaries(wandb)) >= otel_steps, 60, "every rollout summary")
         return times, rollout_summaries(wandb)
 
@@ -317,6 +470,17 @@ def report(times: dict[str, list[float]], summaries: list[dict[str, Any]], repea
         )
     print(f"  baseline: vg.log_rollouts, texts pre-decoded  {base_ms:9.1f} ms   {base_ms / verl_ms:.3f}x")
     print(f"  decoding the k*n = {K * N} kept rows' texts         {ms(times['decode']):9.1f} ms")
+    if times["v1_hook"]:
+        v1_verl_ms, v1_hook_ms = ms(times["v1_verl"]), ms(times["v1_hook"])
+        print("v1 (main_ppo's default), the same rows in a real TransferQueue, per step, median:")
+        print(f"  verl v1 _log_rollout_data, as the loop waits  {v1_verl_ms:9.1f} ms   1.000x")
+        print(f"  verl v1, until its JSONL write completes      {ms(times['v1_verl_written']):9.1f} ms")
+        print(
+            f"  otel-valgen send_v1_step                      {v1_hook_ms:9.1f} ms   "
+            f"{v1_hook_ms / v1_verl_ms:.3f}x (goal 0.1x)"
+        )
+    else:
+        print("v1: not measured (--no-v1, or no verl_rollouts on this branch)")
 
 
 def main() -> None:
@@ -324,6 +488,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE, help="where the trained tokenizer is kept")
+    parser.add_argument("--no-v1", action="store_true", help="leave out the v1 path (no Ray, no TransferQueue)")
     args = parser.parse_args()
     from tests.e2e import harness
 
@@ -342,7 +507,7 @@ def main() -> None:
         f"{RESPONSE_LEN} (right-padded); response tokens median {int(lengths.median())}, "
         f"{int((lengths >= RESPONSE_LEN).sum())} cut at the limit; k = {K} prompts"
     )
-    times, summaries = measure(batch, tokenizer, extra, args.repeats)
+    times, summaries = measure(batch, tokenizer, extra, args.repeats, v1=not args.no_v1)
     report(times, summaries, args.repeats)
 
 

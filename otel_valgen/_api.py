@@ -25,6 +25,7 @@ def configure(
     run_id: str | None = None,
     count: int | None = None,
     rollout_count: int | None = None,
+    rollout_rate: float | None = None,
     seed: int | None = None,
     presample: bool | None = None,
     endpoint: str | None = None,
@@ -46,6 +47,9 @@ def configure(
         count: k, generations kept per step (``OTEL_VALGEN_COUNT``, 64).
         rollout_count: k of training rollouts, prompts kept per step with all their responses
             (``OTEL_VALGEN_ROLLOUT_COUNT``, 0: ``log_rollouts`` sends nothing).
+        rollout_rate: watch-list rate of training rollouts in (0, 1] (``OTEL_VALGEN_ROLLOUT_RATE``,
+            unset: off): a step keeps the prompts whose key is below ``floor(rate * 2**63)``, the
+            same prompts every time they come back, at most ``rollout_count`` of them.
         seed: sampling seed (``OTEL_VALGEN_SEED``, 42).
         presample: keep only the local bottom-k per step (``OTEL_VALGEN_PRESAMPLE``, on).
         endpoint: OTLP base URL, like ``OTEL_EXPORTER_OTLP_ENDPOINT`` (HTTP appends ``/v1/logs``;
@@ -74,6 +78,7 @@ def configure(
         run_id=run_id,
         count=count,
         rollout_count=rollout_count,
+        rollout_rate=rollout_rate,
         seed=seed,
         presample=presample,
         endpoint=endpoint,
@@ -199,7 +204,9 @@ def log_generations(
         extra: more columns, ``{name: one value per generation}`` (e.g. TRL's reward functions,
             verl's ``reward_extra_info``), each sent as ``valgen.extra.<name>``. Values are
             bools, ints, finite floats or texts (numpy/torch scalars converted, texts repaired
-            and cut like the others); any other value is left out of its record. A name is 1
+            and cut like the others); a list, tuple, dict, set, array or tensor is sent as its
+            JSON text (keys sorted, NaN/inf as ``"nan"``/``"inf"``), cut like a text; any other
+            value (None, NaN, inf, an object) is left out of its record. A name is 1
             to 64 of ``A-Z a-z 0-9 _ . / -``; columns with other names, and columns past the
             32nd, are dropped. A column of the wrong length drops the call, as for ``scores``.
 

@@ -46,7 +46,7 @@ from opentelemetry.util.types import AnyValue
 from otel_valgen import _integration, _stats, contract
 from otel_valgen._keys import BatchKeyer
 from otel_valgen._pipeline import Pipeline
-from otel_valgen._presample import Candidate, Entered, LocalSample
+from otel_valgen._presample import Candidate, Entered, LocalSample, prompts_under_rate
 from otel_valgen._records import (
     Batch,
     PendingRecord,
@@ -60,6 +60,7 @@ from otel_valgen._records import (
 from otel_valgen._sanitize import score_stats
 from otel_valgen._settings import Settings
 from otel_valgen._tracing import derived_context
+from otel_valgen.distinct import DistinctKeys
 from otel_valgen.sampling import Order, step_k
 
 _logger = logging.getLogger("otel_valgen")
@@ -88,12 +89,17 @@ class StepState:
     dropped: int = 0
     score_count: int = 0  # generations seen with a valid score, and their sum (valgen.score.*)
     score_sum: float = 0.0
-    prompts_seen: int = 0  # rollouts: the distinct prompts of each call, added up (valgen.prompts_seen)
+    # Rollouts: the part's distinct prompt keys (valgen.prompt_keys, valgen.prompts_seen).
+    prompts: DistinctKeys = field(default_factory=DistinctKeys, repr=False, compare=False)
     # The ``@<tag>`` of the part's sample ids, and its responses numbered per prompt over its calls.
     tag: str = field(default_factory=new_part_tag)
     lanes: ResponseLanes = field(default_factory=ResponseLanes, repr=False, compare=False)
     response_lanes: Counter[str] = field(default_factory=Counter)  # rollouts: responses numbered per chosen prompt
     kept: LocalSample | None = None
+    # Rollouts' watch-list (``rollout_rate``): the rate, and the prompts under it over the part's
+    # calls (each call's distinct ones, added up: valgen.prompts_under_rate).
+    rate: float | None = None
+    prompts_under_rate: int = 0
     # Orders the progress thread against the end of the part: no progress record after the end.
     # It also serialises the block-less parts of one (step, source).
     lifecycle: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
@@ -195,9 +201,10 @@ class Emitter:
             attempt=f"{self.settings.launch_id}.{self._ended.get((step, source, kind), 0) + 1}",
             marks=_integration.current(),
             kind=kind,
+            rate=self.settings.rollout_rate if kind == contract.KIND_ROLLOUT else None,
         )
         if self.settings.presample:
-            state.kept = LocalSample(state.count)
+            state.kept = LocalSample(state.count, state.rate)
         return state
 
     # -- steps ---------------------------------------------------------------------------
@@ -354,7 +361,11 @@ class Emitter:
             **state.marks,
         }
         if state.kind == contract.KIND_ROLLOUT:
-            attributes[contract.PROMPTS_SEEN] = state.prompts_seen
+            with self._lock:
+                attributes[contract.PROMPTS_SEEN] = state.prompts.count().value
+                attributes[contract.PROMPT_KEYS] = state.prompts.keys()
+        if state.rate is not None:
+            attributes.update(self._watch_list(state, state.rate))
         if state.sources_expected is not None:
             attributes[contract.SOURCES_EXPECTED] = state.sources_expected
         if math.isfinite(state.score_sum):
@@ -377,6 +388,24 @@ class Emitter:
         if final:
             with self._lock:
                 self._mark_ended(state.step, state.source, state.kind)
+
+    def _watch_list(self, state: StepState, rate: float) -> dict[str, AnyValue]:
+        """A rollout end record's rate and prompts under it; warns when more are under it than k keeps."""
+        with self._lock:
+            under, k = state.prompts_under_rate, state.count
+        if under > k:
+            self.stats.warn(
+                "rollout_rate_over_cap",
+                "step %d (source %s): %d prompts under rollout_rate %s, more than rollout_count %d keeps; "
+                "the %d smallest are kept (valgen.prompts_over_cap counts the rest)",
+                state.step,
+                state.source,
+                under,
+                rate,
+                k,
+                k,
+            )
+        return {contract.SAMPLE_RATE: rate, contract.PROMPTS_UNDER_RATE: under}
 
     def _mark_ended(self, step: int, source: str, kind: str) -> None:
         """Count one more end of (step, source, kind): its next records form a new attempt. Lock held."""
@@ -493,6 +522,7 @@ class Emitter:
                 # The k-th key only falls as items are offered, so an earlier read is a safe filter.
                 threshold, k = (kept.threshold(), kept.k) if kept is not None else (None, None)
             found, prompts = self._candidates(state, batch, threshold, k)
+            under_rate = prompts_under_rate(prompts, state.rate)
         except Exception as error:
             self.refuse(state, size)
             self.stats.failed("computing sample ids and keys", error, size)
@@ -503,7 +533,8 @@ class Emitter:
                 state.seen += size
                 state.score_count += scored
                 state.score_sum += score_sum
-                state.prompts_seen += prompts
+                state.prompts.add(prompts)
+                state.prompts_under_rate += under_rate
                 entered, evicted = kept.offer(found) if kept is not None else ([], 0)
         if ended:  # its block was ended by another thread after this call found it
             self.refuse(state, size)
@@ -533,14 +564,17 @@ class Emitter:
 
     def _candidates(
         self, state: StepState, batch: Batch, threshold: Order | None, k: int | None
-    ) -> tuple[list[Candidate], int]:
-        """The batch's generations that may enter the state's sample, and how many prompts the batch has (rollouts)."""
+    ) -> tuple[list[Candidate], list[int]]:
+        """The generations that may enter the state's sample, and the keys of the distinct prompts (rollouts)."""
         if state.kind != contract.KIND_ROLLOUT:
             generations = candidates(batch, self._keyer, threshold, k, state.lanes, state.tag)
-            return [(index, order, order) for index, order in generations], 0
+            return [(index, order, order) for index, order in generations], []
         prompt_ids = rollout_prompts(batch)
-        responses = rollout_candidates(prompt_ids, self.settings.seed, threshold, k, state.response_lanes, state.tag)
-        return responses, len(set(prompt_ids))
+        prompt_keys: list[int] = []
+        responses = rollout_candidates(
+            prompt_ids, self.settings.seed, threshold, k, state.response_lanes, state.tag, prompt_keys
+        )
+        return responses, prompt_keys
 
     def _prompt_of(self, state: StepState, prompt: Order) -> Order | None:
         """The prompt sort key a rollout's record carries (None for validation)."""
@@ -575,6 +609,8 @@ class Emitter:
 
     def _emit_generation(self, state: StepState, pending: PendingRecord) -> bool:
         """Hand one generation record to the SDK; True when it took it, else it is counted as dropped."""
+        if state.rate is not None:  # the watch-list's rate, so that the collector applies it too
+            pending.attributes[contract.SAMPLE_RATE] = state.rate
         try:
             self.pipeline.logger.emit(
                 timestamp=pending.timestamp,

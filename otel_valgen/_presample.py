@@ -2,7 +2,9 @@
 
 The sample is a group view (``otel_valgen.sampling.GroupView``): the bottom-k prompts with
 every response of each. A validation generation is its own prompt, so for validation this is
-the bottom-k of generations; a rollout's responses enter and leave with their prompt.
+the bottom-k of generations; a rollout's responses enter and leave with their prompt. With a
+rollout rate (the watch-list) a prompt whose key is not below ``rate_threshold(rate)`` never
+enters: its responses are sampled out like those of any prompt the bottom-k left out.
 
 A generation that enters is *held* until its fate is counted: sent at the end of the step (or
 part), dropped (its record failed to build, or the step ended before it was built), or sampled
@@ -16,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from otel_valgen._records import PendingRecord
-from otel_valgen.sampling import GroupView, Order
+from otel_valgen.sampling import GroupView, Order, rate_threshold
 
 Candidate = tuple[int, Order, Order]
 """A generation of a batch that may enter: (index in the batch, its prompt's sort key, its sort key)."""
@@ -43,11 +45,22 @@ def _settle(items: Iterable[Kept]) -> int:
     return newly
 
 
-class LocalSample:
-    """The bottom-k of what this process saw of one step, held until the step (or part) ends."""
+def prompts_under_rate(prompt_keys: Iterable[int], rate: float | None) -> int:
+    """How many of a call's distinct prompt keys are below ``rate``'s threshold (0 without a rate)."""
+    if rate is None:
+        return 0
+    limit = rate_threshold(rate)
+    return sum(1 for key in prompt_keys if key < limit)
 
-    def __init__(self, k: int) -> None:
-        self._kept: GroupView[Kept] = GroupView(k)
+
+class LocalSample:
+    """The bottom-k of what this process saw of one step, held until the step (or part) ends.
+
+    With ``rate`` only prompts whose key is below ``rate_threshold(rate)`` enter (the watch-list).
+    """
+
+    def __init__(self, k: int, rate: float | None = None) -> None:
+        self._kept: GroupView[Kept] = GroupView(k, rate)
 
     @property
     def k(self) -> int:

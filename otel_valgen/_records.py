@@ -264,7 +264,13 @@ def _has_id(sample_id: object) -> bool:
 
 
 def rollout_candidates(
-    prompt_ids: Sequence[str], seed: int, threshold: Order | None, k: int | None, lanes: Counter[str], tag: str
+    prompt_ids: Sequence[str],
+    seed: int,
+    threshold: Order | None,
+    k: int | None,
+    lanes: Counter[str],
+    tag: str,
+    seen: list[int] | None = None,
 ) -> list[tuple[int, Order, Order]]:
     """(index, prompt sort key, sort key) of the responses of a rollout call that may enter a group view of ``k``.
 
@@ -274,11 +280,14 @@ def rollout_candidates(
     (its own prompt may be kept already). ``lanes`` counts the responses of each such prompt
     over the part's calls, so a prompt in two calls of a step gets new ids, not redeliveries;
     a prompt not chosen here can never enter later (the threshold only falls), so only chosen
-    prompts are counted. ``k`` None keeps every prompt (presampling off).
+    prompts are counted. ``k`` None keeps every prompt (presampling off). ``seen`` gets every
+    distinct prompt's key (for the part's count of distinct prompts).
     """
     if k == 0 or not prompt_ids:
         return []
     prompts = {pid: SortKey.of(sample_key(seed, pid), pid) for pid in dict.fromkeys(prompt_ids)}
+    if seen is not None:
+        seen.extend(order.sample_key for order in prompts.values())
     chosen = sorted(order for order in prompts.values() if threshold is None or order <= threshold)
     wanted = set(chosen[:k] if k is not None else chosen)
     found: list[tuple[int, Order, Order]] = []
@@ -401,8 +410,9 @@ class RecordBuilder:
         """Put generation ``index``'s extra values in ``attributes``; return the characters replaced.
 
         A value that cannot be sent is left out and tallied in ``batch.extra.invalid``, which
-        ``report_extra`` counts and warns about once per call. Text values are repaired and
-        truncated like the body's texts (the marker ends the text; no original-length attribute).
+        ``report_extra`` counts and warns about once per call. Text values, and the JSON text of
+        a list, dict or array (``_sanitize.json_text``), are repaired and truncated like the body's
+        texts (the marker ends the text; no original-length attribute; counted in truncated_fields).
         """
         extra = batch.extra
         if extra is None:

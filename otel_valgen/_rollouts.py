@@ -6,7 +6,9 @@ with the smallest prompt keys, each with every one of its responses (the group v
 ``otel_valgen.sampling.GroupView``); with presampling on, this process sends only its own
 bottom-k prompts, keyed before any record is built. k is ``count``, else the setting
 ``rollout_count`` (``OTEL_VALGEN_ROLLOUT_COUNT``); 0, the default, sends nothing and costs
-nothing. docs/rollouts.md has the design and what is still to come.
+nothing. With ``rollout_rate`` (``OTEL_VALGEN_ROLLOUT_RATE``, the watch-list) a step keeps the
+prompts whose key is below ``floor(rate * 2**63)`` instead, at most k of them, so a prompt kept
+once is kept every time it comes back. docs/rollouts.md has the design and what is still to come.
 """
 
 from __future__ import annotations

@@ -13,13 +13,16 @@
 | numpy / torch scalars, 0-d arrays     | converted with ``.item()``                                  |
 | extra value bool / int / finite float | sent as it is (an int beyond int64 is invalid)             |
 | extra value text (``str``, ``bytes``) | like the text fields above                                 |
+| extra value list / tuple / dict /     | its JSON text (``json_text``), then like the text fields:  |
+| set, array or tensor (ndim > 0)       | repaired, cut at ``max_field_bytes``                       |
 | extra value NaN / inf / None / other  | omitted from the record (``invalid`` says why)             |
 """
 
 from __future__ import annotations
 
+import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -28,6 +31,7 @@ _MARKER_BYTES: Final = len(TRUNCATION_MARKER.encode("utf-8"))
 _REPLACEMENT: Final = "\ufffd"
 _INT64_MIN: Final = -(1 << 63)
 _INT64_MAX: Final = (1 << 63) - 1
+_JSON_DEPTH: Final = 64  # containers nested deeper are sent as their str()
 
 
 @dataclass(frozen=True)
@@ -163,11 +167,68 @@ class CleanExtra:
     coerced: bool = False
 
 
+def _structured(value: object) -> bool:
+    """Whether an extra value is sent as JSON: a list, tuple, mapping, set, or an array or tensor of 1+ dimensions."""
+    if isinstance(value, list | tuple | Mapping | set | frozenset):
+        return True
+    return getattr(value, "ndim", 0) not in (0, None) and callable(getattr(value, "tolist", None))
+
+
+def _json_key(key: object) -> str:
+    """A mapping key as a JSON object key: a text as it is, others as their JSON scalar or ``str()``."""
+    plain = _unwrap_scalar(key)
+    if isinstance(plain, str):
+        return plain
+    if plain is None or isinstance(plain, bool):
+        return json.dumps(plain)
+    return str(plain)
+
+
+def _jsonable(value: object, depth: int = 0) -> object:  # noqa: PLR0911 (one return per kind of value)
+    """``value`` as plain JSON data: non-finite floats as ``"nan"``/``"inf"``/``"-inf"``, other objects as ``str()``."""
+    plain = _unwrap_scalar(value)
+    if plain is None or isinstance(plain, bool | int | str):
+        return plain
+    if isinstance(plain, float):
+        return _non_finite(plain) or plain
+    if isinstance(plain, bytes | bytearray | memoryview):
+        return bytes(plain).decode("utf-8", "replace")
+    if depth >= _JSON_DEPTH:
+        return str(plain)
+    if isinstance(plain, Mapping):
+        return {_json_key(key): _jsonable(item, depth + 1) for key, item in plain.items()}
+    if isinstance(plain, list | tuple):
+        return [_jsonable(item, depth + 1) for item in plain]
+    if isinstance(plain, set | frozenset):  # in the order of the items' JSON texts: the same in every process
+        items = [_jsonable(item, depth + 1) for item in plain]
+        return [item for _, item in sorted(((_dumps(item), item) for item in items), key=lambda pair: pair[0])]
+    if _structured(plain):  # numpy arrays, torch tensors
+        return _jsonable(plain.tolist(), depth)  # type: ignore[attr-defined]
+    return str(plain)
+
+
+def _dumps(data: object) -> str:
+    return json.dumps(data, sort_keys=True, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
+def json_text(value: object) -> str:
+    """An extra list, tuple, dict, set or array as compact JSON text (keys sorted, not ASCII-escaped).
+
+    numpy/torch scalars are unwrapped and arrays/tensors listed (``.tolist()``); NaN and
+    infinities become the strings ``"nan"``, ``"inf"``, ``"-inf"`` (JSON has no such numbers);
+    bytes are decoded as UTF-8 (bad bytes replaced); a non-text key becomes its ``str()``
+    (``true``, ``false``, ``null`` for bools and None); any other object, and containers nested
+    deeper than 64, become their ``str()``.
+    """
+    return _dumps(_jsonable(value))
+
+
 def clean_extra(value: object, max_bytes: int) -> CleanExtra:  # noqa: PLR0911 (one return per kind of value)
     """Return ``value`` as a bool, int64, finite float or valid text, or None with the reason it is invalid.
 
     numpy/torch scalars and 0-d arrays are unwrapped (``.item()``) as scores are; text follows
-    ``clean_text`` (repaired, cut at ``max_bytes``); other number-like objects become floats.
+    ``clean_text`` (repaired, cut at ``max_bytes``); a list, tuple, dict, set, array or tensor is
+    sent as its ``json_text``, as text; other number-like objects become floats.
     """
     kind = type(value)
     plain = value if kind is bool or kind is int or kind is float or kind is str else _unwrap_scalar(value)
@@ -182,6 +243,9 @@ def clean_extra(value: object, max_bytes: int) -> CleanExtra:  # noqa: PLR0911 (
         return CleanExtra(int(plain), coerced=coerced)
     if isinstance(plain, str | bytes | bytearray | memoryview):
         text = clean_text(plain, max_bytes)
+        return CleanExtra(text.text, text=text, coerced=coerced)
+    if _structured(plain):
+        text = clean_text(json_text(plain), max_bytes)
         return CleanExtra(text.text, text=text, coerced=coerced)
     number = plain if isinstance(plain, float) else None
     if number is None and getattr(plain, "ndim", 0) == 0:  # not an array: a number-like object

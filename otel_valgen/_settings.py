@@ -36,6 +36,7 @@ from otel_valgen._otlp_settings import (
     resolve_protocol,
     resolve_transport,
 )
+from otel_valgen.sampling import rate_of
 
 _logger = logging.getLogger("otel_valgen")
 
@@ -63,6 +64,21 @@ def _count(name: str, default: int) -> int:
 
 def _positive(name: str, default: int) -> int:
     return env.env_int(name, default, minimum=1)
+
+
+def _rate(name: str, default: float | None) -> float | None:
+    """A sample rate in (0, 1] from the environment; unset: ``default``; a bad value is logged, ``default`` used."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value: float | None = rate_of(float(raw))
+    except ValueError:
+        value = None
+    if value is None:
+        _logger.warning("otel_valgen: %s=%r is not a number in (0, 1]; using %s", name, raw, default)
+        return default
+    return value
 
 
 @dataclass(frozen=True)
@@ -121,6 +137,17 @@ SETTINGS: Final[tuple[Setting, ...]] = (
         "docs/rollouts.md); 0 sends no rollout.",
         read=_count,
         default=DEFAULT_ROLLOUT_COUNT,
+    ),
+    Setting(
+        (env.OTEL_VALGEN_ROLLOUT_RATE,),
+        "rollout_rate",
+        "unset (off)",
+        "Watch-list of training rollouts, a rate in (0, 1]: a step keeps every prompt whose key is below "
+        "`floor(rate * 2**63)`, so a kept prompt is kept every time it comes back, at most `rollout_count` "
+        "of them (the smallest; the rest counted in `valgen.prompts_over_cap`). Unset: exactly "
+        "`rollout_count` prompts per step (docs/rollouts.md).",
+        read=_rate,
+        default=None,
     ),
     Setting((env.OTEL_VALGEN_SEED,), "seed", "`42`", "Sampling seed.", read=env.env_int, default=DEFAULT_SEED),
     Setting(
@@ -332,6 +359,7 @@ class Settings:
     run_id: str
     count: int = DEFAULT_COUNT
     rollout_count: int = DEFAULT_ROLLOUT_COUNT
+    rollout_rate: float | None = None  # the watch-list rate of rollouts (None: off, exactly k prompts)
     seed: int = DEFAULT_SEED
     presample: bool = True
     endpoint: str | None = None  # where logs go: the OTLP/HTTP logs URL or the gRPC target; None: files
@@ -436,6 +464,7 @@ def resolve_settings(
     run_id: str | None = None,
     count: int | None = None,
     rollout_count: int | None = None,
+    rollout_rate: float | None = None,
     seed: int | None = None,
     presample: bool | None = None,
     endpoint: str | None = None,
@@ -458,6 +487,9 @@ def resolve_settings(
         run_id_origin=origin,
         count=_argument_or_env("count", count, lambda v: v >= 0, warn=True),
         rollout_count=_argument_or_env("rollout_count", rollout_count, lambda v: v >= 0, warn=True),
+        rollout_rate=rate_of(
+            _argument_or_env("rollout_rate", rollout_rate, lambda v: rate_of(v) is not None, warn=True)
+        ),
         seed=int(_argument_or_env("seed", seed, lambda v: True)),
         presample=bool(_argument_or_env("presample", presample, lambda v: True)),
         endpoint=resolve_endpoint(endpoint, resolved_protocol),

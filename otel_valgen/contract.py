@@ -84,10 +84,23 @@ SCORE_COUNT: Final = "valgen.score.count"  # int: generations with a finite scor
 SCORE_SUM: Final = "valgen.score.sum"  # double: the sum of those scores
 SCORE_MEAN: Final = "valgen.score.mean"  # double, summary only: sum / count, absent when count is 0
 KEPT: Final = "valgen.kept"  # on a rollout summary, like valgen.seen: responses
-# Rollouts: the distinct prompts a source saw (end record, cumulative like valgen.seen) and, on
-# the summary, their sum over the ended sources and the prompts kept.
-PROMPTS_SEEN: Final = "valgen.prompts_seen"  # int
+# Rollouts: the distinct prompts a source saw (end record, cumulative like valgen.seen) with its
+# sketch of their keys and, on the summary, the count over the ended sources' merged sketches
+# (a prompt logged by several sources counts once) and the prompts kept.
+PROMPTS_SEEN: Final = "valgen.prompts_seen"  # int: distinct prompts (an estimate when PROMPTS_SEEN_ESTIMATED)
+PROMPT_KEYS: Final = "valgen.prompt_keys"  # int array: the m smallest distinct prompt keys (otel_valgen.distinct)
+PROMPTS_SEEN_ESTIMATED: Final = "valgen.prompts_seen_estimated"  # bool (summaries)
+PROMPTS_SEEN_ERROR: Final = "valgen.prompts_seen_error"  # double: relative standard error, when estimated
+PROMPTS_INCOMPLETE: Final = "valgen.prompts_incomplete"  # int: kept prompts a source that never ended may lack
 PROMPTS_KEPT: Final = "valgen.prompts_kept"  # int, summary only
+# Rollouts' watch-list (rollout_rate): the rate on each generation and end record (and echoed by
+# the summary: the smallest of the group's records, absent = 1); a prompt is kept when its key is
+# below floor(rate * 2**63), at most k of them. The prompts under it a source saw (end record,
+# each call's distinct ones added up, cumulative) and, on the summary, their sum over the ended
+# sources and how many of them the cap k left out.
+SAMPLE_RATE: Final = "valgen.sample_rate"  # double in (0, 1]
+PROMPTS_UNDER_RATE: Final = "valgen.prompts_under_rate"  # int
+PROMPTS_OVER_CAP: Final = "valgen.prompts_over_cap"  # int, summary only
 SOURCES: Final = "valgen.sources"  # sources that sent anything for the step
 SOURCES_ENDED: Final = "valgen.sources_ended"  # of those, the ones that sent their end record
 LATE: Final = "valgen.late"  # summary/late record: int count; a forwarded late generation: true

@@ -22,6 +22,7 @@ and ``otel-valgen show`` / ``push`` merge parts the same way (docs/deployment.md
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -30,7 +31,9 @@ from typing import Any
 
 from otel_valgen import contract
 from otel_valgen.balance import SourceFigures, step_balance
+from otel_valgen.distinct import PROMPTS_SEEN_ERROR, distinct_count, merge_keys, parse_keys
 from otel_valgen.reader import Generation
+from otel_valgen.sampling import rate_of, rate_threshold
 
 __all__ = ["MergedFigures", "merge_figures", "merge_summaries", "sampler_of", "samplers_of"]
 
@@ -182,14 +185,55 @@ def merge_summaries(summaries: Sequence[Mapping[str, Any]], kept: Sequence[Gener
         out[contract.SAMPLE_COUNT] = min(ks)
     _put_scores(out, [figures for figures in sources.values() if figures.ended])
     if out.get(contract.KIND) == contract.KIND_ROLLOUT:
-        out[contract.PROMPTS_SEEN] = sum(figures.prompts_seen for figures in sources.values() if figures.ended)
+        _put_prompts_seen(out, summaries, [figures for figures in sources.values() if figures.ended])
         out[contract.PROMPTS_KEPT] = len({g.prompt_id for g in kept})
+        out[contract.PROMPTS_INCOMPLETE] = 0 if _complete_sources(out, expected) else out[contract.PROMPTS_KEPT]
+        _put_rate(out, summaries)
     complete = bool(sources) and not out[contract.SOURCES_MISSING] and not out[contract.MISSING]
     complete = complete and len(ended) >= expected
     reasons = [str(summary.get(contract.CLOSED_REASON, "")) for summary in summaries]
     out[contract.CLOSED_REASON] = COMPLETE if complete else next((r for r in reasons if r != COMPLETE), reasons[0])
     out[contract.SOURCE_FIGURES] = [figures.as_figure(name, kept_by[name]) for name, figures in sorted(sources.items())]
     return out
+
+
+def _complete_sources(summary: Mapping[str, Any], expected: int) -> bool:
+    """Whether every source of a merged summary ended, and at least the expected number."""
+    ended = _int(summary, contract.SOURCES_ENDED)
+    return ended >= _int(summary, contract.SOURCES) and ended >= expected
+
+
+def _put_prompts_seen(out: dict[str, Any], summaries: Sequence[Mapping[str, Any]], ended: list[MergedFigures]) -> None:
+    """The distinct prompts of the merged step: the parts' sketches united, else the sources' counts added."""
+    for key in (contract.PROMPT_KEYS, contract.PROMPTS_SEEN_ERROR):
+        out.pop(key, None)
+    sketches = [
+        sketch for summary in summaries if (sketch := parse_keys(summary.get(contract.PROMPT_KEYS))) is not None
+    ]
+    if not sketches:
+        out[contract.PROMPTS_SEEN] = sum(figures.prompts_seen for figures in ended)
+        out[contract.PROMPTS_SEEN_ESTIMATED] = False
+        return
+    keys = merge_keys(*sketches)
+    count = distinct_count(keys)
+    out[contract.PROMPTS_SEEN] = count.value
+    out[contract.PROMPTS_SEEN_ESTIMATED] = count.estimated
+    if count.estimated:
+        out[contract.PROMPTS_SEEN_ERROR] = PROMPTS_SEEN_ERROR
+    out[contract.PROMPT_KEYS] = keys
+
+
+def _put_rate(out: dict[str, Any], summaries: Sequence[Mapping[str, Any]]) -> None:
+    """The watch-list of the merged step: the smallest rate, the prompts under it from the united sketch."""
+    rates = [rate for summary in summaries if (rate := rate_of(summary.get(contract.SAMPLE_RATE))) is not None]
+    if not rates:
+        return
+    out[contract.SAMPLE_RATE] = min(rates)
+    keys = out.get(contract.PROMPT_KEYS)
+    if isinstance(keys, list):
+        under = bisect.bisect_left(keys, rate_threshold(min(rates)))
+        out[contract.PROMPTS_UNDER_RATE] = under
+        out[contract.PROMPTS_OVER_CAP] = max(under - out[contract.PROMPTS_KEPT], 0)
 
 
 def _put_scores(out: dict[str, Any], ended: list[MergedFigures]) -> None:

@@ -18,6 +18,7 @@ from typing import Any
 from otel_valgen import contract
 from otel_valgen._framing import Message, TruncatedFile, messages, unframe
 from otel_valgen._sanitize import ExtraValue
+from otel_valgen.distinct import parse_keys
 from otel_valgen.sampling import KEY_VERSIONS
 
 __all__ = [
@@ -90,6 +91,7 @@ class EndRecord:
     unhooked_reason: str | None = None
     kind: str = contract.KIND_VALIDATION
     prompts_seen: int | None = None  # a rollout source's valgen.prompts_seen (cumulative)
+    prompt_keys: tuple[int, ...] | None = None  # its sketch of distinct prompt keys (otel_valgen.distinct)
 
 
 @dataclass(frozen=True)
@@ -159,6 +161,16 @@ class Summary:
     def prompts_seen(self) -> int | None:
         """A rollout summary's prompts seen by its ended sources; None if unreported."""
         return _opt_int(self.attributes.get(contract.PROMPTS_SEEN))
+
+    @property
+    def prompts_seen_estimated(self) -> bool:
+        """Whether ``prompts_seen`` is an estimate (``valgen.prompts_seen_error`` is its error)."""
+        return self.attributes.get(contract.PROMPTS_SEEN_ESTIMATED) is True
+
+    @property
+    def prompts_incomplete(self) -> int:
+        """A rollout summary's kept prompts that a source that never ended may lack responses of."""
+        return _opt_int(self.attributes.get(contract.PROMPTS_INCOMPLETE)) or 0
 
     @property
     def prompts_kept(self) -> int | None:
@@ -349,6 +361,7 @@ def _record(log: dict[str, Any], resource: dict[str, Any]) -> Record | None:  # 
             unhooked_reason=_opt_str(attrs.get(contract.UNHOOKED_REASON)),
             kind=kind,
             prompts_seen=_opt_int(attrs.get(contract.PROMPTS_SEEN)),
+            prompt_keys=parse_keys(attrs.get(contract.PROMPT_KEYS)),
         )
     if event != contract.EVENT_GENERATION:
         return None

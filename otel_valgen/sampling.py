@@ -59,6 +59,14 @@ Rollouts (``valgen.kind = rollout``) are sampled by prompt, not by response: the
 ``prompt_key = sample_key(seed, prompt_id)``, and every response of each kept prompt, so a
 GRPO group is shown whole. It is mergeable like the bottom-k: a prompt of the bottom-k of a
 union is in the bottom-k of every part that saw it, with the responses that part saw.
+
+A *rate* (``rollout_rate``, ``valgen.sample_rate``) turns the group view into a watch-list: a
+prompt is eligible when its prompt key is below ``rate_threshold(rate) = floor(rate * 2**63)``,
+a rule on its own key alone, so an eligible prompt is eligible at every step it comes back in.
+The view keeps the eligible prompts, at most ``k`` of them (the ``k`` smallest when more are
+eligible). Keys below a threshold are a prefix of the sort order, so this is the bottom-k cut
+to the prefix: mergeable like the bottom-k, and lowering the rate (the smallest rate of a
+group's records wins, ``step_rate``) is exact, as shrinking k is.
 """
 
 from __future__ import annotations
@@ -66,6 +74,7 @@ from __future__ import annotations
 import hashlib
 import heapq
 import hmac
+import math
 from collections.abc import Iterable
 from typing import Final, Generic, NamedTuple, TypeVar
 
@@ -76,6 +85,7 @@ __all__ = [
     "KEY_VERSION",
     "KEY_VERSIONS",
     "LEGACY_KEY_VERSION",
+    "NO_RATE_THRESHOLD",
     "BottomK",
     "GroupView",
     "SortKey",
@@ -83,10 +93,12 @@ __all__ = [
     "group_view",
     "id_hash",
     "mix64",
+    "rate_threshold",
     "sample_key",
     "seed_lane",
     "split_sample_id",
     "step_k",
+    "step_rate",
     "untagged",
 ]
 
@@ -241,6 +253,19 @@ class BottomK(Generic[T]):
             removed.append(entry.item)
         return removed
 
+    def cut(self, bound: Order) -> list[T]:
+        """Keep only the kept items whose sort key is below ``bound``; return the others.
+
+        Exact like ``shrink``: the items below a bound are a prefix of the order, so the
+        bottom-k of those seen below it are the kept ones below it.
+        """
+        removed = []
+        while self._heap and self._heap[0].order >= bound:
+            entry = heapq.heappop(self._heap)
+            del self._kept[entry.order]
+            removed.append(entry.item)
+        return removed
+
     def would_keep(self, order: Order) -> bool:
         """Whether an item with this sort key would be kept if offered now."""
         if self.k == 0 or order in self._kept:
@@ -277,6 +302,45 @@ def step_k(current: int | None, asked: int) -> int:
     return asked if current is None else min(current, asked)
 
 
+NO_RATE_THRESHOLD: Final = 1 << 63
+"""The threshold of rate 1 (or no rate): every key, in ``[0, 2**63)``, is below it."""
+
+
+def rate_threshold(rate: float | None) -> int:
+    """``floor(rate * 2**63)``: a prompt whose key is below it is eligible under ``rate``; None is rate 1.
+
+    ``rate * 2**63`` is exact in binary64 (a power-of-two scaling), so the floor is the same
+    integer in every language; rate 1 gives ``2**63`` (every key), a rate below ``2**-63`` gives 0.
+
+    Raises:
+        ValueError: for a rate that is not a number in (0, 1].
+
+    """
+    if rate is None:
+        return NO_RATE_THRESHOLD
+    if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 < rate <= 1:
+        raise ValueError(f"a sample rate is a number in (0, 1], not {rate!r}")
+    return math.floor(math.ldexp(float(rate), 63))
+
+
+def rate_of(value: object) -> float | None:
+    """A record's ``valgen.sample_rate`` if usable (a number in (0, 1], not a bool), else None."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if 0 < value <= 1 else None
+
+
+def step_rate(current: float | None, asked: float | None) -> float | None:
+    """The rate of a step once a record asks for ``asked`` (None: no rate): the smallest rate wins.
+
+    Lowering a rate is exact (the prompts below the lower threshold are a prefix of those below
+    the higher one) and raising it is not, as for k (``step_k``); no rate is rate 1.
+    """
+    if current is None:
+        return asked
+    return current if asked is None else min(current, asked)
+
+
 def bottom_k(items: Iterable[tuple[SortKey, T]], k: int) -> list[tuple[SortKey, T]]:
     """Return the ``k`` items with the smallest sort keys, ascending (the reference choice)."""
     selector: BottomK[T] = BottomK(k)
@@ -291,18 +355,38 @@ class GroupView(Generic[T]):
     Responses of one prompt share its sort key, so they are kept or dropped together; offering
     a response whose sort key its prompt already holds is a no-op. Memory is O(k·n) for n
     responses per prompt. A validation generation is the case of a prompt with one response.
+
+    With a ``rate`` only prompts whose key is below ``rate_threshold(rate)`` are eligible (the
+    watch-list, module docstring): the view keeps the eligible prompts, the ``k`` smallest when
+    more are eligible.
     """
 
-    def __init__(self, k: int) -> None:
+    def __init__(self, k: int, rate: float | None = None) -> None:
         self._prompts: BottomK[dict[Order, T]] = BottomK(k)
+        self.rate = rate
+        self.limit = rate_threshold(rate)
 
     @property
     def k(self) -> int:
         """How many prompts are kept at most."""
         return self._prompts.k
 
+    def eligible(self, prompt: Order) -> bool:
+        """Whether ``prompt``'s key is below the rate's threshold (always, without a rate)."""
+        return prompt[0] < self.limit
+
+    def lower_rate(self, rate: float | None) -> list[T]:
+        """Apply a record's rate by ``step_rate``; return the responses of prompts no longer eligible."""
+        lowered = step_rate(self.rate, rate)
+        if lowered == self.rate:
+            return []
+        self.rate, self.limit = lowered, rate_threshold(lowered)
+        return [item for responses in self._prompts.cut((self.limit, b"")) for item in responses.values()]
+
     def offer(self, prompt: Order, order: Order, item: T) -> bool:
         """Consider one response of ``prompt``; return whether it is (for now) kept."""
+        if prompt[0] >= self.limit:
+            return False
         responses = self._prompts.get(prompt)
         if responses is not None:
             if order in responses:
@@ -313,6 +397,8 @@ class GroupView(Generic[T]):
 
     def would_keep(self, prompt: Order) -> bool:
         """Whether a response of ``prompt`` would be kept if offered now (its prompt is or would be kept)."""
+        if prompt[0] >= self.limit:
+            return False
         return self._prompts.get(prompt) is not None or self._prompts.would_keep(prompt)
 
     def threshold(self) -> Order | None:
@@ -343,12 +429,15 @@ class GroupView(Generic[T]):
         ]
 
 
-def group_view(items: Iterable[tuple[SortKey, SortKey, T]], k: int) -> list[tuple[SortKey, SortKey, T]]:
+def group_view(
+    items: Iterable[tuple[SortKey, SortKey, T]], k: int, rate: float | None = None
+) -> list[tuple[SortKey, SortKey, T]]:
     """The responses of the ``k`` prompts with the smallest sort keys, ranked (the reference group view).
 
-    ``items`` are ``(prompt sort key, response sort key, item)``.
+    ``items`` are ``(prompt sort key, response sort key, item)``; with ``rate``, only prompts
+    whose key is below ``rate_threshold(rate)`` are eligible.
     """
-    view: GroupView[T] = GroupView(k)
+    view: GroupView[T] = GroupView(k, rate)
     for prompt, order, item in items:
         view.offer(prompt, order, item)
     return view.items()

@@ -4,6 +4,8 @@ Records of one kind are selected at a time (``kind=``, ``valgen.kind``: validati
 or rollout), so that a step's validation and its rollouts never share a group: groups are
 (run, step, attempt, kind). A rollout attempt keeps its bottom-k prompts with every response of
 each (the group view, ``otel_valgen.sampling.GroupView``), and counts prompts seen and kept.
+Rollout records that carry a rate (``valgen.sample_rate``, the watch-list) keep only prompts
+whose key is below the threshold of the smallest rate of the attempt's records, as the collector.
 
 A step may have several attempts (``valgen.attempt``: a resumed or retried job validates the
 same step again). Records are grouped by (run, step, attempt) and one attempt is shown per
@@ -47,6 +49,7 @@ part of a selection.
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections import Counter
 from collections.abc import Iterable, Mapping
@@ -57,9 +60,19 @@ from typing import Protocol, TypeVar
 from otel_valgen import contract
 from otel_valgen._settings import DEFAULT_COUNT, DEFAULT_SEED
 from otel_valgen.balance import SourceFigures, step_balance, summary_dropped
+from otel_valgen.distinct import DistinctCount, distinct_count, merge_keys
 from otel_valgen.partials import merge_summaries, sampler_of
 from otel_valgen.reader import EndRecord, Generation, LateReport, ProgressRecord, Record, StartRecord, Summary
-from otel_valgen.sampling import LEGACY_KEY_VERSION, BottomK, GroupView, SortKey, sample_key, step_k
+from otel_valgen.sampling import (
+    LEGACY_KEY_VERSION,
+    BottomK,
+    GroupView,
+    SortKey,
+    rate_of,
+    rate_threshold,
+    sample_key,
+    step_k,
+)
 from otel_valgen.splits import Footprint, concurrent_counts
 
 __all__ = [
@@ -130,7 +143,11 @@ class StepSelection:
     split_attempts: int = 0
     sources_unhooked: list[str] = field(default_factory=list)
     kind: str = contract.KIND_VALIDATION
-    prompts_seen: int | None = None  # rollouts: prompts the ended sources saw (None: unreported)
+    sample_rate: float | None = None  # rollouts: the watch-list's rate (the smallest of the records), None: off
+    prompts_under_rate: int | None = None  # with a rate: distinct prompts under it that the sources saw
+    prompts_seen: int | None = None  # rollouts: distinct prompts the ended sources saw (None: unreported)
+    prompts_seen_estimated: bool = False  # an estimate (otel_valgen.distinct: PROMPTS_SEEN_ERROR)
+    prompts_incomplete: int = 0  # rollouts: kept prompts that a source that never ended may lack responses of
     prompts_kept: int | None = None  # rollouts: prompts kept (k is in prompts too)
 
     @property
@@ -239,9 +256,15 @@ def _offer(group: _Attempt, record: Generation, count: int | None, max_count: in
         group.key_version = record.key_version or LEGACY_KEY_VERSION
     order = sort_key_of(record, seed, group.key_version)
     if isinstance(group.selector, GroupView):
+        group.selector.lower_rate(record_rate(record))  # the watch-list: the smallest rate wins
         group.selector.offer(prompt_key_of(record, seed, group.key_version), order, record)
     else:
         group.selector.offer(order, record)
+
+
+def record_rate(generation: Generation) -> float | None:
+    """A rollout record's watch-list rate (``valgen.sample_rate``), None when it has none (or not a usable one)."""
+    return rate_of(generation.attributes.get(contract.SAMPLE_RATE))
 
 
 def parts_k(k: int | None, parts: Iterable[Mapping[str, object]]) -> int | None:
@@ -259,6 +282,7 @@ def cut_kept(
         view: GroupView[Generation] = GroupView(k or 0)
         version = key_version or LEGACY_KEY_VERSION
         for g in generations:
+            view.lower_rate(record_rate(g))  # the watch-list: the smallest rate of the records wins
             view.offer(prompt_key_of(g, seed, version), sort_key_of(g, seed, version), g)
         return _selected(view)
     return sorted(generations, key=lambda g: sort_key_of(g, seed, key_version))[:k]
@@ -273,10 +297,18 @@ def _selected(selector: BottomK[Generation] | GroupView[Generation] | None) -> l
     return [item for _, item in selector.items()]
 
 
-def _prompts_seen(ends: Mapping[tuple[str, str], EndRecord]) -> int | None:
-    """A rollout attempt's prompts seen: its ended sources' (largest) counts added; None if none reported."""
-    counts = [end.prompts_seen for end in ends.values() if end.prompts_seen is not None]
-    return sum(counts) if counts else None
+def _prompts_seen(ends: Mapping[tuple[str, str], EndRecord]) -> DistinctCount | None:
+    """A rollout attempt's distinct prompts: its ended sources' sketches merged; None if none reported.
+
+    A source without a sketch (a library before it) adds its ``valgen.prompts_seen``, as the
+    collector does.
+    """
+    sketches = [end.prompt_keys for end in ends.values() if end.prompt_keys is not None]
+    unsketched = [end.prompts_seen for end in ends.values() if end.prompt_keys is None and end.prompts_seen is not None]
+    if not sketches:
+        return DistinctCount(sum(unsketched), False) if unsketched else None
+    value, estimated = distinct_count(merge_keys(*sketches))
+    return DistinctCount(value + sum(unsketched), estimated)
 
 
 def _score_pair(end: EndRecord) -> tuple[int, float] | None:
@@ -308,7 +340,35 @@ def _larger_end(known: EndRecord | None, end: EndRecord) -> EndRecord:
         score_count=score_count,
         score_sum=score_sum,
         prompts_seen=max((n for n in (known.prompts_seen, end.prompts_seen) if n is not None), default=None),
+        prompt_keys=_merged_keys(known.prompt_keys, end.prompt_keys),
     )
+
+
+def _under_rate(ends: Mapping[tuple[str, str], EndRecord], rate: float) -> int | None:
+    """The distinct prompts under ``rate`` that the ended sources saw, from their merged sketches (as the collector).
+
+    Exact while fewer than m keys of the sketch are under the threshold; None without sketches.
+    """
+    sketches = [end.prompt_keys for end in ends.values() if end.prompt_keys is not None]
+    if not sketches:
+        return None
+    return bisect.bisect_left(merge_keys(*sketches), rate_threshold(rate))
+
+
+def _opt_count(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def _all_ended(group: _Attempt) -> bool:
+    """Whether every source that sent records of the attempt sent its end record."""
+    return group.sources <= set(group.ends)
+
+
+def _merged_keys(known: tuple[int, ...] | None, end: tuple[int, ...] | None) -> tuple[int, ...] | None:
+    """A source's sketches of two end records merged (each is cumulative; their union is exact)."""
+    if known is None or end is None:
+        return end if known is None else known
+    return tuple(merge_keys(known, end))
 
 
 def score_totals(ends: Mapping[tuple[str, str], EndRecord]) -> tuple[int, float | None] | None:
@@ -432,7 +492,11 @@ def _finish(group: _Attempt, collector: bool, count: int | None, seed: int) -> S
             dropped=summary_dropped(summary.attributes) if summary is not None else None,
             sources_unhooked=_sources_unhooked(group),
             kind=group.kind,
+            sample_rate=rate_of(summary.attributes.get(contract.SAMPLE_RATE)) if summary is not None else None,
+            prompts_under_rate=_opt_count(summary.attributes.get(contract.PROMPTS_UNDER_RATE)) if summary else None,
             prompts_seen=summary.prompts_seen if summary is not None else None,
+            prompts_seen_estimated=summary is not None and summary.prompts_seen_estimated,
+            prompts_incomplete=summary.prompts_incomplete if summary is not None else 0,
             prompts_kept=len({g.prompt_id for g in kept}) if group.kind == contract.KIND_ROLLOUT else None,
         )
     ended = set(group.ends)
@@ -441,6 +505,10 @@ def _finish(group: _Attempt, collector: bool, count: int | None, seed: int) -> S
     complete = bool(known) and group.starts <= ended and len(ended) >= (group.sources_expected or 0)
     generations = _selected(group.selector)
     seen, dropped = _embedded_balance(group, generations)
+    rollout = group.kind == contract.KIND_ROLLOUT
+    rate = group.selector.rate if isinstance(group.selector, GroupView) else None
+    prompts = _prompts_seen(group.ends) if rollout else None
+    prompts_kept = len({g.prompt_id for g in generations}) if rollout else None
     return StepSelection(
         run_id=group.run_id,
         step=group.step,
@@ -458,8 +526,13 @@ def _finish(group: _Attempt, collector: bool, count: int | None, seed: int) -> S
         dropped=dropped,
         sources_unhooked=_sources_unhooked(group),
         kind=group.kind,
-        prompts_seen=_prompts_seen(group.ends) if group.kind == contract.KIND_ROLLOUT else None,
-        prompts_kept=len({g.prompt_id for g in generations}) if group.kind == contract.KIND_ROLLOUT else None,
+        sample_rate=rate,
+        prompts_under_rate=_under_rate(group.ends, rate) if rate is not None else None,
+        prompts_seen=prompts.value if prompts is not None else None,
+        prompts_seen_estimated=prompts is not None and prompts.estimated,
+        # A source that never ended may hold responses of any kept prompt (the collector's rule).
+        prompts_incomplete=prompts_kept if prompts_kept and not (complete and _all_ended(group)) else 0,
+        prompts_kept=prompts_kept,
     )
 
 

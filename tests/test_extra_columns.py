@@ -108,10 +108,8 @@ def test_numpy_and_torch_scalars_become_plain_values() -> None:
         (np.float64("nan"), "nan"),
         (None, "none"),
         (2**63, "int_out_of_range"),
-        ([1, 2], "unsupported_type"),
-        ({"a": 1}, "unsupported_type"),
-        (np.array([1.0, 2.0]), "unsupported_type"),
         (object(), "unsupported_type"),
+        (1 + 2j, "unsupported_type"),
     ],
 )
 def test_values_that_cannot_be_sent_are_left_out(value: Any, invalid: str) -> None:
@@ -260,6 +258,70 @@ def test_only_the_kept_generations_carry_their_values() -> None:
         assert attributes[PREFIX + "index"] == int(text[1:])
 
 
+@pytest.mark.parametrize("blockless", [True, False])
+def test_a_list_and_a_dict_arrive_as_their_json_text(blockless: bool) -> None:
+    """Lists and dicts (verl's reward_extra_info holds them): each is sent as its JSON text, keys sorted."""
+    extra = {
+        "scores": [[1.0, 0.5], [0.0]],
+        "judge": [{"verdict": "ok", "confidence": 0.9}, {"b": [1, None], "a": True}],
+    }
+    with capture_records(run_id="r", count=8) as records:
+        if blockless:
+            vg.log_generations(["q0", "q1"], ["o", "o"], None, step=1, extra=extra)
+        else:
+            with vg.validation(step=1):
+                vg.log_generations(["q0", "q1"], ["o", "o"], None, extra=extra)
+    generations = _generations(records)
+    assert _extra(generations["q0"]) == {"scores": "[1.0,0.5]", "judge": '{"confidence":0.9,"verdict":"ok"}'}
+    assert _extra(generations["q1"]) == {"scores": "[0.0]", "judge": '{"a":true,"b":[1,null]}'}
+    assert json.loads(_extra(generations["q1"])["judge"]) == {"a": True, "b": [1, None]}
+    assert vg.stats().get("extra_values_invalid", 0) == 0
+
+
+def test_arrays_tensors_and_non_json_values_become_safe_json() -> None:
+    """Arrays and tensors are listed, NaN/inf become strings, bytes are decoded, other objects their str()."""
+    torch = require_module("torch", "torch (pyproject dev extra) is not installed")
+    value = {
+        "array": np.array([[1, 2], [3, 4]], dtype=np.int64),
+        "tensor": torch.tensor([0.5, 1.5]),
+        "floats": (math.nan, math.inf, -math.inf, np.float32(0.25)),
+        "bytes": b"ok\xff",
+        "set": {3, 1, 2},
+        "object": Path("/a"),
+        7: "int key",
+        None: "none key",
+    }
+    text = clean_extra(value, 1000).value
+    assert isinstance(text, str)
+    assert json.loads(text) == {
+        "7": "int key",
+        "array": [[1, 2], [3, 4]],
+        "bytes": "ok\ufffd",
+        "floats": ["nan", "inf", "-inf", 0.25],
+        "null": "none key",
+        "object": "/a",
+        "set": [1, 2, 3],
+        "tensor": [0.5, 1.5],
+    }
+    assert clean_extra([math.nan], 100).value == '["nan"]'  # valid JSON: json.loads accepts no NaN
+    cycle: list[Any] = []
+    cycle.append(cycle)
+    assert isinstance(clean_extra(cycle, 10_000).value, str)  # nesting past 64 levels ends in str(): no recursion error
+
+
+def test_a_huge_list_is_cut_like_an_output_and_counted() -> None:
+    """A JSON text over max_field_bytes is cut at a character boundary with the marker, counted in truncated_fields."""
+    huge = list(range(100_000))
+    with capture_records(run_id="r", count=4, max_field_bytes=1024) as records, vg.validation(step=1):
+        vg.log_generations(["q"], ["o"], None, extra={"tokens": [huge]})
+    value = _extra(_generations(records)["q"])["tokens"]
+    assert value.endswith(TRUNCATION_MARKER)
+    assert len(value.encode()) <= 1024
+    assert value.startswith("[0,1,2,3,")
+    assert vg.stats()["truncated_fields"] == 1
+    assert vg.stats().get("extra_values_invalid", 0) == 0
+
+
 extra_values = st.one_of(
     st.none(),
     st.booleans(),
@@ -268,6 +330,7 @@ extra_values = st.one_of(
     st.text(max_size=20),
     st.binary(max_size=20),
     st.lists(st.integers(), max_size=2),
+    st.dictionaries(st.one_of(st.text(max_size=5), st.integers()), st.floats(), max_size=3),
 )
 names = st.one_of(st.text(max_size=70), st.integers(), st.none())
 

@@ -166,3 +166,52 @@ def test_the_readme_section_runs_as_written(section: str, tmp_path: Path) -> Non
         assert "r1" in outputs[-1]  # the shell block printed the step's table
     if section == "Run identity":
         assert re.fullmatch(r"WANDB_RUN_ID=[0-9a-f]{12}", outputs[-1].strip().splitlines()[-1])
+
+
+ROLLOUTS_DOC = REPO / "docs" / "rollouts.md"
+TRY_IT = "Try it"  # docs/rollouts.md's section a newcomer runs as written
+
+
+@pytest.mark.timeout(300)
+def test_the_rollouts_try_it_runs_as_written(tmp_path: Path) -> None:
+    """docs/rollouts.md's *Try it* runs as written (``_run``, as a README block) and does what the page says.
+
+    Its Python block, then its shell block (``otel-valgen show valgen-data --kind rollout``), in one empty
+    folder with no endpoint: both exit 0, the table names the run. Read back with ``show --format json``:
+    steps 1 and 2, each keeping the same 2 of 6 prompts, each prompt with all 4 of its responses.
+    """
+    blocks = [block for block in readme_blocks(ROLLOUTS_DOC.read_text(encoding="utf-8")) if block.section == TRY_IT]
+    assert [block.language for block in blocks] == ["python", "sh"], blocks
+    outputs = []
+    for block in blocks:
+        done = _run(block, Fixture(prelude={}, epilogue={}), tmp_path)
+        assert done.returncode == 0, f"docs/rollouts.md:{block.line} ({block.language}):\n{done.stdout}\n{done.stderr}"
+        outputs.append(done.stdout)
+    assert "try-rollouts" in outputs[-1]
+    assert "kept 8 of 24" in outputs[-1]
+    shown = subprocess.run(
+        [sys.executable, "-m", "otel_valgen.tools.cli", "show", "valgen-data", "--kind", "rollout", "--format", "json"],
+        cwd=tmp_path,
+        env=_environment(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    steps = [json.loads(line) for line in shown.stdout.splitlines()]
+    assert [(step["run_id"], step["step"], step["kind"]) for step in steps] == [
+        ("try-rollouts", 1, "rollout"),
+        ("try-rollouts", 2, "rollout"),
+    ]
+    kept_prompts = []
+    for step in steps:
+        assert (step["prompts_seen"], step["prompts_kept"], step["seen"], step["kept"]) == (6, 2, 24, 8)
+        by_prompt: dict[str, list[str]] = defaultdict(list)
+        for generation in step["generations"]:
+            by_prompt[generation["input"]].append(generation["output"])
+        assert len(by_prompt) == 2
+        for prompt, answers in by_prompt.items():  # "What is p + p?": 2p twice (right), 2p+1 twice
+            p = int(prompt.split()[2])
+            assert sorted(answers) == sorted([str(2 * p), str(2 * p), str(2 * p + 1), str(2 * p + 1)]), prompt
+        kept_prompts.append(set(by_prompt))
+    assert kept_prompts[0] == kept_prompts[1]  # a prompt's key does not depend on the step

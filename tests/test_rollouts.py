@@ -450,3 +450,126 @@ def test_a_call_without_a_step_is_a_counted_drop() -> None:
         assert vg.log_rollouts(**_batch(2, 2), step=None) == 0  # type: ignore[arg-type]
     assert list(records) == []
     assert (vg.stats()["dropped.missing_step"], vg.stats()["internal_errors"]) == (4, 0)
+
+
+# -- the watch-list (rollout_rate): a prompt chosen once is chosen every time it comes back ----
+
+
+def _watch_list_run(
+    tmp_path: Path, rate: float | None, presample: bool = True, k: int = 16
+) -> tuple[dict[int, set[str]], dict[int, set[str]]]:
+    """64 prompts (2 responses each) in 3 shuffled epochs of 4 steps of 16 prompts, through the embedded sink.
+
+    Returns each step's kept prompts as ``show`` selects them from the files, and each step's prompts.
+    """
+    import random
+
+    vg.configure(
+        run_id="r",
+        rollout_count=k,
+        rollout_rate=rate,
+        presample=presample,
+        directory=str(tmp_path),
+        progress_interval_s=0,
+    )
+    rng = random.Random(33)
+    prompts = [f"p{i:04d}" for i in range(64)]
+    step = 0
+    batches: dict[int, set[str]] = {}
+    for _ in range(3):
+        rng.shuffle(prompts)
+        for start in range(0, 64, 16):
+            step += 1
+            rows = [(pid, i) for pid in prompts[start : start + 16] for i in range(2)]
+            vg.log_rollouts(
+                [f"prompt {pid}" for pid, _ in rows],
+                [f"answer {pid}.{i}" for pid, i in rows],
+                prompt_ids=[pid for pid, _ in rows],
+                step=step,
+            )
+            batches[step] = {pid for pid, _ in rows}
+    vg.shutdown()
+    steps = select_steps(_read(tmp_path), kind=contract.KIND_ROLLOUT)
+    return {s.step: {g.prompt_id or "" for g in s.generations} for s in steps}, batches
+
+
+@pytest.mark.parametrize("presample", [True, False])
+def test_a_watched_prompt_is_chosen_every_time_it_comes_back(tmp_path: Path, presample: bool) -> None:
+    """With rollout_rate, each step keeps exactly its prompts whose key is below floor(rate * 2**63): every epoch."""
+    from fractions import Fraction
+
+    rate = 0.125
+    kept, batches = _watch_list_run(tmp_path, rate, presample)
+    limit = int(Fraction(rate) * 2**63)  # the threshold by exact fractions, not by the library
+    watched = {pid for batch in batches.values() for pid in batch if sample_key(SEED, pid) < limit}
+    assert 2 <= len(watched) <= 16  # the seed gives some, and the cap (16) is never reached
+    for step, batch in batches.items():
+        assert kept.get(step, set()) == batch & watched, step
+    # Each watched prompt came back once per epoch and was chosen every time.
+    assert all(sum(pid in s for s in kept.values()) == 3 for pid in watched)
+    generations = [r for r in _read(tmp_path) if isinstance(r, Generation)]
+    assert generations
+    assert {g.attributes[contract.SAMPLE_RATE] for g in generations} == {rate}
+    assert {s.sample_rate for s in select_steps(_read(tmp_path), kind=contract.KIND_ROLLOUT) if s.generations} == {rate}
+
+
+def test_without_a_rate_each_step_keeps_exactly_k(tmp_path: Path) -> None:
+    """The default (no rollout_rate) is unchanged: the k smallest prompts of each batch, no rate on the wire."""
+    kept, batches = _watch_list_run(tmp_path, None, k=4)
+    for step, batch in batches.items():
+        assert kept[step] == _smallest_prompts(sorted(batch), 4), step
+    for record in _read(tmp_path):
+        attributes = getattr(record, "attributes", {})
+        assert contract.SAMPLE_RATE not in attributes
+        assert contract.PROMPTS_UNDER_RATE not in attributes
+
+
+def test_more_prompts_under_the_rate_than_k_keep_the_k_smallest(caplog: pytest.LogCaptureFixture) -> None:
+    """Rate 1 with k = 2: the 2 smallest prompts, the rest under the rate counted on the end record and warned."""
+    batch = _batch(6, 2)
+    with capture_records(run_id="r", rollout_count=2, rollout_rate=1.0, progress_interval_s=0) as records:
+        assert vg.log_rollouts(**batch, step=1) == 12
+    sent = _generations(list(records))
+    assert {g[contract.PROMPT_ID] for g in sent} == _smallest_prompts(batch["prompt_ids"], 2)
+    assert {g[contract.SAMPLE_RATE] for g in sent} == {1.0}
+    (end,) = [r["attributes"] for r in records if r["event_name"] == contract.EVENT_VALIDATION_END]
+    assert (end[contract.SAMPLE_RATE], end[contract.PROMPTS_UNDER_RATE]) == (1.0, 6)
+    assert "rollout_rate_over_cap" in caplog.text
+
+
+def test_the_rate_setting_is_read_and_checked(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """OTEL_VALGEN_ROLLOUT_RATE: a float in (0, 1]; unset or invalid (warned) is off."""
+    from otel_valgen._settings import resolve_settings
+
+    assert resolve_settings(run_id="r").rollout_rate is None
+    monkeypatch.setenv("OTEL_VALGEN_ROLLOUT_RATE", "0.015625")
+    assert resolve_settings(run_id="r").rollout_rate == 0.015625
+    assert resolve_settings(run_id="r", rollout_rate=0.5).rollout_rate == 0.5
+    for bad in ("0", "1.5", "nan", "x"):
+        monkeypatch.setenv("OTEL_VALGEN_ROLLOUT_RATE", bad)
+        assert resolve_settings(run_id="r").rollout_rate is None
+    assert "OTEL_VALGEN_ROLLOUT_RATE" in caplog.text
+
+
+def test_prompts_over_the_rate_are_never_held_and_count_as_sampled_out() -> None:
+    """The presampler keys no prompt at or above the threshold into its sample; its responses are sampled out."""
+    from otel_valgen.sampling import rate_threshold
+
+    batch = _batch(40, 3)
+    with capture_records(run_id="r", rollout_count=64, rollout_rate=0.25, progress_interval_s=0) as records:
+        assert vg.log_rollouts(**batch, step=1) == 120
+        emitter = _process.current_emitter()
+        assert emitter is not None
+        (state,) = emitter._parts.values()
+        assert state.kept is not None
+        held = {prompt for prompt, _, _ in state.kept._kept.items()}
+    limit = rate_threshold(0.25)
+    watched = {pid for pid in batch["prompt_ids"] if sample_key(SEED, pid) < limit}
+    assert {prompt.sample_key < limit for prompt in held} == {True}
+    assert {prompt.sample_id.decode() for prompt in held} == watched
+    assert {g[contract.PROMPT_ID] for g in _generations(list(records))} == watched
+    stats = vg.stats()
+    assert stats["generations_emitted"] == 3 * len(watched)
+    assert stats["generations_sampled_out"] == 120 - 3 * len(watched)

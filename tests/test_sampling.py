@@ -447,3 +447,118 @@ def test_the_batch_cut_is_dropped_when_fewer_than_k_keys_lie_below_its_guess() -
     smallest = sorted(found, key=lambda item: item[1])[:k]
     assert [index for index, _ in smallest] == list(range(k))
     assert [key for _, key in smallest] == [w >> 1 for w in words[:k]]
+
+
+# -- the watch-list (rollout_rate, valgen.sample_rate): testdata/sampling/rate.json -------------
+
+
+def _rate_case_items(case: dict[str, Any]) -> list[tuple[float | None, Any, Any, str]]:
+    """(rate, prompt sort key, response sort key, sample id) of a rate.json case's records, in order."""
+    from otel_valgen.sampling import SortKey as Key
+
+    seed = int(case["seed"])
+    items = []
+    for r in case["records"]:
+        prompt_key = int(r["prompt_key"]) if "prompt_key" in r else sample_key(seed, r["prompt_id"])
+        key = int(r["sample_key"]) if "sample_key" in r else sample_key(seed, r["sample_id"])
+        items.append(
+            (r.get("sample_rate"), Key.of(prompt_key, r["prompt_id"]), Key.of(key, r["sample_id"]), r["sample_id"])
+        )
+    return items
+
+
+def test_rate_thresholds_match_the_shared_file() -> None:
+    """floor(rate * 2**63) of every rate in testdata/sampling/rate.json, and exact fractions agree."""
+    from fractions import Fraction
+
+    from otel_valgen.sampling import NO_RATE_THRESHOLD, rate_threshold
+
+    data = json.loads((VECTORS / "rate.json").read_text(encoding="utf-8"))
+    assert data["thresholds"]
+    for vector in data["thresholds"]:
+        assert rate_threshold(vector["rate"]) == int(vector["threshold"]) == int(Fraction(vector["rate"]) * 2**63)
+    assert rate_threshold(None) == rate_threshold(1.0) == NO_RATE_THRESHOLD == 2**63
+    for bad in (0, -0.1, 1.5, math.nan, math.inf, True, "0.5"):
+        with pytest.raises(ValueError, match="sample rate"):
+            rate_threshold(bad)  # type: ignore[arg-type]
+
+
+def test_rate_cases_match_the_shared_file() -> None:
+    """Every rate.json case: the group view with the records' smallest rate keeps the expected responses."""
+    from otel_valgen.sampling import GroupView
+
+    data = json.loads((VECTORS / "rate.json").read_text(encoding="utf-8"))
+    assert data["cases"]
+    for case in data["cases"]:
+        view: GroupView[str] = GroupView(case["k"])
+        for rate, prompt, order, sid in _rate_case_items(case):
+            view.lower_rate(rate)
+            view.offer(prompt, order, sid)
+        assert [sid for _, _, sid in view.items()] == case["expected"], case["name"]
+        assert view.prompts() == len(case["expected_prompts"]), case["name"]
+
+
+def test_rate_cases_through_show_whole_and_by_source() -> None:
+    """``select_steps`` (show) over the cases' records as rollout generations, whole and split per source (cut_kept)."""
+    from otel_valgen import contract
+    from otel_valgen.reader import Generation
+    from otel_valgen.selection import cut_kept, select_steps
+
+    data = json.loads((VECTORS / "rate.json").read_text(encoding="utf-8"))
+    for case in data["cases"]:
+        seed = int(case["seed"])
+        records = [
+            Generation(
+                "r",
+                1,
+                r["sample_id"],
+                int(r["sample_key"]) if "sample_key" in r else None,
+                "in",
+                "out",
+                source=r["source"],
+                sample_count=case["k"],
+                seed=seed,
+                key_version=2,
+                kind=contract.KIND_ROLLOUT,
+                prompt_id=r["prompt_id"],
+                prompt_key=int(r["prompt_key"]) if "prompt_key" in r else None,
+                attributes={contract.SAMPLE_RATE: r["sample_rate"]} if "sample_rate" in r else {},
+            )
+            for r in case["records"]
+        ]
+        (step,) = select_steps(records, kind=contract.KIND_ROLLOUT, seed=seed)
+        assert [g.sample_id for g in step.generations] == case["expected"], case["name"]
+        rates = [r["sample_rate"] for r in case["records"] if "sample_rate" in r]
+        assert step.sample_rate == (min(rates) if rates else None), case["name"]
+        # Each source's own view, then the union cut again: the view of the whole (mergeable).
+        parts = []
+        for source in sorted({g.source for g in records}):
+            (part,) = select_steps([g for g in records if g.source == source], kind=contract.KIND_ROLLOUT, seed=seed)
+            parts += part.generations
+        merged = cut_kept(parts, case["k"], contract.KIND_ROLLOUT, seed, 2)
+        assert [g.sample_id for g in merged] == case["expected"], case["name"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    keys=st.lists(st.integers(0, 2**63 - 1), min_size=1, max_size=40, unique=True),
+    rates=st.lists(st.sampled_from([None, 1.0, 0.75, 0.5, 0.25, 0.1, 0.01]), min_size=1, max_size=4),
+    k=st.integers(0, 12),
+    data=st.data(),
+)
+def test_the_watch_list_is_the_eligible_bottom_k_in_any_order(
+    keys: list[int], rates: list[float | None], k: int, data: st.DataObject
+) -> None:
+    """Any arrival order and any split of the rates over the records: the k smallest prompts under the smallest rate."""
+    from otel_valgen.sampling import GroupView, SortKey, rate_threshold
+
+    assigned = [data.draw(st.sampled_from(rates)) for _ in keys]
+    order = data.draw(st.permutations(range(len(keys))))
+    view: GroupView[int] = GroupView(k)
+    for i in order:
+        view.lower_rate(assigned[i])
+        view.offer(SortKey.of(keys[i], f"p{i}"), SortKey.of(0, f"p{i}/0"), i)
+    given_rates = [r for r in assigned if r is not None]
+    limit = rate_threshold(min(given_rates)) if given_rates else 2**63
+    expected = sorted((keys[i], f"p{i}".encode(), i) for i in range(len(keys)) if keys[i] < limit)[:k]
+    assert [item for _, _, item in view.items()] == [i for _, _, i in expected]

@@ -8,11 +8,15 @@ parts' summaries merged (``otel_valgen.partials``); a sampler's summary read twi
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
 from typing import Any
 
 from otel_valgen import contract
 from otel_valgen.reader import Generation, Record, Summary
+from otel_valgen.sampling import SortKey, group_view, sample_key
 from otel_valgen.selection import cut_kept, parts_k, select_steps
+from tests.conftest import REPO
 
 
 def gen(sample_id: str, key: int, rank: int, **fields: Any) -> Generation:
@@ -101,3 +105,41 @@ def test_rollout_parts_keep_the_bottom_k_prompts_whole() -> None:
     (selection,) = select_steps(records, kind=contract.KIND_ROLLOUT)
     assert sorted(g.sample_id for g in selection.generations) == ["p1/0", "p1/1", "p2/0", "p2/1"]
     assert selection.prompts_kept == 2
+
+
+def _vector_parts(case: dict[str, Any]) -> list[Record]:
+    """A group_view.json case closed by two samplers: each got every other record and kept its own group view."""
+    seed = int(case["seed"])
+    records: list[Record] = []
+    for sampler in (0, 1):
+        share = case["records"][sampler::2]
+        items = []
+        for r in share:
+            prompt_key = int(r["prompt_key"]) if "prompt_key" in r else sample_key(seed, r["prompt_id"])
+            key = int(r["sample_key"]) if "sample_key" in r else sample_key(seed, r["sample_id"])
+            items.append((SortKey.of(prompt_key, r["prompt_id"]), SortKey.of(key, r["sample_id"]), r))
+        for rank, (prompt, order, _) in enumerate(group_view(items, case["k"]), start=1):
+            kept = gen(order.sample_id.decode(), order.sample_key, rank, seed=seed, key_version=2)
+            records.append(
+                replace(
+                    kept,
+                    sample_count=case["k"],
+                    kind=contract.KIND_ROLLOUT,
+                    prompt_id=prompt.sample_id.decode(),
+                    prompt_key=prompt.sample_key,
+                )
+            )
+        ended = figure(ended=True, seen=len(case["records"]), emitted=len(case["records"]), received=len(share))
+        records.append(summary(f"s{sampler}", case["k"], ended, **{contract.KIND: contract.KIND_ROLLOUT}))
+    return records
+
+
+def test_rollout_parts_of_the_shared_vectors_merge_to_the_expected_view() -> None:
+    """Every group_view.json case, split over two samplers' parts (prompts too), merges to its expected records."""
+    cases = json.loads((REPO / "testdata" / "sampling" / "group_view.json").read_text(encoding="utf-8"))["cases"]
+    for case in cases:
+        if case["k"] == 0:
+            continue  # a part that kept nothing closes no step to read back
+        (selection,) = select_steps(_vector_parts(case), kind=contract.KIND_ROLLOUT)
+        assert [g.sample_id for g in selection.generations] == case["expected"], case["name"]
+        assert selection.prompts_kept == len(case["expected_prompts"]), case["name"]

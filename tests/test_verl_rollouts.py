@@ -2,13 +2,16 @@
 
 Fast: one process, no Ray, no trainer run. Batches are built as verl's trainer holds them after
 rewards and advantages (left-padded ``prompts``, right-padded ``responses``, ``attention_mask``
-over both, ``response_mask`` without a multi-turn tool's tokens, ``advantages`` masked by it),
-with the tests' real byte-level tokenizer (one token per ASCII character). verl's trainers
+over both, ``response_mask`` without a multi-turn tool's tokens, ``advantages`` masked by it,
+one ``uid`` per prompt repeated for its responses), with the tests' real byte-level tokenizer (one
+token per ASCII character); multimodal rows carry ``multi_modal_inputs`` as verl 0.9.1's agent
+loop computes them (a real Qwen2-VL image processor over real PIL images). verl's trainers
 running the hooks end to end: tests/verl/.
 """
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +20,7 @@ import pytest
 import torch
 import xxhash
 from omegaconf import OmegaConf
+from PIL import Image
 from verl import DataProto
 from verl.experimental.fully_async_policy.fully_async_trainer import FullyAsyncTrainer
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
@@ -24,7 +28,7 @@ from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 import otel_valgen as vg
 from otel_valgen import contract
 from otel_valgen.integrations import verl as vg_verl
-from otel_valgen.integrations.verl_rollouts import send_legacy_step, send_rollout_batch
+from otel_valgen.integrations.verl_rollouts import _v1_uids, rollout_columns, send_legacy_step, send_rollout_batch
 from otel_valgen.testing import capture_records
 from tests.verl import harness
 
@@ -67,16 +71,26 @@ def make_batch(
     rm_scores: list[float] | None = None,
     non_tensors: dict[str, list[Any]] | None = None,
     reward_extra_keys: list[str] | None = None,
+    uids: list[str] | None = None,
+    chat: bool = False,
 ) -> DataProto:
-    """``rows`` padded as verl pads them, the score on each response's last token, advantages under response_mask."""
+    """``rows`` padded as verl pads them, the score on each response's last token, advantages under response_mask.
+
+    ``uids``: each row's ``uid`` (default: one per distinct prompt, as verl repeats a prompt's uid
+    for its n rows). ``chat``: the prompt's tokens are the chat template's (special tokens around
+    the text), as verl's agent loop tokenizes a prompt.
+    """
     size = len(rows)
+    if uids is None:
+        first = {prompt: index for index, prompt in reversed(list(enumerate(row.prompt for row in rows)))}
+        uids = [f"uuid-{first[row.prompt]}" for row in rows]
     prompts = torch.full((size, prompt_width), tokenizer.pad_token_id, dtype=torch.int64)
     responses = torch.full((size, response_width), tokenizer.pad_token_id, dtype=torch.int64)
     prompt_attention = torch.zeros_like(prompts)
     response_attention = torch.zeros_like(responses)
     response_mask = torch.zeros_like(responses)
     for index, row in enumerate(rows):
-        tokens = tokenizer.encode(row.prompt, add_special_tokens=False)
+        tokens = _prompt_tokens(tokenizer, row.prompt, chat)
         prompts[index, prompt_width - len(tokens) :] = torch.tensor(tokens)
         prompt_attention[index, prompt_width - len(tokens) :] = 1
         at = 0
@@ -106,12 +120,20 @@ def make_batch(
     batch: DataProto = DataProto.from_dict(
         tensors=tensors,
         non_tensors={
-            "uid": np.array([f"uuid-{index}" for index in range(size)], dtype=object),
+            "uid": np.array(uids, dtype=object),
             **{name: np.array(values, dtype=object) for name, values in (non_tensors or {}).items()},
         },
         meta_info={"reward_extra_keys": reward_extra_keys or []},
     )
     return batch
+
+
+def _prompt_tokens(tokenizer: Any, prompt: str, chat: bool) -> list[int]:
+    if chat:
+        prompt = tokenizer.apply_chat_template(
+            [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False
+        )
+    return list(tokenizer.encode(prompt, add_special_tokens=False))
 
 
 def _sent(records: Any) -> dict[str, dict[str, Any]]:
@@ -138,21 +160,218 @@ def _grpo(prompts: list[str], n: int) -> list[Row]:
     ]
 
 
-def test_a_prompt_id_is_the_xxh64_of_its_token_ids_as_int64(tokenizer: Any) -> None:
-    """valgen.prompt_id: XXH64 of the prompt's unpadded token ids as int64 bytes, whatever the padding and uid."""
+def _log_rollouts_id(text: str) -> str:
+    """The prompt id ``vg.log_rollouts`` derives from a text prompt (no prompt_ids)."""
+    with capture_records(run_id="oracle", rollout_count=1, progress_interval_s=0) as records:
+        vg.log_rollouts([text], ["r"], step=1)
+    (attributes,) = _sent(records).values()
+    return str(attributes[contract.PROMPT_ID])
+
+
+def test_a_prompt_id_is_the_xxh64_of_its_decoded_text(tokenizer: Any) -> None:
+    """valgen.prompt_id: XXH64 of the text decoded with skip_special_tokens, what log_rollouts derives from it.
+
+    The same under any padding, with or without the chat template's special tokens around it,
+    and whatever the uid: hashing the ``input`` of verl's rollout dump gives it.
+    """
     prompts = ["What is 1 plus 1?", "Name a prime."]
-    expected = {
-        prompt: xxhash.xxh64_hexdigest(
-            np.array(tokenizer.encode(prompt, add_special_tokens=False), dtype=np.int64).tobytes()
-        )
-        for prompt in prompts
-    }
+    for prompt in prompts:
+        assert _log_rollouts_id(prompt) == xxhash.xxh64_hexdigest(prompt.encode())
     for width in (24, 40):
-        sent = _send(make_batch(tokenizer, _grpo(prompts, 2), prompt_width=width), tokenizer, step=1)
-        assert len(sent) == 4
-        for p, prompt in enumerate(prompts):
-            for i in range(2):
-                assert sent[f"answer {p}.{i}"][contract.PROMPT_ID] == expected[prompt]
+        for chat in (False, True):
+            batch = make_batch(tokenizer, _grpo(prompts, 2), prompt_width=width, chat=chat)
+            with capture_records(run_id="r", rollout_count=64, progress_interval_s=0) as records:
+                assert send_rollout_batch(batch, tokenizer, step=1) == 4
+            generations = [r for r in records if r["event_name"] == contract.EVENT_GENERATION]
+            assert len(generations) == 4
+            for generation in generations:
+                text = generation["body"][contract.BODY_INPUT]
+                assert text in prompts
+                assert generation["attributes"][contract.PROMPT_ID] == xxhash.xxh64_hexdigest(text.encode())
+                assert generation["attributes"][contract.PROMPT_ID] == _log_rollouts_id(text)
+    fresh_uids = make_batch(tokenizer, _grpo(prompts, 2), uids=["a", "a", "b", "b"])
+    assert rollout_columns(fresh_uids, tokenizer, None, None)["prompt_ids"] == [
+        xxhash.xxh64_hexdigest(prompt.encode()) for prompt in prompts for _ in range(2)
+    ]
+
+
+class CountingTokenizer:
+    """The real tokenizer, counting the rows it decodes (``decode`` and ``batch_decode``)."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+        self.decoded: list[str] = []
+
+    def decode(self, ids: list[int], **kwargs: Any) -> str:
+        text = str(self.tokenizer.decode(ids, **kwargs))
+        self.decoded.append(text)
+        return text
+
+    def batch_decode(self, rows: list[list[int]], **kwargs: Any) -> list[str]:
+        texts = [str(text) for text in self.tokenizer.batch_decode(rows, **kwargs)]
+        self.decoded.extend(texts)
+        return texts
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.tokenizer, name)
+
+
+def test_a_uid_is_one_group_and_the_same_prompt_under_two_uids_is_two(tokenizer: Any) -> None:
+    """Rows of one uid share the id of its first row; a later uid with an id taken in the batch gets <id>.1, <id>.2.
+
+    The rows are interleaved as verl's balance_batch may leave them; one prompt is decoded per uid.
+    """
+    rows = [
+        Row("Q one?", answer("a0")),  # uid A
+        Row("Q one?", answer("b0")),  # uid B: the same prompt again in the batch
+        Row("Q one?", answer("a1")),
+        Row("Q two?", answer("c0")),  # uid C
+        Row("Q one?", answer("b1")),
+        Row("Q one?", answer("d0")),  # uid D: a third time
+        Row("Q two?", answer("c1")),
+        Row("Q three?", answer("e0")),  # uid E: a multi-output loop's rows of one uid, other prompts
+        Row("Q three, again?", answer("e1")),
+    ]
+    uids = ["A", "B", "A", "C", "B", "D", "C", "E", "E"]
+    counting = CountingTokenizer(tokenizer)
+    columns = rollout_columns(make_batch(tokenizer, rows, uids=uids), counting, None, None)
+    assert counting.decoded == ["Q one?", "Q one?", "Q two?", "Q one?", "Q three?"]  # one decode per uid
+    one, two, three = (xxhash.xxh64_hexdigest(text.encode()) for text in ("Q one?", "Q two?", "Q three?"))
+    by_uid = {"A": one, "B": f"{one}.1", "C": two, "D": f"{one}.2", "E": three}
+    assert columns["prompt_ids"] == [by_uid[uid] for uid in uids]
+    assert list(columns["prompts"]) == ["Q one?"] * 3 + ["Q two?"] + ["Q one?"] * 2 + ["Q two?"] + ["Q three?"] * 2
+    assert len(counting.decoded) == 5  # reading the prompts decodes nothing more
+    sent = _send(make_batch(tokenizer, rows, uids=uids), tokenizer, step=3)
+    groups: dict[str, list[str]] = {}
+    for text, attributes in sent.items():
+        groups.setdefault(attributes[contract.PROMPT_ID], []).append(text)
+    assert {pid: sorted(texts) for pid, texts in groups.items()} == {
+        one: ["a0", "a1"],
+        f"{one}.1": ["b0", "b1"],
+        f"{one}.2": ["d0"],
+        two: ["c0", "c1"],
+        three: ["e0", "e1"],
+    }
+
+
+def test_without_uids_rows_are_grouped_by_their_id(tokenizer: Any) -> None:
+    """No uid column: rows with the same prompt are one group, decoded once per distinct token sequence."""
+    batch = make_batch(tokenizer, _grpo(["Q one?", "Q two?"], 3) + _grpo(["Q one?"], 1))
+    batch.non_tensor_batch.pop("uid")
+    counting = CountingTokenizer(tokenizer)
+    ids = rollout_columns(batch, counting, None, None)["prompt_ids"]
+    one, two = (xxhash.xxh64_hexdigest(text.encode()) for text in ("Q one?", "Q two?"))
+    assert ids == [one] * 3 + [two] * 3 + [one]
+    assert counting.decoded == ["Q one?", "Q two?"]
+
+
+def test_v1_rows_are_grouped_by_the_uid_of_their_transfer_queue_key() -> None:
+    """v1 keys are <uid>_<session>_<index> (verl's agent_loop_tq): the uid is the group; other keys give no uid."""
+    keys = ["3f2a-uid_0_0", "3f2a-uid_1_0", "3f2a-uid_1_1", "b7_x_0_0"]
+    assert _v1_uids(keys) == ["3f2a-uid", "3f2a-uid", "3f2a-uid", "b7_x"]
+    assert _v1_uids(["3f2a-uid_0_0", "plain-key"]) is None
+
+
+# -- multimodal prompts: verl 0.9.1's multi_modal_inputs (and multi_modal_data) ------------------------
+
+VISION_PROMPT = "<|vision_start|><|image_pad|><|vision_end|>What is in the picture?"
+
+
+def _image(color: tuple[int, int, int], size: int = 56) -> Image.Image:
+    """A real RGB PIL image, one colour with a marked corner."""
+    image = Image.new("RGB", (size, size), color)
+    image.putpixel((0, 0), (255 - color[0], 7, 9))
+    return image
+
+
+def _vision_inputs(images: list[Image.Image]) -> dict[str, torch.Tensor]:
+    """``multi_modal_inputs`` of a row as verl 0.9.1's ``AgentLoopWorker._compute_multi_modal_inputs`` returns them.
+
+    The processor's outputs without input_ids and attention_mask, as tensors, plus
+    ``images_seqlens`` from ``image_grid_thw``; computed with a real Qwen2-VL image processor.
+    """
+    from transformers import Qwen2VLImageProcessorPil
+
+    processor = Qwen2VLImageProcessorPil(min_pixels=56 * 56, max_pixels=112 * 112)
+    inputs = dict(processor(images=images, return_tensors="pt"))
+    grid = inputs["image_grid_thw"]
+    inputs["images_seqlens"] = torch.repeat_interleave(grid[:, 1] * grid[:, 2], grid[:, 0])
+    return inputs
+
+
+def _oracle_digest_of_tensors(inputs: dict[str, torch.Tensor]) -> bytes:
+    """D(multi_modal_inputs) as docs/rollouts.md spells it, for a dict of tensors."""
+    encoded = b"map\x00" + struct.pack(">I", len(inputs))
+    for key in sorted(inputs):
+        array = inputs[key].numpy()
+        header = f"array\x00{array.dtype.name}\x00{'x'.join(map(str, array.shape))}\x00".encode()
+        encoded += key.encode() + b"\x00" + xxhash.xxh64_digest(header + array.tobytes())
+    return xxhash.xxh64_digest(encoded)
+
+
+def test_the_same_text_with_other_images_is_two_prompts(tokenizer: Any) -> None:
+    """Two uids with the same tokens (image placeholders) and other images: two prompts, each with its n responses.
+
+    The id is XXH64(text || 0x00 multi_modal_inputs 0x00 D(inputs)); the same image again is the
+    same prompt (a second uid gets .1); a text-only row's ``{}`` leaves the text's id.
+    """
+    red, blue = _image((200, 0, 0)), _image((0, 0, 200))
+    rows = [Row(VISION_PROMPT, answer(f"r{u}.{i}")) for u in range(3) for i in range(2)]
+    images = [red, red, blue, blue, red, red]
+    inputs = [_vision_inputs([image]) for image in images]
+    batch = make_batch(
+        tokenizer,
+        rows,
+        prompt_width=80,
+        uids=["u0", "u0", "u1", "u1", "u2", "u2"],
+        non_tensors={"multi_modal_inputs": inputs},
+    )
+    sent = _send(batch, tokenizer, step=1)
+    assert len(sent) == 6
+    text = xxhash.xxh64_hexdigest(VISION_PROMPT.encode())
+    with_red = xxhash.xxh64_hexdigest(
+        VISION_PROMPT.encode() + b"\x00multi_modal_inputs\x00" + _oracle_digest_of_tensors(inputs[0])
+    )
+    with_blue = xxhash.xxh64_hexdigest(
+        VISION_PROMPT.encode() + b"\x00multi_modal_inputs\x00" + _oracle_digest_of_tensors(inputs[2])
+    )
+    assert len({with_red, with_blue, text}) == 3
+    assert [sent[f"r{u}.{i}"][contract.PROMPT_ID] for u in range(3) for i in range(2)] == [
+        with_red,
+        with_red,
+        with_blue,
+        with_blue,
+        f"{with_red}.1",
+        f"{with_red}.1",
+    ]
+    text_only = make_batch(tokenizer, rows[:2], prompt_width=80, non_tensors={"multi_modal_inputs": [{}, {}]})
+    assert rollout_columns(text_only, tokenizer, None, None)["prompt_ids"] == [text, text]
+
+
+def test_multi_modal_data_images_count_too(tokenizer: Any) -> None:
+    """multi_modal_data (a dict per row, {"images": [PIL images]}) is hashed too, images by mode, size and pixels."""
+    rows = [Row(VISION_PROMPT, answer(f"r{u}")) for u in range(4)]
+    red = _image((200, 0, 0))
+    data = [
+        {"images": [red]},
+        {"images": [_image((200, 0, 0))]},  # equal pixels: the same prompt
+        {"images": [red.convert("RGBA")]},  # another mode
+        {"images": [_image((200, 0, 0), size=28)]},  # another size
+    ]
+    batch = make_batch(
+        tokenizer, rows, prompt_width=80, uids=["a", "b", "c", "d"], non_tensors={"multi_modal_data": data}
+    )
+    ids = rollout_columns(batch, tokenizer, None, None)["prompt_ids"]
+    assert ids[1] == f"{ids[0]}.1"
+    assert len(set(ids)) == 4
+    assert ids[0] != xxhash.xxh64_hexdigest(VISION_PROMPT.encode())
+    both = make_batch(
+        tokenizer,
+        rows[:1],
+        prompt_width=80,
+        non_tensors={"multi_modal_data": data[:1], "multi_modal_inputs": [_vision_inputs([red])]},
+    )
+    assert rollout_columns(both, tokenizer, None, None)["prompt_ids"][0] not in ids
 
 
 def test_a_multi_turn_response_keeps_the_tools_text_out_of_length_and_advantage(tokenizer: Any) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import random
+from fractions import Fraction
 from pathlib import Path
 
 from otel_valgen.reader import EndRecord
@@ -18,6 +19,7 @@ from otel_valgen.sampling import (
     bottom_k,
     id_hash,
     mix64,
+    rate_threshold,
     sample_key,
     seed_lane,
     step_k,
@@ -382,6 +384,174 @@ def group_view_cases() -> dict[str, object]:
     }
 
 
+def _distinct_oracle(sketches: list[list[int]], m: int) -> tuple[list[int], int, bool]:
+    """The merged sketch, count and whether it is estimated, by sorting the union."""
+    union = sorted(set().union(*map(set, sketches)))[:m]
+    if len(union) < m:
+        return union, len(union), False
+    return union, (m - 1) * 2**63 // (union[-1] + 1), True
+
+
+def distinct_prompts_cases() -> dict[str, object]:
+    rng = random.Random(20261203)
+    cases: list[dict[str, object]] = []
+
+    def case(name: str, m: int, seen_by_source: list[list[int]]) -> None:
+        sketches = [sorted(set(keys))[:m] for keys in seen_by_source]  # what each source sends
+        merged, count, estimated = _distinct_oracle(sketches, m)
+        cases.append(
+            {"name": name, "m": m, "sketches": sketches, "merged": merged, "count": count, "estimated": estimated}
+        )
+
+    # The split-group step: 64 prompts, each answered by all three sources (two calls each).
+    prompts = [sample_key(7, f"p{i:02d}") for i in range(64)]
+    case("split_groups_three_sources_one_prompt_set", 1024, [prompts, prompts[::-1], prompts[:40] + prompts[40:]])
+    case("disjoint_sources_add_up", 1024, [prompts[:20], prompts[20:45], prompts[45:]])
+    case("a_redelivered_end_record_counts_once", 1024, [prompts[:30], prompts[:30]])
+    case("no_prompt", 1024, [[]])
+    small = [rng.getrandbits(63) for _ in range(40)]
+    case("m8_seven_keys_are_exact", 8, [small[:7]])
+    case("m8_eight_keys_are_an_estimate", 8, [small[:8]])
+    case("m8_saturated_sources_merge", 8, [small[:25], small[15:], small[5:30]])
+    big = [rng.getrandbits(63) for _ in range(3000)]
+    case("m1024_two_saturated_sources", 1024, [big[:2000], big[1000:]])
+    return {
+        "description": (
+            "Distinct prompts of a rollout step (otel_valgen.distinct, distinct.go): each source sends its "
+            "m smallest distinct prompt keys (sketches, ascending); merged is the m smallest distinct keys "
+            "of their union; count is len(merged) when below m (estimated false), else "
+            "floor((m - 1) * 2**63 / (merged[m-1] + 1)) (estimated true)."
+        ),
+        "cases": cases,
+    }
+
+
+def _rate_threshold_by_fractions(rate: float) -> int:
+    """floor(rate * 2**63), computed with exact fractions (not as ``sampling.rate_threshold`` does)."""
+    return int(Fraction(rate) * 2**63)
+
+
+def _sorted_rate_view(records: list[dict[str, object]], k: int, seed: int) -> tuple[list[str], list[str], int]:
+    """The watch-list view by sorting: (kept sample ids ranked, kept prompt ids, prompts over the cap).
+
+    An oracle written apart from ``sampling.GroupView``: the smallest rate of the records (none:
+    every prompt) gives the threshold; the eligible prompts are those whose key is below it; the
+    k smallest eligible are kept with every response, the others are over the cap.
+    """
+
+    def key(record: dict[str, object], field: str, id_field: str) -> tuple[int, bytes]:
+        own = record.get(field)
+        value = int(str(own)) if own is not None else sample_key(seed, str(record[id_field]))
+        return value, str(record[id_field]).encode()
+
+    rates = [float(str(r["sample_rate"])) for r in records if "sample_rate" in r]
+    threshold = _rate_threshold_by_fractions(min(rates)) if rates else 2**63
+    eligible = sorted(
+        {key(r, "prompt_key", "prompt_id") for r in records if key(r, "prompt_key", "prompt_id")[0] < threshold}
+    )
+    prompts = eligible[:k]
+    kept = {
+        (key(r, "prompt_key", "prompt_id"), key(r, "sample_key", "sample_id"), str(r["sample_id"])) for r in records
+    }
+    ids = [sid for prompt, _, sid in sorted(kept) if prompt in prompts]
+    return ids, [prompt.decode() for _, prompt in prompts], len(eligible) - len(prompts)
+
+
+_RATES = [1.0, 0.5, 0.25, 4 / 256, 0.1, 1 / 3, 0.999999, 1 - 2**-53, 2**-57, 2**-63, 2**-64, 1e-300, 5e-324]
+
+
+def rate_cases() -> dict[str, object]:
+    """The watch-list (``rollout_rate``, ``valgen.sample_rate``): prompts below a threshold, capped at k."""
+    rng = random.Random(20261204)
+    cases: list[dict[str, object]] = []
+    for rate in _RATES:  # the implementation's float arithmetic must agree with the fractions
+        assert rate_threshold(rate) == _rate_threshold_by_fractions(rate), rate
+
+    def case(name: str, k: int, records: list[dict[str, object]], seed: int = 42) -> None:
+        expected, prompts, over_cap = _sorted_rate_view(records, k, seed)
+        view: GroupView[str] = GroupView(k)  # the implementation must agree with the oracle
+        for r in records:
+            view.lower_rate(float(str(r["sample_rate"])) if "sample_rate" in r else None)
+            prompt = SortKey.of(
+                int(str(r["prompt_key"])) if "prompt_key" in r else sample_key(seed, str(r["prompt_id"])),
+                str(r["prompt_id"]),
+            )
+            order = SortKey.of(
+                int(str(r["sample_key"])) if "sample_key" in r else sample_key(seed, str(r["sample_id"])),
+                str(r["sample_id"]),
+            )
+            view.offer(prompt, order, str(r["sample_id"]))
+        assert [sid for _, _, sid in view.items()] == expected, name
+        cases.append(
+            {
+                "name": name,
+                "k": k,
+                "seed": str(seed),
+                "records": records,
+                "expected": expected,
+                "expected_prompts": prompts,
+                "prompts_over_cap": over_cap,
+            }
+        )
+
+    def rec(prompt: str, pkey: int | None, i: int, rate: float | None, source: str = "s0") -> dict[str, object]:
+        r: dict[str, object] = {"prompt_id": prompt, "sample_id": f"{prompt}/{i}@{source}", "source": source}
+        if pkey is not None:
+            r["prompt_key"] = str(pkey)
+            r["sample_key"] = str(rng.randrange(1000))
+        if rate is not None:
+            r["sample_rate"] = rate
+        return r
+
+    # Keys at the threshold's edges (rate 4/256: threshold 2**57), with a tie on the key below it.
+    t = _rate_threshold_by_fractions(4 / 256)
+    edges = [("below-a", t - 1), ("below-b", t - 1), ("at", t), ("above", t + 1), ("zero", 0), ("top", 2**63 - 1)]
+    records = [rec(p, key, i, 4 / 256) for i in range(2) for p, key in edges]
+    case("threshold_edges", 10, records)
+    case("threshold_edges_cap_2", 2, records)
+    # Rate 1 keeps every prompt (the largest key too), up to k.
+    records = [rec(p, key, 0, 1.0) for p, key in edges]
+    case("rate_1_keeps_every_prompt", 10, records)
+    case("rate_1_is_the_bottom_k", 3, records)
+    # More prompts under the threshold than k: the k smallest are kept, the rest are over the cap.
+    prompts = [f"p{i:04d}" for i in range(64)]
+    records = [rec(p, None, i, 0.25) for i in range(2) for p in prompts]
+    rng.shuffle(records)
+    case("cap_overflow", 4, records, seed=7)
+    case("no_overflow", 64, records, seed=7)
+    # Two parts (sources) answer overlapping prompts, one record is delivered twice: the union of
+    # the parts' views cut to the rate and k is the view of the whole.
+    records = [rec(p, None, 0, 0.25, "s0") for p in prompts[:40]] + [rec(p, None, 0, 0.25, "s1") for p in prompts[20:]]
+    records.append(dict(records[5]))
+    rng.shuffle(records)
+    case("two_parts_merged_and_a_redelivery", 8, records, seed=13)
+    # Records disagree: the smallest rate wins, whichever arrives first; a record without a rate is rate 1.
+    mixed = [rec(p, None, 0, rate) for p, rate in zip(prompts[:48], [0.5, None, 0.25] * 16, strict=True)]
+    case("smallest_rate_wins", 8, mixed, seed=3)
+    case("smallest_rate_wins_arriving_last", 8, mixed[::-1], seed=3)
+    # Uncapped, the prompts kept under a larger rate are cut when a smaller one arrives (last).
+    case("a_smaller_rate_cuts_the_kept_prompts", 64, mixed, seed=3)
+    late = [rec(p, None, 0, 0.5) for p in prompts[:32]] + [rec(prompts[40], None, 0, 0.125)]
+    case("a_smaller_rate_arriving_last_cuts_the_kept_prompts", 64, late, seed=3)
+    # No record carries a rate: the group view, exactly k prompts.
+    case("no_rate_is_the_group_view", 5, [rec(p, None, 0, None) for p in prompts[:30]], seed=3)
+    return {
+        "description": (
+            "The watch-list of rollouts (valgen.sample_rate): a group's rate is the smallest "
+            "valgen.sample_rate of its records (absent: 1); its threshold is floor(rate * 2**63), "
+            "'thresholds' lists them (decimal strings), and a prompt is eligible when its key is "
+            "below it. The group keeps the k eligible prompts with the smallest (prompt_key, UTF-8 "
+            "bytes of prompt_id), every response of each, a response already kept kept once. "
+            "expected: the kept sample ids ranked as in group_view.json; expected_prompts the kept "
+            "prompt ids ascending; prompts_over_cap how many eligible prompts k left out. Records "
+            "without prompt_key / sample_key get sample_key(2, seed, prompt_id / sample_id); "
+            "'source' names the part that sent the record."
+        ),
+        "thresholds": [{"rate": rate, "threshold": str(_rate_threshold_by_fractions(rate))} for rate in _RATES],
+        "cases": cases,
+    }
+
+
 def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     for name, payload in (
@@ -390,6 +560,8 @@ def main() -> None:
         ("k_rule.json", k_rule_cases()),
         ("score_stats.json", score_stats_cases()),
         ("group_view.json", group_view_cases()),
+        ("rate.json", rate_cases()),
+        ("distinct_prompts.json", distinct_prompts_cases()),
     ):
         path = OUT / name
         path.write_text(json.dumps(payload, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")

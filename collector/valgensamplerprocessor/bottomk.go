@@ -89,6 +89,15 @@ func (b *bottomK[T]) shrink(k int) {
 	}
 }
 
+// cut drops the kept items whose key is bound or more. Exact like shrink: the keys below a
+// bound are a prefix of the order, so the bottom-k of those seen below it are the kept ones below it.
+func (b *bottomK[T]) cut(bound uint64) {
+	for len(b.heap) > 0 && b.heap[0].order.key >= bound {
+		evicted := heap.Pop(&b.heap).(entry[T])
+		delete(b.kept, evicted.order)
+	}
+}
+
 func (b *bottomK[T]) len() int { return len(b.heap) }
 
 // sorted returns the kept entries in ascending sort-key order.

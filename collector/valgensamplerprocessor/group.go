@@ -64,6 +64,8 @@ type group struct {
 
 	k    int // the smallest k any record asked for (prompts of a rollout); -1 before the first generation
 	kept *groupView
+	// rate is the smallest valgen.sample_rate of its records, 0 for none (groupview.go).
+	rate float64
 	// keyVersion is the key version of the group's first generation (0 before it): the keys
 	// of generations of another version are recomputed in it. rekeyed counts those.
 	keyVersion int64
@@ -138,6 +140,7 @@ func (g *group) addGeneration(gen generation, lr plog.LogRecord, at origin, src 
 		g.k = stepK(g.k, gen.k)
 		g.kept.shrink(g.k)
 	}
+	g.applyRate(gen.rate)
 	g.kept.offer(gen, func() keptRecord { return at.keep(lr) })
 }
 
@@ -158,6 +161,11 @@ func (g *group) addEnd(end endInfo, lr plog.LogRecord, src sourceID, now time.Ti
 	state.end.dropped = max(state.end.dropped, end.dropped)
 	state.end.scores = state.end.scores.larger(end.scores)
 	state.end.promptsSeen = max(state.end.promptsSeen, end.promptsSeen)
+	state.end.promptsUnderRate = max(state.end.promptsUnderRate, end.promptsUnderRate)
+	g.applyRate(end.rate)
+	if end.promptKeys != nil || state.end.promptKeys != nil {
+		state.end.promptKeys = mergeKeys(state.end.promptKeys, end.promptKeys, promptSketchSize)
+	}
 	state.markUnhooked(end.unhooked)
 	g.sourcesExpected = max(g.sourcesExpected, end.sourcesExpected)
 }
@@ -168,17 +176,41 @@ func (g *group) endedSources() int64 {
 	return g.countSources(func(state *sourceState) bool { return state.ended })
 }
 
-// promptsSeen is the prompts its ended sources saw, each source's largest valgen.prompts_seen
-// added up: exact when each prompt's responses come from one source (verl's trainer), else an
-// upper bound.
-func (g *group) promptsSeen() int64 {
-	var n int64
+// promptsSeen is how many distinct prompts its ended sources saw, whether that is an estimate,
+// and the merged sketch (nil when no source sent one). Sources that sent sketches are merged
+// (distinct.go), so a prompt logged by several sources counts once; a source of a library
+// before the sketch adds its valgen.prompts_seen, exact when each prompt's responses came from
+// one source, else an upper bound.
+func (g *group) promptsSeen() (int64, bool, []int64) {
+	var sketch []int64
+	var unsketched int64
+	sketched := false
 	for _, state := range g.sources {
-		if state.ended {
-			n += state.end.promptsSeen
+		switch {
+		case !state.ended:
+		case state.end.promptKeys != nil:
+			sketched = true
+			sketch = mergeKeys(sketch, state.end.promptKeys, promptSketchSize)
+		default:
+			unsketched += state.end.promptsSeen
 		}
 	}
-	return n
+	if !sketched {
+		return unsketched, false, nil
+	}
+	n, estimated := distinctCount(sketch, promptSketchSize)
+	return n + unsketched, estimated, sketch
+}
+
+// promptsIncomplete is how many kept prompts may lack responses: all of them while a source of
+// the group did not end (it may hold responses of any prompt), or fewer sources ended than
+// announced as expected; else 0.
+func (g *group) promptsIncomplete(kept int) int64 {
+	ended := g.endedSources()
+	if ended < int64(len(g.sources)) || ended < g.sourcesExpected {
+		return int64(kept)
+	}
+	return 0
 }
 
 // stepK is a group's k once a record asks for asked: the smallest k asked for wins. Shrinking

@@ -107,6 +107,7 @@ type rec struct {
 	promptKey    int64
 	hasPromptKey bool
 	promptsSeen  int64
+	promptKeys   []int64 // valgen.prompt_keys on an end record, sent when not nil
 }
 
 // logsOf builds one ResourceLogs per record, with service.instance.id as the resource.
@@ -160,6 +161,9 @@ func appendRec(lrs plog.LogRecordSlice, r rec) plog.LogRecord {
 		}
 		if r.promptsSeen > 0 {
 			attrs.PutInt(attrPromptsSeen, r.promptsSeen)
+		}
+		if r.promptKeys != nil {
+			putPromptKeys(attrs, attrPromptKeys, r.promptKeys)
 		}
 		return lr
 	}

@@ -80,6 +80,18 @@ const (
 	attrPromptKey   = "valgen.prompt_key"
 	attrPromptsSeen = "valgen.prompts_seen"
 	attrPromptsKept = "valgen.prompts_kept"
+	// The watch-list (groupview.go): a rollout's rate on its generation and end records and the
+	// summary, the prompts under it a source saw, and on the summary those the cap k left out.
+	attrSampleRate       = "valgen.sample_rate"
+	attrPromptsUnderRate = "valgen.prompts_under_rate"
+	attrPromptsOverCap   = "valgen.prompts_over_cap"
+	// Rollouts: the distinct prompt keys sketch (end records and summaries, distinct.go), whether
+	// prompts_seen is an estimate and its relative standard error, and how many kept prompts may
+	// lack responses of a source that never ended.
+	attrPromptKeys           = "valgen.prompt_keys"
+	attrPromptsSeenEstimated = "valgen.prompts_seen_estimated"
+	attrPromptsSeenError     = "valgen.prompts_seen_error"
+	attrPromptsIncomplete    = "valgen.prompts_incomplete"
 )
 
 // Reasons attached to the dropped-records metric.
@@ -117,6 +129,8 @@ type generation struct {
 	k          int
 	keyVersion int64  // valgen.key_version, 1 when absent
 	seed       uint64 // valgen.seed, else the configured seed: to recompute the key
+
+	rate float64 // valgen.sample_rate, 0 when absent (groupview.go)
 }
 
 // endInfo is what the sampler needs from a valgen.validation.end record; start records fill
@@ -125,8 +139,11 @@ type endInfo struct {
 	seen, emitted, dropped int64
 	sourcesExpected        int64 // 0 when the record does not say
 	scores                 scoreStats
-	unhooked               string // why verl's own table ran in the source (unhookedOf), "" when it did not
-	promptsSeen            int64  // rollout end records: the prompts the source saw (valgen.prompts_seen)
+	unhooked               string  // why verl's own table ran in the source (unhookedOf), "" when it did not
+	promptsSeen            int64   // rollout end records: the prompts the source saw (valgen.prompts_seen)
+	promptsUnderRate       int64   // rollout end records: of those, the prompts under its rate (valgen.prompts_under_rate)
+	rate                   float64 // valgen.sample_rate, 0 when absent (groupview.go)
+	promptKeys             []int64 // rollout end records: the source's distinct prompt keys sketch (distinct.go)
 }
 
 // checkCommon verifies the attributes that every sampled record must carry.
@@ -177,6 +194,7 @@ func parseGeneration(attrs pcommon.Map, cfg *Config) (generation, string) {
 	}
 	id := idValue.Str()
 	gen := generation{k: cfg.Count}
+	var reason string
 	if count, present := attrs.Get(attrSampleCount); present {
 		if count.Type() != pcommon.ValueTypeInt || count.Int() < 0 {
 			return generation{}, reasonInvalidAttribute
@@ -205,7 +223,10 @@ func parseGeneration(attrs pcommon.Map, cfg *Config) (generation, string) {
 	} else {
 		gen.order = sortKey{key: sampleKey(gen.keyVersion, gen.seed, id), id: id}
 	}
-	return gen, gen.parsePrompt(attrs)
+	if reason = gen.parsePrompt(attrs); reason == "" && gen.rollout {
+		gen.rate, reason = parseRate(attrs) // the watch-list applies to rollouts
+	}
+	return gen, reason
 }
 
 // parsePrompt sets the generation's prompt order: a rollout's valgen.prompt_id (required) and
@@ -275,6 +296,15 @@ func parseEnd(attrs pcommon.Map) (endInfo, string) {
 	}
 	end.unhooked = unhookedOf(attrs)
 	if end.promptsSeen, reason = optionalCount(attrs, attrPromptsSeen); reason != "" {
+		return endInfo{}, reason
+	}
+	if end.promptKeys, reason = parsePromptKeys(attrs); reason != "" {
+		return endInfo{}, reason
+	}
+	if end.promptsUnderRate, reason = optionalCount(attrs, attrPromptsUnderRate); reason != "" {
+		return endInfo{}, reason
+	}
+	if end.rate, reason = parseRate(attrs); reason != "" {
 		return endInfo{}, reason
 	}
 	return end, ""

@@ -82,6 +82,9 @@ const (
 	stateAttrPromptKeys        = "prompt_keys"
 	stateAttrPromptIDs         = "prompt_ids"
 	stateAttrSourcePromptsSeen = "prompts_seen"
+	stateAttrSourcePromptKeys  = "prompt_keys"
+	stateAttrRate              = "rate"               // the watch-list's rate (groupview.go); absent: none
+	stateAttrSourceUnderRate   = "prompts_under_rate" // absent: 0
 )
 
 // Values of the operation attribute of the storage-errors metric.
@@ -159,6 +162,9 @@ func encodeGroup(g *group) ([]byte, error) {
 	encodeSources(attrs, g)
 	if g.kind != kindValidation {
 		attrs.PutStr(stateAttrKind, g.kind)
+	}
+	if g.rate > 0 {
+		attrs.PutDouble(stateAttrRate, g.rate)
 	}
 	if g.kept != nil {
 		keys := attrs.PutEmptySlice(stateAttrOrderKeys)
@@ -304,6 +310,13 @@ func decodeGroupData(data []byte) (*group, int64, error) {
 	}
 	if err := decodeKeyVersion(attrs, g); err != nil {
 		return nil, 0, err
+	}
+	if _, ok := attrs.Get(stateAttrRate); ok {
+		rate, reason := parseRateAt(attrs, stateAttrRate)
+		if reason != "" {
+			return nil, 0, corrupt("rate")
+		}
+		g.applyRate(rate)
 	}
 	return g, version, nil
 }

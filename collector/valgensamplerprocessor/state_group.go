@@ -37,6 +37,12 @@ func encodeSources(attrs pcommon.Map, g *group) {
 		if state.end.promptsSeen > 0 {
 			m.PutInt(stateAttrSourcePromptsSeen, state.end.promptsSeen)
 		}
+		if state.end.promptKeys != nil {
+			putPromptKeys(m, stateAttrSourcePromptKeys, state.end.promptKeys)
+		}
+		if state.end.promptsUnderRate > 0 {
+			m.PutInt(stateAttrSourceUnderRate, state.end.promptsUnderRate)
+		}
 		if state.end.scores.reported {
 			m.PutInt(stateAttrSourceScoreN, state.end.scores.count)
 			m.PutDouble(stateAttrSourceScoreSum, state.end.scores.sum)
@@ -87,6 +93,19 @@ func decodeSources(attrs pcommon.Map, g *group, version int64) error {
 				return corrupt("source %d: %s", i, stateAttrSourcePromptsSeen)
 			}
 			state.end.promptsSeen = prompts.Int()
+		}
+		if _, ok := m.Get(stateAttrSourcePromptKeys); ok {
+			keys, reason := parsePromptKeysAt(m, stateAttrSourcePromptKeys)
+			if reason != "" {
+				return corrupt("source %d: %s", i, stateAttrSourcePromptKeys)
+			}
+			state.end.promptKeys = keys
+		}
+		if under, ok := m.Get(stateAttrSourceUnderRate); ok {
+			if under.Type() != pcommon.ValueTypeInt || under.Int() < 0 {
+				return corrupt("source %d: %s", i, stateAttrSourceUnderRate)
+			}
+			state.end.promptsUnderRate = under.Int()
 		}
 		if unhooked, ok := m.Get(stateAttrSourceUnhooked); ok {
 			if unhooked.Type() != pcommon.ValueTypeStr {

@@ -90,7 +90,17 @@ func appendSummary(out plog.Logs, g *group, kept int, reason string, now time.Ti
 			prompts = g.kept.promptCount()
 		}
 		attrs.PutInt(attrPromptsKept, int64(prompts))
-		attrs.PutInt(attrPromptsSeen, g.promptsSeen())
+		putRate(attrs, g, prompts) // the watch-list's rate and counts, when its records carry one
+		seen, estimated, sketch := g.promptsSeen()
+		attrs.PutInt(attrPromptsSeen, seen)
+		attrs.PutBool(attrPromptsSeenEstimated, estimated)
+		if estimated {
+			attrs.PutDouble(attrPromptsSeenError, promptsSeenError)
+		}
+		if sketch != nil { // what a merge of partials unites
+			putPromptKeys(attrs, attrPromptKeys, sketch)
+		}
+		attrs.PutInt(attrPromptsIncomplete, g.promptsIncomplete(prompts))
 	}
 	attrs.PutInt(attrSources, int64(len(g.sources)))
 	attrs.PutInt(attrSourcesAnnounce, g.announcedSources())

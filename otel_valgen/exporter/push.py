@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Final
 
 from otel_valgen import contract
+from otel_valgen.distinct import PROMPTS_SEEN_ERROR
 from otel_valgen.exporter.backends import Backend
 from otel_valgen.exporter.steps import ClosedStep, order_generations, run_resource
 from otel_valgen.reader import ReadError, read_paths
@@ -70,6 +71,16 @@ def step_from_selection(selection: StepSelection) -> ClosedStep:
     ):
         if value is not None:
             summary.setdefault(key, value)
+    if selection.prompts_kept is not None:
+        summary.setdefault(contract.PROMPTS_INCOMPLETE, selection.prompts_incomplete)
+        summary.setdefault(contract.PROMPTS_SEEN_ESTIMATED, selection.prompts_seen_estimated)
+        if selection.prompts_seen_estimated:
+            summary.setdefault(contract.PROMPTS_SEEN_ERROR, PROMPTS_SEEN_ERROR)
+    if selection.sample_rate is not None:
+        summary.setdefault(contract.SAMPLE_RATE, selection.sample_rate)
+        if selection.prompts_under_rate is not None and selection.prompts_kept is not None:
+            summary.setdefault(contract.PROMPTS_UNDER_RATE, selection.prompts_under_rate)
+            summary.setdefault(contract.PROMPTS_OVER_CAP, max(selection.prompts_under_rate - selection.prompts_kept, 0))
     if selection.late:
         summary[contract.LATE] = selection.late
     return ClosedStep(

@@ -143,8 +143,16 @@ SUMMARY_SCALARS = (
     ("missing", contract.MISSING),
     ("prompts_seen", contract.PROMPTS_SEEN),  # rollout summaries only
     ("prompts_kept", contract.PROMPTS_KEPT),
+    ("prompts_incomplete", contract.PROMPTS_INCOMPLETE),
+    ("prompts_under_rate", contract.PROMPTS_UNDER_RATE),  # the watch-list's, when on
+    ("prompts_over_cap", contract.PROMPTS_OVER_CAP),
 )
-SUMMARY_FLOAT_SCALARS = (("score_mean", contract.SCORE_MEAN),)
+# prompts_seen_error is there only when prompts_seen is an estimate: its relative standard error.
+SUMMARY_FLOAT_SCALARS = (
+    ("score_mean", contract.SCORE_MEAN),
+    ("prompts_seen_error", contract.PROMPTS_SEEN_ERROR),
+    ("sample_rate", contract.SAMPLE_RATE),
+)
 
 
 def summary_scalars(summary: Mapping[str, Any] | None) -> dict[str, float]:

@@ -1,10 +1,46 @@
 """verl's training batch as rollout records: ``send_rollout_batch``, the one function the hooks call.
 
-Ids before texts: each response's prompt id is the XXH64 of its prompt's token ids under the
-attention mask (int64 bytes), so padding, the step and verl's fresh per-step ``uid`` do not
-change it and a prompt that comes back in a later epoch is chosen again. The texts are
-sequences that decode a row only when it is read; ``vg.log_rollouts`` reads only the rows of
-the k prompts it keeps, so a step decodes k prompts and their k·n responses, not the batch.
+Prompt ids (``valgen.prompt_id``), computed once per GRPO group:
+
+- A group is verl's ``uid`` (``non_tensor_batch["uid"]``, one per prompt, repeated for its n
+  rows; v1: the ``<uid>`` of the TransferQueue keys ``<uid>_<session>_<index>``). Its id comes
+  from its first row in batch order, whose prompt alone is decoded; every row of the uid gets it.
+- The text is ``tokenizer.decode(prompt token ids under the attention mask,
+  skip_special_tokens=True)``, as verl's ``trainer.rollout_data_dir`` dump writes ``input``, and
+  a text-only prompt's id is what ``vg.log_rollouts`` derives from that text
+  (``_records.base_sample_id``): the 16 hex digits of ``XXH64(UTF-8 of the text, seed 0)``. So
+  padding, the step and the uid (a fresh one per step) do not change it, a prompt that comes back
+  in a later epoch is chosen again, and hashing the dump's ``input`` gives the same id.
+- A row with multimodal inputs hashes them after the text: ``XXH64(UTF-8 of the text || M)``,
+  seed 0, where M is, for ``multi_modal_data`` then ``multi_modal_inputs`` (``non_tensor_batch``
+  columns of one dict per row; verl 0.9.1's agent loop sends ``multi_modal_inputs``: pixel_values,
+  image_grid_thw, ... tensors, ``{}`` for a text-only row), when the row's value is not None nor
+  empty, ``0x00 || name (ASCII) || 0x00 || D(value)``; a row with neither has the text-only id.
+  ``D(v)`` is the 8-byte big-endian ``XXH64`` (seed 0) of ``E(v)``:
+
+  - PIL image: ``"image" 0x00 mode 0x00 "<width>x<height>" 0x00 || tobytes()``;
+  - torch tensor or numpy array (not of objects): ``"array" 0x00 dtype 0x00 shape 0x00 || bytes``,
+    dtype as numpy names it (``float32``; torch's name without ``torch.``, e.g. ``bfloat16``),
+    shape the dimensions joined by ``x`` (``""`` for a scalar), bytes in C order;
+  - mapping: ``"map" 0x00 || uint32_be(size)``, then per key in sorted order (keys as text)
+    ``UTF-8 of the key || 0x00 || D(value)``;
+  - list, tuple, array of objects: ``"list" 0x00 || uint32_be(length) || D(item)...`` (a 0-d
+    array of objects: ``E`` of its item);
+  - text: ``"str" 0x00 || UTF-8``; bytes: ``"bytes" 0x00 || bytes``; None: ``"none"``;
+    anything else (numbers, numpy scalars as their ``.item()``): ``"repr" 0x00 || UTF-8 of repr``.
+
+  Two rows with the same text (the same image placeholder tokens) and other images get other ids.
+  The v1 hook does not fetch ``multi_modal_inputs`` from TransferQueue: its ids are of the text.
+  In a multi-turn loop whose tools return images, a row's ``multi_modal_inputs`` also hold those,
+  so the id is of the group's first row's (then not the same in every epoch).
+- Two uids of one batch with the same id (the same prompt twice in a batch) stay two groups: in
+  batch order the first keeps the id, the next ones get ``<id>.1``, ``<id>.2``, ...
+- Without a ``uid`` column, rows with the same id are one group (a prompt is decoded once per
+  distinct token sequence, its media hashed per row).
+
+The prompt texts decoded for the ids are the ``prompts`` column (nothing decoded twice);
+responses are a sequence that decodes a row only when it is read, and ``vg.log_rollouts`` reads
+only the rows of the k prompts it keeps: a step decodes one prompt per group and k·n responses.
 
 Columns (docs/rollouts.md):
 
@@ -27,6 +63,8 @@ Columns (docs/rollouts.md):
 
 from __future__ import annotations
 
+import re
+import struct
 from collections.abc import Callable, Mapping, Sequence, Sized
 from typing import TYPE_CHECKING, Any, Final, overload
 
@@ -35,6 +73,7 @@ import xxhash
 
 import otel_valgen as vg
 from otel_valgen import _process
+from otel_valgen._records import _utf8, base_sample_id
 
 if TYPE_CHECKING:
     from verl import DataProto
@@ -43,6 +82,12 @@ __all__ = ["rollouts_on", "send_rollout_batch"]
 
 PARAM_VERSION_KEY = "max_global_steps"
 """The fully-async batch's per-response parameter version (``min_global_steps``: where a partial rollout began)."""
+
+UID_KEY: Final = "uid"
+"""verl's group column: one uuid per prompt of the step, repeated for its n responses."""
+
+MEDIA_KEYS: Final = ("multi_modal_data", "multi_modal_inputs")
+"""The ``non_tensor_batch`` columns a prompt id also covers, in this order (one dict per row)."""
 
 
 def rollouts_on() -> bool:
@@ -100,17 +145,17 @@ def rollout_columns(
     tensors = batch.batch
     responses = _numpy(tensors["responses"])
     width = responses.shape[1]
-    prompts = np.ascontiguousarray(_numpy(tensors["prompts"]), dtype=np.int64)  # hashed as int64 bytes
+    prompts = _numpy(tensors["prompts"])
     attention = _numpy(tensors["attention_mask"]).astype(bool)
     prompt_mask = attention[:, : prompts.shape[1]]
     # The response's tokens (right-padded); response_mask also leaves out a multi-turn tool's tokens.
     spans = attention[:, prompts.shape[1] :].sum(axis=1)
     response_mask = _numpy(tensors["response_mask"]).astype(bool) if _has(tensors, "response_mask") else None
     lengths = response_mask.sum(axis=1) if response_mask is not None else spans
-    prompt_ids = [xxhash.xxh64_hexdigest(row[mask].tobytes()) for row, mask in zip(prompts, prompt_mask, strict=True)]
     non_tensor = batch.non_tensor_batch
+    prompt_ids, prompt_texts = prompt_groups(prompts, prompt_mask, non_tensor, tokenizer)
     return {
-        "prompts": LazyTexts(len(prompts), _prompt_decoder(prompts, prompt_mask, prompt_ids, tokenizer)),
+        "prompts": prompt_texts,
         "responses": LazyTexts(len(responses), _response_decoder(responses, spans, tokenizer)),
         "rewards": _scores(tensors),
         "prompt_ids": prompt_ids,
@@ -122,6 +167,127 @@ def rollout_columns(
         "data_sources": _column(non_tensor, "data_source"),
         "extra": _extra(batch, reward_extra_info),
     }
+
+
+def prompt_groups(
+    prompts: np.ndarray, mask: np.ndarray, non_tensor: Mapping[str, Any], tokenizer: Any
+) -> tuple[list[str], list[str]]:
+    """Each row's prompt id and prompt text: one decode (and media digest) per ``uid``, from its first row.
+
+    A later uid whose id an earlier uid of the batch has gets ``<id>.<j>`` (j = 1, 2, ... in
+    batch order). Without a ``uid`` column, rows are grouped by their id.
+    """
+    media = [non_tensor.get(name) for name in MEDIA_KEYS]
+    uid_column = non_tensor.get(UID_KEY)
+    # One decode per uid (its first row), else per distinct token sequence, in one batch_decode
+    # (the tokenizer's own decode of each row, with less overhead per row).
+    if uid_column is not None:
+        groups: list[Any] = _values_list(uid_column)
+    else:
+        groups = [np.ascontiguousarray(prompts[i][mask[i]], dtype=np.int64).tobytes() for i in range(len(prompts))]
+    first: dict[Any, int] = {}
+    for row, group in enumerate(groups):
+        first.setdefault(group, row)
+    decoded = tokenizer.batch_decode(
+        [prompts[row][mask[row]].tolist() for row in first.values()], skip_special_tokens=True
+    )
+    texts = {group: str(text) for group, text in zip(first, decoded, strict=True)}
+    if uid_column is None:  # each row's id covers its own media
+        return [prompt_id(texts[group], _media_bytes(media, row)) for row, group in enumerate(groups)], [
+            texts[group] for group in groups
+        ]
+    ids: dict[Any, str] = {}
+    repeats: dict[str, int] = {}  # id -> how many earlier uids of the batch have it
+    for group, row in first.items():
+        base = prompt_id(texts[group], _media_bytes(media, row))
+        seen = repeats.get(base, 0)
+        repeats[base] = seen + 1
+        ids[group] = f"{base}.{seen}" if seen else base
+    return [ids[group] for group in groups], [texts[group] for group in groups]
+
+
+def _values_list(column: Any) -> list[Any]:
+    tolist = getattr(column, "tolist", None)
+    return list(tolist()) if callable(tolist) else list(column)
+
+
+def prompt_id(text: str, media: bytes = b"") -> str:
+    """The id of a prompt: ``log_rollouts``' id of its text, else the XXH64 of the text's UTF-8 and ``media``."""
+    if not media:
+        return base_sample_id(None, text)
+    return xxhash.xxh64_hexdigest(_utf8(text) + media)
+
+
+def _media_bytes(columns: list[Any], row: int) -> bytes:
+    """``M`` of the module docstring for ``row``: each media column's name and digest, when the row has a value."""
+    parts = []
+    for name, column in zip(MEDIA_KEYS, columns, strict=True):
+        value = column[row] if column is not None else None
+        if value is None or (isinstance(value, Mapping | list | tuple) and not value):
+            continue
+        parts.append(b"\x00" + name.encode() + b"\x00" + media_digest(value))
+    return b"".join(parts)
+
+
+def media_digest(value: Any) -> bytes:
+    """``D(value)``: the 8-byte big-endian XXH64 of ``E(value)`` (module docstring)."""
+    hasher = xxhash.xxh64()
+    _encode(hasher, value)
+    return hasher.digest()
+
+
+def _is_image(value: Any) -> bool:
+    """A PIL image (duck-typed: PIL is only imported by those who have images)."""
+    return all(hasattr(value, name) for name in ("mode", "size", "tobytes", "getbands"))
+
+
+def _encode(hasher: Any, value: Any) -> None:
+    """Feed ``E(value)`` to ``hasher``."""
+    if _is_image(value):
+        width, height = value.size
+        hasher.update(f"image\x00{value.mode}\x00{width}x{height}\x00".encode())
+        hasher.update(value.tobytes())
+        return
+    if callable(getattr(value, "detach", None)) and hasattr(value, "dtype"):  # a torch tensor
+        tensor = value.detach().cpu().contiguous()
+        dtype = str(tensor.dtype).removeprefix("torch.")
+        _array_header(hasher, dtype, tuple(tensor.shape))
+        import torch
+
+        hasher.update(tensor.reshape(-1).view(torch.uint8).numpy())
+        return
+    if isinstance(value, np.ndarray) and value.dtype != object:
+        array = np.ascontiguousarray(value)
+        _array_header(hasher, array.dtype.name, value.shape)
+        hasher.update(array.view(np.uint8).reshape(-1) if array.size else b"")
+        return
+    if isinstance(value, Mapping):
+        items = sorted(((str(key), item) for key, item in value.items()), key=lambda pair: pair[0])
+        hasher.update(b"map\x00" + struct.pack(">I", len(items)))
+        for key, item in items:
+            hasher.update(key.encode("utf-8", "surrogatepass") + b"\x00" + media_digest(item))
+        return
+    if isinstance(value, np.ndarray) and value.ndim == 0:  # an object scalar
+        _encode(hasher, value.item())
+        return
+    if isinstance(value, list | tuple | np.ndarray):
+        hasher.update(b"list\x00" + struct.pack(">I", len(value)))
+        for item in value:
+            hasher.update(media_digest(item))
+        return
+    if isinstance(value, str):
+        hasher.update(b"str\x00" + value.encode("utf-8", "surrogatepass"))
+    elif isinstance(value, bytes | bytearray | memoryview):
+        hasher.update(b"bytes\x00" + bytes(value))
+    elif value is None:
+        hasher.update(b"none")
+    else:
+        plain = value.item() if isinstance(value, np.generic) else value
+        hasher.update(b"repr\x00" + repr(plain).encode("utf-8", "surrogatepass"))
+
+
+def _array_header(hasher: Any, dtype: str, shape: tuple[int, ...]) -> None:
+    hasher.update(f"array\x00{dtype}\x00{'x'.join(map(str, shape))}\x00".encode())
 
 
 def _mask(lengths: np.ndarray, width: int) -> np.ndarray:
@@ -149,21 +315,6 @@ class LazyTexts(Sequence[str]):
         if not -self._size <= index < self._size:
             raise IndexError(index)
         return self._decode(index % self._size)
-
-
-def _prompt_decoder(
-    prompts: np.ndarray, mask: np.ndarray, prompt_ids: list[str], tokenizer: Any
-) -> Callable[[int], str]:
-    """Decode row i's prompt once per prompt id (its n responses share it)."""
-    decoded: dict[str, str] = {}
-
-    def decode(index: int) -> str:
-        pid = prompt_ids[index]
-        if pid not in decoded:
-            decoded[pid] = tokenizer.decode(prompts[index][mask[index]].tolist(), skip_special_tokens=True)
-        return decoded[pid]
-
-    return decode
 
 
 def _response_decoder(responses: np.ndarray, lengths: np.ndarray, tokenizer: Any) -> Callable[[int], str]:
@@ -348,6 +499,9 @@ def _v1_batch(batch: Any) -> DataProto:
     non_tensors: dict[str, Any] = {
         PARAM_VERSION_KEY: np.array([tag.get(PARAM_VERSION_KEY) for tag in batch.tags], dtype=object)
     }
+    uids = _v1_uids(batch.keys)
+    if uids is not None:
+        non_tensors[UID_KEY] = np.array(uids, dtype=object)
     for name in ("reward_model", "data_source"):
         if name in present:
             non_tensors[name] = np.array(_values(fetched[name]), dtype=object)
@@ -360,6 +514,20 @@ def _v1_batch(batch: Any) -> DataProto:
     whole = DataProto.from_dict(tensors=tensors, non_tensors=non_tensors, meta_info={"reward_extra_keys": extra_keys})
     keep = [index for index, tag in enumerate(batch.tags) if not tag.get("is_padding", False)]
     return whole if len(keep) == len(whole) else whole.select_idxs(np.array(keep, dtype=np.int64))  # type: ignore[no-any-return]
+
+
+_V1_KEY: Final = re.compile(r"(.+)_\d+_\d+")
+
+
+def _v1_uids(keys: Sequence[Any]) -> list[str] | None:
+    """The uid of each v1 row, from its TransferQueue key ``<uid>_<session>_<index>``; None if a key is not one."""
+    uids = []
+    for key in keys:
+        match = _V1_KEY.fullmatch(key) if isinstance(key, str) else None
+        if match is None:
+            return None
+        uids.append(match.group(1))
+    return uids
 
 
 def _padded(value: Any, width: int | None) -> tuple[Any, Any]:

@@ -61,6 +61,10 @@ def _generation_json(selection: StepSelection, extras: Sequence[str]) -> dict[st
         "sources_unhooked": selection.sources_unhooked,
         "kind": selection.kind,
         "prompts_seen": selection.prompts_seen,
+        "prompts_seen_estimated": selection.prompts_seen_estimated,
+        "prompts_incomplete": selection.prompts_incomplete,
+        "sample_rate": selection.sample_rate,
+        "prompts_under_rate": selection.prompts_under_rate,
         "prompts_kept": selection.prompts_kept,
         "generations": [
             {

@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from otel_valgen import contract
+from otel_valgen.distinct import PROMPTS_SEEN_ERROR
 from otel_valgen.partials import samplers_of
 from otel_valgen.reader import ExtraValue
 from otel_valgen.selection import StepSelection
@@ -26,11 +27,28 @@ def _cell(value: ExtraValue | None) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
+def _prompts(selection: StepSelection) -> str:
+    """A rollout step's prompts kept and seen (an estimate marked with its error), and the incomplete ones."""
+    if selection.prompts_kept is None:
+        return ""
+    seen = "?" if selection.prompts_seen is None else str(selection.prompts_seen)
+    if selection.prompts_seen_estimated:
+        seen = f"≈{seen} (±{PROMPTS_SEEN_ERROR:.0%})"
+    text = f" · prompts {selection.prompts_kept} of {seen}"
+    if selection.sample_rate is not None:
+        under = "?" if selection.prompts_under_rate is None else selection.prompts_under_rate
+        text += f" · rate {selection.sample_rate:g} ({under} prompts under it)"
+    if selection.prompts_incomplete:
+        text += f" · {selection.prompts_incomplete} may lack responses (a source did not end)"
+    return text
+
+
 def render_tables(selections: Sequence[StepSelection], console: Console, width: int = 60) -> None:
     """Print one rich table per (run, step), with the extra columns of every shown step."""
     extras = extra_names(selections)
     for selection in selections:
         title = f"run {selection.run_id} · step {selection.step} · kept {selection.kept} of {selection.seen}"
+        title += _prompts(selection)
         if selection.score_mean is not None:
             title += f" · mean score {selection.score_mean:.3g} over {selection.score_count}"
         if selection.attempts > 1:

@@ -187,13 +187,13 @@ def question(index: int) -> str:
     return f"question {index}: what is {index}+{index}?"
 
 
-def make_dataset(directory: str | os.PathLike[str], n_prompts: int) -> tuple[str, str]:
+def make_dataset(directory: str | os.PathLike[str], n_prompts: int, n_train: int | None = None) -> tuple[str, str]:
     """Train and validation parquet files in the layout verl's RLHFDataset reads (as its gsm8k preprocessing).
 
     Each row: ``data_source``, ``prompt`` (chat messages), ``ability``, ``reward_model.ground_truth``,
     ``extra_info`` (split, index, question, answer). Validation rows are "question i: what is i+i?" for
-    i in 0..n_prompts-1; train rows use i in 1000.. so no train text equals a validation text.
-    Returns ``(train_path, val_path)``.
+    i in 0..n_prompts-1; train rows use i in 1000.. so no train text equals a validation text. The train
+    file has ``n_train`` rows (default ``max(n_prompts, 4)``). Returns ``(train_path, val_path)``.
     """
     import pandas as pd
 
@@ -213,7 +213,7 @@ def make_dataset(directory: str | os.PathLike[str], n_prompts: int) -> tuple[str
         ]
 
     train_path, val_path = path / "train.parquet", path / "val.parquet"
-    pd.DataFrame(rows("train", 1000, max(n_prompts, 4))).to_parquet(train_path)
+    pd.DataFrame(rows("train", 1000, max(n_prompts, 4) if n_train is None else n_train)).to_parquet(train_path)
     pd.DataFrame(rows("test", 0, n_prompts)).to_parquet(val_path)
     return str(train_path), str(val_path)
 

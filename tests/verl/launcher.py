@@ -64,16 +64,36 @@ def test_only_env(root: Path) -> dict[str, str]:
     }
 
 
-def launcher_overrides(root: Path, files: Any, k: int, *, local_cluster: bool) -> list[str]:
+ROLLOUT_DATA_DIR = "rollout_data"  # trainer.rollout_data_dir in the run's folder: verl's own dump of each step
+
+
+def stand_in_env(root: Path, rollout_count: int) -> dict[str, str]:
+    """``test_only_env`` keeping ``rollout_count`` prompts per training step (``OTEL_VALGEN_ROLLOUT_COUNT``)."""
+    return {**test_only_env(root), "OTEL_VALGEN_ROLLOUT_COUNT": str(rollout_count)}
+
+
+def launcher_overrides(
+    root: Path, files: Any, k: int, *, local_cluster: bool, prompts: int = 2, n: int = 2, dump: bool = False
+) -> list[str]:
     """Verl's hydra overrides: the tiny CPU run, k, the console, wandb and file trackers, one training step.
 
-    ``rollout.total_rollout_steps=2`` with 2 samples per step gives one training step, so the trainer
-    validates before training and after that step. A local cluster (verl's own ``ray.init``) gets
-    enough logical CPUs for verl's actors (10 each) and no dashboard; a job's cluster has its own.
+    The trainer takes ``actor.ppo_mini_batch_size`` x ``async_training.require_batches`` (1) samples (one
+    prompt with its n responses each) per step; ``rollout.total_rollout_steps`` = ``prompts`` with a
+    mini-batch of ``prompts`` gives one training step of ``prompts`` prompts x ``n`` responses, so the
+    trainer validates before training and after that step (the train file needs ``prompts`` rows: the
+    rollouter's steps are ``min(total_rollout_steps, rows)``). ``dump``: ``trainer.rollout_data_dir`` is
+    ``ROLLOUT_DATA_DIR``, where verl's ``SeparateRayPPOTrainer._fit_dump_data`` writes the step's batch
+    as ``{global_steps}.jsonl``. A local cluster (verl's own ``ray.init``) gets enough logical CPUs for
+    verl's actors (10 each) and no dashboard; a job's cluster has its own.
     """
     # actor_rollout_ref.rollout.n (not the launcher's rollout.n) is what the rollouter repeats each prompt by:
-    # GRPO groups of 2, which the trainer's rollouts keep whole
-    extra = ["rollout.total_rollout_steps=2", "actor_rollout_ref.rollout.n=2"]
+    # GRPO groups of n, which the trainer's rollouts keep whole
+    extra = [
+        f"rollout.total_rollout_steps={prompts}",
+        f"actor_rollout_ref.rollout.n={n}",
+        f"actor_rollout_ref.actor.ppo_mini_batch_size={prompts}",
+        *([f"trainer.rollout_data_dir={root / ROLLOUT_DATA_DIR}"] if dump else []),
+    ]
     if local_cluster:
         extra += ["ray_kwargs.ray_init.num_cpus=32", "+ray_kwargs.ray_init.include_dashboard=False"]
     return harness.fully_async_overrides(
@@ -97,14 +117,29 @@ V1_OVERRIDES = [
 ]
 
 
-def main_ppo_overrides(root: Path, files: Any, model_dir: Path, k: int, *, use_v1: bool) -> list[str]:
+def main_ppo_overrides(
+    root: Path,
+    files: Any,
+    model_dir: Path,
+    k: int,
+    *,
+    use_v1: bool,
+    prompts: int = 4,
+    n: int = 2,
+    dump: bool = False,
+) -> list[str]:
     """``main_ppo``'s hydra overrides: the tiny CPU run, k, the three trackers, one training step.
 
-    ``trainer.total_training_steps=1`` (the 6 train prompts also make one batch of 4): ``fit`` validates
-    before training at ``global_steps`` 0 and after the last step at 1 (``trainer.test_freq=1``). verl's
-    own local ``ray.init`` gets enough logical CPUs (one per actor: v1 adds TransferQueue's controller and
-    storage units, its agent-loop and reward-loop workers) and no dashboard; v1's TransferQueue gets one
-    storage unit instead of 8 (one process per unit on a 2-core machine).
+    ``trainer.total_training_steps=1``, ``data.train_batch_size`` = ``prompts`` (the train file needs at
+    least that many rows; the conftest's 6 make one batch of the default 4), ``rollout.n`` = ``n``:
+    ``fit`` validates before training at ``global_steps`` 0 and after the last step at 1
+    (``trainer.test_freq=1``). ``dump``: ``trainer.rollout_data_dir`` is ``ROLLOUT_DATA_DIR``, where both
+    trainers write the step's batch as ``{global_steps}.jsonl`` (legacy: ``RayPPOTrainer._log_rollout_data``
+    after ``_update_actor``; v1: ``PPOTrainer._log_rollout_data``, fetched from TransferQueue after
+    ``_compute_metrics``). verl's own local ``ray.init`` gets enough logical CPUs (one per actor: v1 adds
+    TransferQueue's controller and storage units, its agent-loop and reward-loop workers) and no
+    dashboard; v1's TransferQueue gets one storage unit instead of 8 (one process per unit on a 2-core
+    machine).
     """
     return harness.sync_overrides(
         root,
@@ -116,7 +151,9 @@ def main_ppo_overrides(root: Path, files: Any, model_dir: Path, k: int, *, use_v
         logger="[console,wandb,file]",
         extra_overrides=[
             "trainer.total_training_steps=1",
-            "actor_rollout_ref.rollout.n=2",  # GRPO groups of 2: the rollouts keep each group whole
+            f"data.train_batch_size={prompts}",
+            f"actor_rollout_ref.rollout.n={n}",  # GRPO groups of n: the rollouts keep each group whole
+            *([f"trainer.rollout_data_dir={root / ROLLOUT_DATA_DIR}"] if dump else []),
             "ray_kwargs.ray_init.num_cpus=32",
             "+ray_kwargs.ray_init.include_dashboard=False",
             *(V1_OVERRIDES if use_v1 else []),
@@ -170,6 +207,16 @@ class Launch:
         return [
             Validation(step, int(path.stem), harness.read_jsonl(path)) for step, path in zip(steps, dumps, strict=True)
         ]
+
+    def rollout_dump(self, global_steps: int) -> list[dict[str, Any]]:
+        """The dump verl itself wrote of a training step (``trainer.rollout_data_dir``): one JSON line per response.
+
+        Each line holds ``input`` (the prompt decoded with ``skip_special_tokens=True``), ``output``,
+        ``gts``, ``score``, ``step`` and the reward's extra columns (v1: ``uid``, the TransferQueue key).
+        """
+        path = self.root / ROLLOUT_DATA_DIR / f"{global_steps}.jsonl"
+        assert path.is_file(), f"verl dumped no rollouts at {path}:\n{self.tail()}"
+        return harness.read_jsonl(path)
 
     def wandb_run_id(self) -> str:
         """The id of the one offline wandb run (``wandb/offline-run-<time>-<id>``) the trainer made."""
@@ -305,6 +352,66 @@ def expected_bottom_k(dumped: list[dict[str, Any]], k: int, seed: int = DEFAULT_
     return [sample_id for _, sample_id in bottom_k(((SortKey.of(sample_key(seed, i), i), i) for i in ids), k)]
 
 
+def expected_rollout_prompts(dumped: list[dict[str, Any]], k: int, seed: int = DEFAULT_SEED) -> dict[str, Counter[str]]:
+    """The k prompts a step keeps, from verl's dump of the step, each with its responses' outputs (a multiset).
+
+    The oracle of the rule, written apart from otel_valgen's selection: a text-only prompt's id is the
+    XXH64 (hex) of its text, the ``input`` verl dumps (decoded with ``skip_special_tokens=True``); its key
+    is ``sample_key(seed, prompt id)``; the step keeps the k prompts with the smallest (key, id), each
+    with every response the dump holds for it.
+    """
+    outputs: dict[str, Counter[str]] = {}
+    for row in dumped:
+        prompt_id = xxhash.xxh64_hexdigest(row["input"].encode())
+        outputs.setdefault(prompt_id, Counter())[row["output"]] += 1
+    chosen = sorted(outputs, key=lambda prompt_id: (sample_key(seed, prompt_id), prompt_id))[:k]
+    return {prompt_id: outputs[prompt_id] for prompt_id in chosen}
+
+
+def _otlp_value(value: dict[str, Any]) -> Any:
+    """An OTLP/JSON ``AnyValue``: the scalar kinds, arrays and key-value lists (a record's body)."""
+    if "kvlistValue" in value:
+        return {item["key"]: _otlp_value(item.get("value", {})) for item in value["kvlistValue"].get("values", [])}
+    if "arrayValue" in value:
+        return [_otlp_value(item) for item in value["arrayValue"].get("values", [])]
+    for name, convert in (("stringValue", str), ("intValue", int), ("doubleValue", float), ("boolValue", bool)):
+        if name in value:
+            return convert(value[name])
+    return None
+
+
+def rollout_outputs(collector_file: Path, step: int) -> dict[str, Counter[str]]:
+    """The kept rollout records of ``step`` as the collector wrote them: prompt id -> its outputs (a multiset).
+
+    Read from the file exporter's OTLP/JSON lines directly (``Record`` has no body): the body's ``output``.
+    """
+    kept: dict[str, Counter[str]] = {}
+    lines = collector_file.read_text(encoding="utf-8").split("\n") if collector_file.exists() else []
+    for line in filter(str.strip, lines):
+        for resource_logs in json.loads(line).get("resourceLogs", []):
+            for scope_logs in resource_logs.get("scopeLogs", []):
+                for log in scope_logs.get("logRecords", []):
+                    attributes = {a["key"]: _otlp_value(a.get("value", {})) for a in log.get("attributes", [])}
+                    if (
+                        log.get("eventName") != contract.EVENT_GENERATION
+                        or attributes.get(contract.KIND) != contract.KIND_ROLLOUT
+                        or attributes.get(contract.STEP) != step
+                    ):
+                        continue
+                    body = _otlp_value(log.get("body", {}))
+                    kept.setdefault(attributes[contract.PROMPT_ID], Counter())[body[contract.BODY_OUTPUT]] += 1
+    return kept
+
+
+def assert_rollouts_match_dump(collector_file: Path, step: int, dumped: list[dict[str, Any]], k: int) -> None:
+    """The kept prompts of ``step`` are exactly the oracle's bottom-k of verl's dump, each with all its outputs."""
+    expected = expected_rollout_prompts(dumped, k)
+    kept = rollout_outputs(collector_file, step)
+    assert sorted(kept) == sorted(expected), f"kept {sorted(kept)}, the dump's bottom-{k} {sorted(expected)}"
+    for prompt_id, outputs in expected.items():
+        assert kept[prompt_id] == outputs, f"prompt {prompt_id}: kept {kept[prompt_id]}, dumped {outputs}"
+
+
 def generations(collector_file: Path, step: int, kind: str = contract.KIND_VALIDATION) -> list[Record]:
     """The generation records of ``kind`` the collector wrote for ``step``."""
     records = records_of_file(collector_file)
@@ -336,9 +443,19 @@ def wait_for_steps(
 
 
 def assert_rollouts_sampled(
-    collector_file: Path, step: int, n: int, prompts: int, *, cut: bool = False, data_source: bool = True
+    collector_file: Path,
+    step: int,
+    n: int,
+    prompts: int,
+    *,
+    cut: bool = False,
+    data_source: bool = True,
+    count: int | None = None,
 ) -> list[Record]:
     """A training step's rollouts: k of its ``prompts`` prompts, each with all n responses, from the trainer.
+
+    k is ``min(count, prompts)``; ``count`` is the jobs' ``OTEL_VALGEN_ROLLOUT_COUNT`` (default ``ROLLOUT_COUNT``,
+    ``test_only_env``'s; ``stand_in_env`` sets another).
 
     Returns the kept records. The summary counts every response (seen) and the step's prompts.
     ``cut``: verl's own agent loop cut the stand-in's responses at ``rollout.response_length`` (32), with no
@@ -346,7 +463,8 @@ def assert_rollouts_sampled(
     the trainer's batch holds the dataset's ``data_source`` (the sync trainers union it with the generated
     batch; fully-async's rollouter passes on what the stand-in generated, which has none).
     """
-    k = min(ROLLOUT_COUNT, prompts)
+    count = ROLLOUT_COUNT if count is None else count
+    k = min(count, prompts)
     kept = generations(collector_file, step, contract.KIND_ROLLOUT)
     by_prompt: dict[str, list[str]] = {}
     for record in kept:
@@ -359,7 +477,7 @@ def assert_rollouts_sampled(
     for record in kept:
         attributes = record.attributes
         assert attributes[contract.SOURCE] == "trainer"
-        assert attributes[contract.SAMPLE_COUNT] == ROLLOUT_COUNT
+        assert attributes[contract.SAMPLE_COUNT] == count
         assert isinstance(attributes[contract.SCORE], float)
         assert isinstance(attributes[contract.ADVANTAGE], float)
         assert attributes[contract.RESPONSE_LENGTH] == 32 if cut else attributes[contract.RESPONSE_LENGTH] > 0

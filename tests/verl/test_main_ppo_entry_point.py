@@ -8,15 +8,17 @@ runs otel-valgen's env hook), once per trainer ``main_ppo.main`` can pick: the v
 (``trainer.use_v1: true`` in ``ppo_trainer.yaml``: ``TaskRunnerV1``, ``PPOTrainerSync.fit`` with
 TransferQueue, verl's real ``AgentLoopManagerTQ`` agent-loop workers and reward-loop workers), and the
 legacy one (``trainer.use_v1=False``: ``main_ppo_v0.TaskRunner``, ``RayPPOTrainer.fit``). Each validates
-before training, trains one step and validates after it. What needs GPUs or model servers is stood in
-for by the test-only verl plugin (``tests/verl/cpu_plugin.py``; ``harness.REPLACED`` lists every
-replacement). Records go through the built collector with its shipped config.
+before training (6 prompts x 2), trains one step of 16 prompts x ``rollout.n=4`` responses with
+``OTEL_VALGEN_ROLLOUT_COUNT=4`` and ``trainer.rollout_data_dir`` set (verl dumps the step itself), and
+validates after it. What needs GPUs or model servers is stood in for by the test-only verl plugin
+(``tests/verl/cpu_plugin.py``; ``harness.REPLACED`` lists every replacement). Records go through the
+built collector with its shipped config.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pytest
 
@@ -39,6 +41,10 @@ class Job:
 
 
 K = 4  # trainer.log_val_generations
+PROMPTS = 16  # data.train_batch_size: the training step's prompts (the step's train file has exactly these)
+N = 4  # actor_rollout_ref.rollout.n: responses per prompt
+ROLLOUT_K = 4  # OTEL_VALGEN_ROLLOUT_COUNT: prompts kept per training step
+VAL_PROMPTS = 6  # the validation file's prompts (as the conftest's), x val_kwargs.n=2: 12 generations > K
 TRAINERS = ("legacy", "v1")  # trainer.use_v1=False / True (main_ppo's default)
 
 
@@ -52,6 +58,8 @@ def _launch(
     assert e2e.COLLECTOR_BIN.is_file(), "build/otelcol-valgen is missing: `make collector` builds it"
     root = root_factory.mktemp(f"main_ppo_{trainer}")
     model_dir = harness.make_model_dir(root / "model", verl_files.tokenizer)
+    train_path, val_path = harness.make_dataset(root / "data", VAL_PROMPTS, n_train=PROMPTS)
+    files = replace(verl_files, train_path=train_path, val_path=val_path)
     with e2e.wandb_stand_in() as wandb_stand_in, e2e.loki_stand_in() as loki_stand_in:
         collector = e2e.start_collector(
             root,
@@ -71,8 +79,10 @@ def _launch(
             user_env = launcher.user_env(collector.http_endpoint)
             if not hook:
                 del user_env["RAY_RUNTIME_ENV_HOOK"]
-            job_env = {**user_env, **launcher.test_only_env(run_root)}
-            overrides = launcher.main_ppo_overrides(run_root, verl_files, model_dir, K, use_v1=trainer == "v1")
+            job_env = {**user_env, **launcher.stand_in_env(run_root, ROLLOUT_K)}
+            overrides = launcher.main_ppo_overrides(
+                run_root, files, model_dir, K, use_v1=trainer == "v1", prompts=PROMPTS, n=N, dump=True
+            )
             launch = launcher.launch_local(run_root, overrides, ray_env(job_env), module=launcher.MAIN_PPO)
             print(f"{trainer}: main_ppo ran {launch.seconds:.1f}s, exit code {launch.returncode}")
             assert launch.returncode == 0, launch.tail()
@@ -117,16 +127,36 @@ def test_each_validation_lands_at_global_steps_with_exactly_k(job: Job) -> None:
 def test_the_training_steps_rollouts_arrive_whole(job: Job) -> None:
     """The training step's batch arrives as k whole GRPO groups at global_steps, in the trainer's run.
 
-    With OTEL_VALGEN_ROLLOUT_COUNT=2 and no ``trainer.rollout_data_dir``: of 4 prompts x rollout.n=2
-    responses, 2 prompts, each with both of its responses.
+    With OTEL_VALGEN_ROLLOUT_COUNT=4: of 16 prompts x rollout.n=4 responses, 4 prompts, each with its 4
+    responses (sample ids ``<prompt id>/0..3``), one trace, the summary counting 64 responses and 16 prompts.
     """
     trained = job.launch.training_steps()
     assert trained == [1], trained
     launcher.wait_for_steps(job.collector.file_path, trained, kind=contract.KIND_ROLLOUT)
-    kept = launcher.assert_rollouts_sampled(job.collector.file_path, 1, n=2, prompts=4, cut=job.trainer == "v1")
+    kept = launcher.assert_rollouts_sampled(
+        job.collector.file_path, 1, n=N, prompts=PROMPTS, cut=job.trainer == "v1", count=ROLLOUT_K
+    )
     print("rollouts:", *(r.attributes for r in kept), sep="\n")
     assert {r.attributes[contract.RUN_ID] for r in kept} == {job.launch.wandb_run_id()}
     assert all(contract.PARAM_VERSION in r.attributes for r in kept) == (job.trainer == "v1")  # v1: the TQ tags
+
+
+def test_the_kept_prompts_are_the_bottom_k_of_verls_own_dump(job: Job) -> None:
+    """The kept prompts are exactly the oracle's bottom-4 of verl's dump of the step, each with its 4 outputs.
+
+    verl's ``trainer.rollout_data_dir`` dump of step 1 (legacy: ``RayPPOTrainer._log_rollout_data`` of the
+    batch ``_update_actor`` trained on; v1: ``PPOTrainer._log_rollout_data``, which fetches the batch's
+    prompts and responses from TransferQueue) holds every one of the 64 responses. The oracle
+    (``launcher.expected_rollout_prompts``) ids each dumped ``input`` by XXH64, keys it with
+    ``sample_key``, keeps the 4 smallest (key, id); the collector's kept records must be those prompts,
+    and each prompt's outputs must equal the dump's outputs of that prompt (as a multiset).
+    """
+    launcher.wait_for_steps(job.collector.file_path, [1], kind=contract.KIND_ROLLOUT)
+    dumped = job.launch.rollout_dump(1)
+    assert len(dumped) == PROMPTS * N, len(dumped)
+    assert {row["step"] for row in dumped} == {1}
+    assert len({row["input"] for row in dumped}) == PROMPTS
+    launcher.assert_rollouts_match_dump(job.collector.file_path, 1, dumped, ROLLOUT_K)
 
 
 def test_records_carry_the_trainers_wandb_run_id(job: Job) -> None:

@@ -9,6 +9,7 @@ otel-valgen's in-memory exporter.
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+import xxhash
 
 import otel_valgen as vg
 from otel_valgen import contract
@@ -26,13 +28,14 @@ from tests.verl import harness
 
 verl = pytest.importorskip("verl")
 DataProto = verl.DataProto
+RayPPOTrainer = pytest.importorskip("verl.trainer.ppo.ray_trainer").RayPPOTrainer
 
 SEED = 7
 N = 4  # responses per prompt (rollout.n)
 
 
 class CountingTokenizer:
-    """The real tokenizer, counting its ``decode`` calls (what the hook must not do for unkept rows)."""
+    """The real tokenizer, counting the rows it decodes (what the hook must not do for unkept rows)."""
 
     def __init__(self, tokenizer: Any) -> None:
         self.tokenizer = tokenizer
@@ -41,6 +44,10 @@ class CountingTokenizer:
     def decode(self, ids: list[int], **kwargs: Any) -> str:
         self.decoded.append(list(ids))
         return str(self.tokenizer.decode(ids, **kwargs))
+
+    def batch_decode(self, rows: list[list[int]], **kwargs: Any) -> list[str]:
+        self.decoded.extend(list(ids) for ids in rows)
+        return list(self.tokenizer.batch_decode(rows, **kwargs))
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.tokenizer, name)
@@ -65,8 +72,12 @@ def make_batch(
     response_width: int = 20,
     scores: list[float] | None = None,
     eos_last: bool = False,
+    chat: bool = False,
 ) -> DataProto:
-    """A GRPO batch of ``prompts`` x n responses, padded as verl pads it; response i of prompt p is ``_answer``."""
+    """A GRPO batch of ``prompts`` x n responses, padded as verl pads it; response i of prompt p is ``_answer``.
+
+    ``chat``: each prompt tokenized through the chat template (special tokens around it), as verl's agent loop does.
+    """
     rows = [(p, i) for p in range(len(prompts)) for i in range(n)]
     pad = tokenizer.pad_token_id
     prompt_ids = torch.full((len(rows), prompt_width), pad, dtype=torch.int64)
@@ -74,7 +85,11 @@ def make_batch(
     prompt_mask = torch.zeros_like(prompt_ids)
     response_mask = torch.zeros_like(response_ids)
     for row, (p, i) in enumerate(rows):
-        tokens = tokenizer.encode(prompts[p], add_special_tokens=False)
+        text = prompts[p]
+        if chat:
+            message = [{"role": "user", "content": text}]
+            text = tokenizer.apply_chat_template(message, add_generation_prompt=True, tokenize=False)
+        tokens = tokenizer.encode(text, add_special_tokens=False)
         prompt_ids[row, prompt_width - len(tokens) :] = torch.tensor(tokens)  # left padding
         prompt_mask[row, prompt_width - len(tokens) :] = 1
         answer = tokenizer.encode(_answer(p, i), add_special_tokens=False)[:response_width]
@@ -153,8 +168,8 @@ def test_k_prompts_with_all_n_responses_and_their_columns(tokenizer: Any) -> Non
         assert attributes[contract.EXTRA_PREFIX + "acc"] == float(i % 2)
         assert attributes[contract.EXTRA_PREFIX + "pred"] == f"pred{i}"
         assert "uid" not in str(attributes)  # verl's per-step uid is no column and no id
-    # only the kept rows were decoded: each of the k prompts once, each of their k·n responses once
-    assert len(counting.decoded) == 2 + 2 * N
+    # one prompt decoded per uid (for its id), and only the kept k·n responses
+    assert len(counting.decoded) == len(PROMPTS) + 2 * N
 
 
 def test_a_response_that_ends_on_eos_at_the_limit_is_not_truncated(tokenizer: Any) -> None:
@@ -167,8 +182,8 @@ def test_a_response_that_ends_on_eos_at_the_limit_is_not_truncated(tokenizer: An
     assert rollout_columns(plain, tokenizer, None, None)["truncated"] == [True] * N
 
 
-def test_prompt_id_depends_on_the_prompt_tokens_only(tokenizer: Any) -> None:
-    """The same prompt tokens give the same id under other padding, at another step, with other uids."""
+def test_prompt_id_depends_on_the_prompt_text_only(tokenizer: Any) -> None:
+    """The same prompt text gives the same id under other padding, at another step, with other uids."""
     narrow = rollout_columns(make_batch(tokenizer, PROMPTS[:3]), tokenizer, None, None)["prompt_ids"]
     wide = rollout_columns(make_batch(tokenizer, PROMPTS[2::-1], prompt_width=64), tokenizer, None, None)["prompt_ids"]
     assert len(set(narrow)) == 3
@@ -184,15 +199,39 @@ def test_prompt_id_depends_on_the_prompt_tokens_only(tokenizer: Any) -> None:
     assert by_step[1] == by_step[2] == set(narrow)
 
 
-def test_decodes_only_the_kept_rows(tokenizer: Any) -> None:
-    """Of 8 prompts x 4 responses with k = 3, only 3 prompts and their 12 responses are decoded."""
+def test_decodes_one_prompt_per_uid_and_only_the_kept_responses(tokenizer: Any) -> None:
+    """Of 8 prompts x 4 responses with k = 3: each prompt decoded once (its id), and only the 12 kept responses."""
     counting = CountingTokenizer(tokenizer)
     with capture_records(run_id="r", rollout_count=3, seed=SEED, progress_interval_s=0) as records:
         send_rollout_batch(make_batch(tokenizer, PROMPTS), counting, step=1)
     assert len(_generations(records)) == 3 * N
     texts = {tokenizer.decode(ids, skip_special_tokens=True) for ids in counting.decoded}
-    assert len(counting.decoded) == 3 + 3 * N
+    assert len(counting.decoded) == len(PROMPTS) + 3 * N
     assert {g["body"][contract.BODY_INPUT] for g in _generations(records)} <= texts
+
+
+class _Dumper(RayPPOTrainer):  # type: ignore[misc]
+    """verl's legacy trainer with only what its own ``_log_rollout_data`` (``trainer.rollout_data_dir``) needs."""
+
+    def __init__(self, tokenizer: Any, global_steps: int) -> None:
+        self.tokenizer = tokenizer
+        self.global_steps = global_steps
+        self._init_dump_executor()
+
+
+def test_hashing_verls_own_dump_input_gives_the_prompt_id(tokenizer: Any, tmp_path: Path) -> None:
+    """An oracle: the XXH64 of each ``input`` of verl's rollout JSONL dump is the prompt id its row is sent with."""
+    batch = make_batch(tokenizer, PROMPTS[:3], chat=True)
+    dumper = _Dumper(tokenizer, global_steps=4)
+    dumper._log_rollout_data(batch, {}, {}, str(tmp_path))
+    dumper._shutdown_dump_executor()
+    lines = [json.loads(line) for line in (tmp_path / "4.jsonl").read_text().splitlines()]
+    assert [line["input"] for line in lines] == [prompt for prompt in PROMPTS[:3] for _ in range(N)]
+    dumped = [xxhash.xxh64_hexdigest(line["input"].encode()) for line in lines]
+    assert rollout_columns(batch, tokenizer, None, None)["prompt_ids"] == dumped
+    with capture_records(run_id="r", rollout_count=8, seed=SEED, progress_interval_s=0) as records:
+        send_rollout_batch(batch, tokenizer, step=4)
+    assert {g["attributes"][contract.PROMPT_ID] for g in _generations(records)} == set(dumped)
 
 
 class Untouchable:
