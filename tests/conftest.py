@@ -56,13 +56,15 @@ def pytest_configure(config: pytest.Config) -> None:
 # build is the longest single step, are handed out first. (xdist's own `loadgroup` cannot do this
 # here: it renames node ids, which pytest 9 no longer lets a plugin do.)
 SERIAL_GROUPS = {
-    "verl": ("tests/verl/",),
+    # `ray start --head` (tests/test_ray_launch_styles.py) timed out starting its node while verl's
+    # entry points (16 prompts x 4 responses since issue 33) ran their own Ray on the 2 cores: both
+    # clean-clone CI runs at 23396e4 failed so. They share one worker now.
+    "verl": ("tests/verl/", "tests/test_ray_launch_styles.py"),
     "ray": (
         "tests/integration/",
         "tests/e2e/test_ray_tasks.py",
         "tests/faults/test_actor_killed.py",
         "tests/test_launchers.py",
-        "tests/test_ray_launch_styles.py",
         "tests/test_readme.py",
         "tests/test_trainer_step.py",
     ),
