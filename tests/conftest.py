@@ -56,9 +56,10 @@ def pytest_configure(config: pytest.Config) -> None:
 # build is the longest single step, are handed out first. (xdist's own `loadgroup` cannot do this
 # here: it renames node ids, which pytest 9 no longer lets a plugin do.)
 SERIAL_GROUPS = {
-    # `ray start --head` (tests/test_ray_launch_styles.py) timed out starting its node while verl's
-    # entry points (16 prompts x 4 responses since issue 33) ran their own Ray on the 2 cores: both
-    # clean-clone CI runs at 23396e4 failed so. They share one worker now.
+    # tests/test_ray_launch_styles.py's `ray start --head` timed out starting its node while verl's
+    # entry points (16 prompts x 4 responses since issue 33) ran their own Ray on the 2 cores (both
+    # clean-clone CI runs at 23396e4): they share one worker, and the head is started again when it
+    # gives up (tests/support/ray_cluster.py).
     "verl": ("tests/verl/", "tests/test_ray_launch_styles.py"),
     "ray": (
         "tests/integration/",

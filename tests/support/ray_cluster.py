@@ -61,9 +61,47 @@ def _dashboard_up(address: str) -> bool:
         return False
 
 
+STARTED = b"Ray runtime started."  # what `ray start` logs once its node registered with the GCS
+START_ATTEMPTS = 3
+
+
 @contextmanager
 def ray_head(env: Mapping[str, str], log_dir: Path, num_cpus: int = 2) -> Iterator[RayCluster]:
-    """``ray start --head --block`` with ``env`` (``ray_env(...)``); its session is stopped on exit."""
+    """``ray start --head --block`` with ``env`` (``ray_env(...)``); its session is stopped on exit.
+
+    On a loaded 2-core machine the head can give up before its raylet registers (Ray waits 30 s,
+    a constant): its dashboard answers for a while and then goes away with it. The head counts as
+    up once it logged ``Ray runtime started.``; one that exited before is started again, on new
+    ports, up to ``START_ATTEMPTS`` times.
+    """
+    for attempt in range(1, START_ATTEMPTS + 1):
+        head, temp_dir = _start_head(env, log_dir / f"ray-head-{attempt}.log", num_cpus)
+        try:
+            wait_for(lambda: head.process.poll() is not None or _up(head), 240, "the Ray head")  # noqa: B023
+        except BaseException:
+            _stop_session(head.process)
+            shutil.rmtree(temp_dir, ignore_errors=True)
+            raise
+        if head.process.poll() is None:
+            break
+        _stop_session(head.process)
+        shutil.rmtree(temp_dir, ignore_errors=True)
+    else:
+        raise AssertionError(f"the Ray head exited {START_ATTEMPTS} times; last log:\n{head.log.read_text()[-3000:]}")
+    try:
+        yield head
+    finally:
+        _stop_session(head.process)
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def _up(head: RayCluster) -> bool:
+    """Whether the head's node registered (its log says so) and its dashboard answers."""
+    return STARTED in head.log.read_bytes() and _dashboard_up(head.dashboard_address)
+
+
+def _start_head(env: Mapping[str, str], log: Path, num_cpus: int) -> tuple[RayCluster, Path]:
+    """Start ``ray start --head --block`` on ports of its own; the head and its temp dir."""
     temp_dir = Path(tempfile.mkdtemp(prefix="rv-", dir="/tmp"))
     gcs_port, dashboard_port = free_port(), free_port()
     ports = {
@@ -92,19 +130,11 @@ def ray_head(env: Mapping[str, str], log_dir: Path, num_cpus: int = 2) -> Iterat
         f"--temp-dir={temp_dir}",
         *(f"{flag}={port}" for flag, port in ports.items()),
     ]
-    log = log_dir / "ray-head.log"
     with log.open("wb") as out:
         process = subprocess.Popen(
-            args, env=dict(env), cwd=log_dir, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            args, env=dict(env), cwd=log.parent, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
         )
-    head = RayCluster(process, f"127.0.0.1:{gcs_port}", f"http://127.0.0.1:{dashboard_port}", log)
-    try:
-        # a loaded 2-core machine takes tens of seconds
-        wait_for(lambda: process.poll() is None and _dashboard_up(head.dashboard_address), 240, "the Ray head")
-        yield head
-    finally:
-        _stop_session(process)
-        shutil.rmtree(temp_dir, ignore_errors=True)
+    return RayCluster(process, f"127.0.0.1:{gcs_port}", f"http://127.0.0.1:{dashboard_port}", log), temp_dir
 
 
 def _stop_session(process: subprocess.Popen[bytes], timeout_s: float = 30) -> None:
