@@ -403,8 +403,16 @@ def rollout_outputs(collector_file: Path, step: int) -> dict[str, Counter[str]]:
     return kept
 
 
-def assert_rollouts_match_dump(collector_file: Path, step: int, dumped: list[dict[str, Any]], k: int) -> None:
-    """The kept prompts of ``step`` are exactly the oracle's bottom-k of verl's dump, each with all its outputs."""
+def assert_rollouts_match_dump(collector_file: Path, launch: Launch, step: int, prompts: int, n: int, k: int) -> None:
+    """The kept prompts of ``step`` are exactly the oracle's bottom-k of verl's dump, each with all its outputs.
+
+    The dump must hold the whole step: ``prompts`` x ``n`` rows of ``step``, ``prompts`` distinct inputs.
+    """
+    wait_for_steps(collector_file, [step], kind=contract.KIND_ROLLOUT)
+    dumped = launch.rollout_dump(step)
+    assert len(dumped) == prompts * n, len(dumped)
+    assert {row["step"] for row in dumped} == {step}
+    assert len({row["input"] for row in dumped}) == prompts
     expected = expected_rollout_prompts(dumped, k)
     kept = rollout_outputs(collector_file, step)
     assert sorted(kept) == sorted(expected), f"kept {sorted(kept)}, the dump's bottom-{k} {sorted(expected)}"

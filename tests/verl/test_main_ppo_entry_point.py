@@ -151,12 +151,7 @@ def test_the_kept_prompts_are_the_bottom_k_of_verls_own_dump(job: Job) -> None:
     ``sample_key``, keeps the 4 smallest (key, id); the collector's kept records must be those prompts,
     and each prompt's outputs must equal the dump's outputs of that prompt (as a multiset).
     """
-    launcher.wait_for_steps(job.collector.file_path, [1], kind=contract.KIND_ROLLOUT)
-    dumped = job.launch.rollout_dump(1)
-    assert len(dumped) == PROMPTS * N, len(dumped)
-    assert {row["step"] for row in dumped} == {1}
-    assert len({row["input"] for row in dumped}) == PROMPTS
-    launcher.assert_rollouts_match_dump(job.collector.file_path, 1, dumped, ROLLOUT_K)
+    launcher.assert_rollouts_match_dump(job.collector.file_path, job.launch, 1, PROMPTS, N, ROLLOUT_K)
 
 
 def test_records_carry_the_trainers_wandb_run_id(job: Job) -> None:
