@@ -173,6 +173,12 @@ class Summary:
         return _opt_int(self.attributes.get(contract.PROMPTS_INCOMPLETE)) or 0
 
     @property
+    def prompts_under_rate(self) -> int | None:
+        """A rollout summary's prompts under its watch-list rate; None if unreported (or negative)."""
+        value = _opt_int(self.attributes.get(contract.PROMPTS_UNDER_RATE))
+        return value if value is not None and value >= 0 else None
+
+    @property
     def prompts_kept(self) -> int | None:
         """A rollout summary's prompts kept; None if unreported."""
         return _opt_int(self.attributes.get(contract.PROMPTS_KEPT))

@@ -355,10 +355,6 @@ def _under_rate(ends: Mapping[tuple[str, str], EndRecord], rate: float) -> int |
     return bisect.bisect_left(merge_keys(*sketches), rate_threshold(rate))
 
 
-def _opt_count(value: object) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
-
-
 def _all_ended(group: _Attempt) -> bool:
     """Whether every source that sent records of the attempt sent its end record."""
     return group.sources <= set(group.ends)
@@ -493,7 +489,7 @@ def _finish(group: _Attempt, collector: bool, count: int | None, seed: int) -> S
             sources_unhooked=_sources_unhooked(group),
             kind=group.kind,
             sample_rate=rate_of(summary.attributes.get(contract.SAMPLE_RATE)) if summary is not None else None,
-            prompts_under_rate=_opt_count(summary.attributes.get(contract.PROMPTS_UNDER_RATE)) if summary else None,
+            prompts_under_rate=summary.prompts_under_rate if summary is not None else None,
             prompts_seen=summary.prompts_seen if summary is not None else None,
             prompts_seen_estimated=summary is not None and summary.prompts_seen_estimated,
             prompts_incomplete=summary.prompts_incomplete if summary is not None else 0,
