@@ -4,8 +4,9 @@
 |---------------------------------------|------------------------------------------------------------|
 | ``bytes`` text                        | decoded as UTF-8, undecodable bytes replaced by U+FFFD     |
 | ``str`` with lone surrogates          | each surrogate replaced by U+FFFD                           |
-| text longer than ``max_field_bytes``  | cut at a character boundary, ``TRUNCATION_MARKER`` added,  |
-|                                       | original UTF-8 length kept in ``valgen.<field>.original_length`` |
+| text longer than ``max_field_bytes``  | head and tail kept around ``TRUNCATION_MARKER`` and the     |
+|                                       | count of characters left out (``cut_middle``); the original |
+|                                       | UTF-8 length kept in ``valgen.<field>.original_length``     |
 | ``None`` text                         | empty string                                               |
 | other objects as text                 | ``str(value)``                                             |
 | score ``None``                        | no score attribute                                         |
@@ -14,20 +15,31 @@
 | extra value bool / int / finite float | sent as it is (an int beyond int64 is invalid)             |
 | extra value text (``str``, ``bytes``) | like the text fields above                                 |
 | extra value list / tuple / dict /     | its JSON text (``json_text``), then like the text fields:  |
-| set, array or tensor (ndim > 0)       | repaired, cut at ``max_field_bytes``                       |
+| set, array or tensor (ndim > 0)       | repaired, its middle cut out like a text's                 |
 | extra value NaN / inf / None / other  | omitted from the record (``invalid`` says why)             |
+
+The cut keeps a text's head and its tail, half of the byte budget each, because what a reader
+needs sits at both ends: an output ends with the final answer the reward graded (a head-only cut
+lost it for a long chain of thought), and a chat-templated input opens with the system prompt and
+ends with the question. Each half (32 KiB by default) is far longer than an answer or a question.
+A JSON extra is cut the same way, not head only: cut anywhere it is no longer valid JSON, and its
+tail holds the last list items (the last turn, the last tokens) and the last keys.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-TRUNCATION_MARKER: Final = "…[truncated]"
-_MARKER_BYTES: Final = len(TRUNCATION_MARKER.encode("utf-8"))
+# A cut text is head + TRUNCATION_MARKER.format(omitted=N) + tail, N the characters (code points
+# of the repaired text) left out: len(original) == len(head) + N + len(tail).
+TRUNCATION_MARKER: Final = "\n…[{omitted} characters omitted]…\n"
+TRUNCATION_PATTERN: Final = re.compile(r"\n…\[([0-9]+) characters omitted\]…\n")
+_MARKER_BYTES: Final = len(TRUNCATION_MARKER.format(omitted="").encode("utf-8"))  # 29, without the digits
 _REPLACEMENT: Final = "\ufffd"
 _INT64_MIN: Final = -(1 << 63)
 _INT64_MAX: Final = (1 << 63) - 1
@@ -50,7 +62,7 @@ def _replace_surrogates(text: str) -> tuple[str, int]:
 
 
 def clean_text(value: object, max_bytes: int) -> CleanText:
-    """Return ``value`` as valid Unicode of at most ``max_bytes`` UTF-8 bytes."""
+    """Return ``value`` as valid Unicode of at most ``max_bytes`` UTF-8 bytes (a longer text: ``cut_middle``)."""
     replaced = 0
     if value is None:
         text = ""
@@ -70,9 +82,45 @@ def clean_text(value: object, max_bytes: int) -> CleanText:
         encoded = text.encode("utf-8")
     if len(encoded) <= max_bytes:
         return CleanText(text, replaced)
-    budget = max(0, max_bytes - _MARKER_BYTES)
-    cut = encoded[:budget].decode("utf-8", "ignore")
-    return CleanText(cut + TRUNCATION_MARKER, replaced, original_length=len(encoded))
+    return CleanText(cut_middle(text, encoded, max_bytes), replaced, original_length=len(encoded))
+
+
+def _head_end(encoded: bytes, end: int) -> int:
+    """The last character boundary of ``encoded`` (valid UTF-8) at or before byte ``end``."""
+    while 0 < end < len(encoded) and (encoded[end] & 0xC0) == 0x80:  # a continuation byte: inside a character
+        end -= 1
+    return end
+
+
+def _tail_start(encoded: bytes, start: int) -> int:
+    """The first character boundary of ``encoded`` (valid UTF-8) at or after byte ``start``."""
+    while start < len(encoded) and (encoded[start] & 0xC0) == 0x80:
+        start += 1
+    return start
+
+
+def cut_middle(text: str, encoded: bytes, max_bytes: int) -> str:
+    """``text`` (valid Unicode, ``encoded`` its UTF-8, longer than ``max_bytes``) with its middle cut out.
+
+    Returns the head, ``TRUNCATION_MARKER`` with the count of characters left out, and the tail,
+    together at most ``max_bytes`` UTF-8 bytes. Head and tail share the bytes the marker leaves,
+    half each (the tail also gets the up to 3 bytes the head's cut leaves before a character it
+    would split); no character is split. The marker's count is first given as many digits as the
+    whole text's length, then as few as the count has, so that the cut uses the whole budget.
+    A limit too small for the marker keeps the head alone.
+    """
+    digits = len(str(len(text)))
+    while True:
+        budget = max_bytes - _MARKER_BYTES - digits
+        if budget < 0:
+            return encoded[: _head_end(encoded, max_bytes)].decode("utf-8")
+        head_end = _head_end(encoded, budget // 2)
+        tail_start = _tail_start(encoded, len(encoded) - (budget - head_end))
+        head, tail = encoded[:head_end].decode("utf-8"), encoded[tail_start:].decode("utf-8")
+        omitted = len(text) - len(head) - len(tail)
+        if len(str(omitted)) == digits:  # never more digits: the budget only grows, so the count only falls
+            return head + TRUNCATION_MARKER.format(omitted=omitted) + tail
+        digits = len(str(omitted))
 
 
 def _unwrap_scalar(value: object) -> object:

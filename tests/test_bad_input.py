@@ -44,15 +44,16 @@ def test_lone_surrogates_are_replaced() -> None:
 
 
 def test_huge_output_is_truncated_with_marker_and_original_length(caplog: pytest.LogCaptureFixture) -> None:
-    """Fields over the limit are cut at a character boundary; the original size is kept."""
-    huge = "a" + "é" * 50_000  # 100,001 UTF-8 bytes: the byte budget ends inside an "é"
-    with capture_records(run_id="r", count=4, max_field_bytes=1000) as records, vg.validation(step=1):
+    """Fields over the limit lose their middle, cut at character boundaries; the original size is kept."""
+    huge = "a" + "é" * 50_000  # 100,001 UTF-8 bytes, 50,001 characters: both cuts fall inside an "é"
+    with capture_records(run_id="r", count=4, max_field_bytes=1002) as records, vg.validation(step=1):
         vg.log_generations(["q"], [huge], [1.0])
     record = _one(records)
     output = record["body"]["output"]
-    budget = 1000 - len(TRUNCATION_MARKER.encode("utf-8"))  # 986: "a" and 492 "é" are 985 bytes
-    assert output == "a" + "é" * ((budget - 1) // 2) + TRUNCATION_MARKER  # the split "é" is left out
-    assert len(output.encode("utf-8")) <= 1000
+    # 1002 bytes - the marker's 34 = 968: a 484-byte head would split an "é" (483 kept), the tail's 485 too (484)
+    marker = TRUNCATION_MARKER.format(omitted=50_001 - 242 - 242)
+    assert output == "a" + "é" * 241 + marker + "é" * 242  # each split "é" is left out, not replaced
+    assert len(output.encode("utf-8")) <= 1002
     assert contract.REPLACED_CHARS not in record["attributes"]
     assert record["attributes"][contract.OUTPUT_LENGTH] == 100_001
     assert vg.stats()["truncated_fields"] == 1
@@ -82,10 +83,12 @@ def test_a_replacement_character_already_in_byte_input_is_not_a_repair() -> None
 
 
 def test_default_field_limit_is_64_kib() -> None:
-    """Without configuration a field is cut at 64 KiB."""
-    cleaned = clean_text("x" * 70_000, vg.configure(run_id="r").max_field_bytes)  # type: ignore[union-attr]
+    """Without configuration a field is cut to 64 KiB, its end kept."""
+    cleaned = clean_text("x" * 70_000 + "end", vg.configure(run_id="r").max_field_bytes)  # type: ignore[union-attr]
     assert len(cleaned.text.encode()) == 64 * 1024
-    assert cleaned.original_length == 70_000
+    assert cleaned.text.startswith("xxx")
+    assert cleaned.text.endswith("xxxend")
+    assert cleaned.original_length == 70_003
 
 
 @pytest.mark.parametrize(

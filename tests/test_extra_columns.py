@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 import otel_valgen as vg
 from otel_valgen import contract
-from otel_valgen._sanitize import TRUNCATION_MARKER, clean_extra
+from otel_valgen._sanitize import TRUNCATION_PATTERN, clean_extra
 from otel_valgen.integrations.verl import log_val_generations
 from otel_valgen.reader import Generation, ReadError, read_paths
 from otel_valgen.testing import capture_records
@@ -239,9 +239,12 @@ def test_texts_are_repaired_and_truncated_like_the_other_fields() -> None:
     got = _extra(attributes)
     assert got["raw"] == "caf\ufffd"
     assert got["sur"] == "x\ufffd"
-    assert got["long"].endswith(TRUNCATION_MARKER)
+    cut = TRUNCATION_PATTERN.search(got["long"])
+    assert cut is not None
+    head, tail = got["long"][: cut.start()], got["long"][cut.end() :]
     assert len(got["long"].encode()) <= 1000
-    assert got["long"] == long[: (1000 - len(TRUNCATION_MARKER.encode())) // 2] + TRUNCATION_MARKER
+    assert head and tail and long.startswith(head) and long.endswith(tail)
+    assert len(head) + int(cut[1]) + len(tail) == len(long)
     assert attributes[contract.REPLACED_CHARS] == 2
     stats = vg.stats()
     assert (stats["replaced_chars"], stats["truncated_fields"]) == (2, 1)
@@ -310,14 +313,15 @@ def test_arrays_tensors_and_non_json_values_become_safe_json() -> None:
 
 
 def test_a_huge_list_is_cut_like_an_output_and_counted() -> None:
-    """A JSON text over max_field_bytes is cut at a character boundary with the marker, counted in truncated_fields."""
+    """A JSON text over max_field_bytes keeps its head and tail around the marker, counted in truncated_fields."""
     huge = list(range(100_000))
     with capture_records(run_id="r", count=4, max_field_bytes=1024) as records, vg.validation(step=1):
         vg.log_generations(["q"], ["o"], None, extra={"tokens": [huge]})
     value = _extra(_generations(records)["q"])["tokens"]
-    assert value.endswith(TRUNCATION_MARKER)
+    assert TRUNCATION_PATTERN.search(value) is not None
     assert len(value.encode()) <= 1024
     assert value.startswith("[0,1,2,3,")
+    assert value.endswith(",99998,99999]")  # the last items (the last tokens) survive the cut
     assert vg.stats()["truncated_fields"] == 1
     assert vg.stats().get("extra_values_invalid", 0) == 0
 
