@@ -82,6 +82,12 @@ REPRODUCTIONS = {
         ["metrics cannot listen on 127.0.0.1:{port}", "pass --metrics-address a free HOST:PORT"],
     ),
     "show a missing path": (["show", "/nonexistent"], 2, ["'/nonexistent' does not exist"]),
+    "diff with neither --steps nor --runs": (
+        ["diff", "{data}"],
+        2,
+        ["give either --steps A B (two steps of one run) or --runs R1 R2 --step S", "otel-valgen diff --help"],
+    ),
+    "diff --runs without --step": (["diff", "{data}", "--runs", "a", "b"], 2, ["--runs R1 R2 needs --step S"]),
     "push a missing path": (["push", "/nonexistent"], 2, ["'/nonexistent' does not exist"]),
     "resend a missing path": (["resend", "/nonexistent", "--endpoint", "http://x"], 2, ["does not exist"]),
     "wandb-exporter with a state folder it cannot make": (

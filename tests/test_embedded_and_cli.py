@@ -77,6 +77,8 @@ def test_show_json_prints_bottom_k_per_step_in_key_order(tmp_path: Path) -> None
             "data_source",
             "source",
             "extra",
+            "response_length",
+            "truncated",
         }
 
 
@@ -207,6 +209,7 @@ def _show_step(folder: Path) -> dict[str, Any]:
     result = CliRunner().invoke(main, ["show", str(folder), "--format", "json"])
     assert result.exit_code == 0, result.output
     (shown,) = [json.loads(line) for line in result.stdout.splitlines()]
+    assert isinstance(shown, dict)
     return shown
 
 
@@ -254,3 +257,100 @@ def test_two_processes_rolling_out_the_same_prompts_keep_every_response(tmp_path
     (shown,) = [json.loads(line) for line in result.stdout.splitlines()]
     assert len(shown["generations"]) == 12
     assert len({g["output"] for g in shown["generations"]}) == 12
+
+
+def test_validation_response_sizes_reach_json_csv_and_table(tmp_path: Path) -> None:
+    """A validation row's response length and truncated flag (verl sends them) are in every format of `show`."""
+    vg.configure(run_id="sizes", count=3, directory=str(tmp_path), seed=42)
+    vg.log_generations(
+        ["a", "b", "c"],
+        ["x", "y", "z"],
+        [1.0, 0.0, 1.0],
+        step=1,
+        response_lengths=[7, 512, 9],
+        truncated=[False, True, False],
+    )
+    vg.shutdown()
+    as_json = CliRunner().invoke(main, ["show", str(tmp_path), "--format", "json"])
+    as_csv = CliRunner().invoke(main, ["show", str(tmp_path), "--format", "csv"])
+    assert as_json.exit_code == as_csv.exit_code == 0, as_csv.output
+    (step,) = [json.loads(line) for line in as_json.stdout.splitlines()]
+    sizes = {g["input"]: (g["response_length"], g["truncated"]) for g in step["generations"]}
+    assert sizes == {"a": (7, False), "b": (512, True), "c": (9, False)}
+    rows = list(csv.DictReader(io.StringIO(as_csv.stdout)))
+    assert list(rows[0])[-3:] == ["ground_truth", "response_length", "truncated"]
+    assert {row["input"]: (int(row["response_length"]), row["truncated"]) for row in rows} == {
+        "a": (7, "False"),
+        "b": (512, "True"),
+        "c": (9, "False"),
+    }
+    table = CliRunner().invoke(main, ["show", str(tmp_path)], env={"COLUMNS": "200"})
+    header = next(line for line in table.stdout.splitlines() if "output" in line)
+    assert "length" in header and "truncated" in header
+    assert "512" in table.stdout
+
+
+def _roll_out(directory: Path) -> None:
+    """One training step: 4 prompts x 3 responses with every rollout column; 2 prompts kept."""
+    vg.configure(run_id="columns", rollout_count=2, directory=str(directory), seed=42)
+    rows = [(p, r) for p in range(4) for r in range(3)]
+    vg.log_rollouts(
+        [f"prompt {p}" for p, _ in rows],
+        [f"response {p}.{r}" for p, r in rows],
+        [float(r == 0) for _, r in rows],
+        step=5,
+        prompt_ids=[f"q{p}" for p, _ in rows],
+        advantages=[0.5 - r for _, r in rows],
+        response_lengths=[10 + r for _, r in rows],
+        truncated=[r == 2 for _, r in rows],
+        param_versions=[4] * len(rows),
+    )
+    vg.shutdown()
+
+
+def test_rollout_columns_reach_the_csv_and_the_table(tmp_path: Path) -> None:
+    """`--kind rollout`: CSV and table carry prompt id, advantage, length, truncated, param version, as JSON does."""
+    _roll_out(tmp_path)
+    as_json = CliRunner().invoke(main, ["show", str(tmp_path), "--kind", "rollout", "--format", "json"])
+    as_csv = CliRunner().invoke(main, ["show", str(tmp_path), "--kind", "rollout", "--format", "csv"])
+    assert as_json.exit_code == as_csv.exit_code == 0, as_csv.output
+    (step,) = [json.loads(line) for line in as_json.stdout.splitlines()]
+    rows = list(csv.DictReader(io.StringIO(as_csv.stdout)))
+    columns = ["prompt_id", "advantage", "response_length", "truncated", "param_version"]
+    assert list(rows[0])[-len(columns) :] == columns
+    assert len(rows) == len(step["generations"]) == 6
+    for row, generation in zip(rows, step["generations"], strict=True):
+        assert row["sample_id"] == generation["sample_id"]
+        assert (row["prompt_id"], float(row["advantage"]), int(row["response_length"])) == (
+            generation["prompt_id"],
+            generation["advantage"],
+            generation["response_length"],
+        )
+        assert (row["truncated"], int(row["param_version"])) == (str(generation["truncated"]), 4)
+    table = CliRunner().invoke(main, ["show", str(tmp_path), "--kind", "rollout"], env={"COLUMNS": "220"})
+    assert table.exit_code == 0, table.output
+    assert "run columns · step 5 · prompts 2 of 4 · responses 6 of 12" in table.stdout
+    header = next(line for line in table.stdout.splitlines() if "advantage" in line)
+    assert [name in header for name in ("prompt", "advantage", "length", "truncated", "param")] == [True] * 5
+    kept = {g["prompt_id"] for g in step["generations"]}
+    assert all(prompt in table.stdout for prompt in kept)
+    assert "-1.5" in table.stdout, "the third response's advantage"
+
+
+def test_a_folder_of_the_other_kind_names_the_kind_to_use(tmp_path: Path) -> None:
+    """Only rollouts, and `show` (validation): exit 3 naming `--kind rollout`; only validation: the reverse."""
+    _roll_out(tmp_path / "rollouts")
+    result = CliRunner().invoke(main, ["show", str(tmp_path / "rollouts")])
+    assert result.exit_code == 3
+    assert result.stderr == (
+        f"no validation generations found in {tmp_path / 'rollouts'}; "
+        "it holds rollout records (columns (step 5)): use --kind rollout\n"
+    )
+    vg._process.reset_for_testing()
+    _emit(tmp_path / "validation", steps=1)
+    result = CliRunner().invoke(main, ["show", str(tmp_path / "validation"), "--kind", "rollout", "--step", "1"])
+    assert result.exit_code == 3
+    assert result.stderr == (
+        "no rollout generations match --step 1; the input holds 1 run(s) and 1 step(s): run-a (step 1); "
+        "it holds validation records (run-a (step 1)): use --kind validation\n"
+    )

@@ -1,4 +1,4 @@
-"""The ``otel-valgen`` command line: ``demo``, ``show``, and (with wandb) ``exporter``, ``push``.
+"""The ``otel-valgen`` command line: ``demo``, ``show``, ``diff``, ``resend``, and (with wandb) ``exporter``, ``push``.
 
 Results go to stdout; progress and errors to stderr. Exit codes: 0 success; 1 an operational
 error, or some input could not be read (the rest was still used); 2 usage error; 3 nothing
@@ -11,19 +11,27 @@ import csv
 import json
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 import click
 from rich.console import Console
 
 from otel_valgen import contract
-from otel_valgen.reader import Generation, ReadError, Record, read_paths
-from otel_valgen.selection import StepSelection, select_steps
-from otel_valgen.splits import split_warning
-from otel_valgen.tools._support import OperationalError, ValgenGroup, report_read_error
-from otel_valgen.tools.render import extra_names, render_tables
-from otel_valgen.unhooked import unhooked_warning
+from otel_valgen.reader import Record
+from otel_valgen.selection import StepSelection
+from otel_valgen.tools import diff as diff_module
+from otel_valgen.tools import history
+from otel_valgen.tools._inputs import Input, describe_runs
+from otel_valgen.tools._support import OperationalError, ValgenGroup
+from otel_valgen.tools.render import (
+    LENGTH_COLUMNS,
+    ROLLOUT_COLUMNS,
+    extra_names,
+    kind_columns,
+    render_tables,
+    step_json,
+)
 
-EXIT_READ_ERRORS = 1
 EXIT_NOTHING_FOUND = 3
 
 
@@ -33,61 +41,35 @@ def main() -> None:
     """Validation generations of training jobs as OpenTelemetry log records."""
 
 
-def _rollout_columns(generation: Generation) -> dict[str, object]:
-    """A rollout's advantage, response length, truncated flag and param version, as its record carries them."""
-    attributes = generation.attributes
-    return {
-        "advantage": attributes.get(contract.ADVANTAGE),
-        "response_length": attributes.get(contract.RESPONSE_LENGTH),
-        "truncated": attributes.get(contract.TRUNCATED),
-        "param_version": attributes.get(contract.PARAM_VERSION),
-    }
+def _nothing_found(line: str) -> NoReturn:
+    click.echo(line, err=True)
+    sys.exit(EXIT_NOTHING_FOUND)
 
 
-def _generation_json(selection: StepSelection, extras: Sequence[str]) -> dict[str, object]:
-    return {
-        "run_id": selection.run_id,
-        "step": selection.step,
-        "attempt": selection.attempt,
-        "attempts": selection.attempts,
-        "late": selection.late,
-        "seen": selection.seen,
-        "kept": selection.kept,
-        "score_count": selection.score_count,
-        "score_sum": selection.score_sum,
-        "score_mean": selection.score_mean,
-        "dropped": selection.dropped,
-        "split_attempts": selection.split_attempts,
-        "sources_unhooked": selection.sources_unhooked,
-        "kind": selection.kind,
-        "prompts_seen": selection.prompts_seen,
-        "prompts_seen_estimated": selection.prompts_seen_estimated,
-        "prompts_incomplete": selection.prompts_incomplete,
-        "sample_rate": selection.sample_rate,
-        "prompts_under_rate": selection.prompts_under_rate,
-        "prompts_kept": selection.prompts_kept,
-        "generations": [
-            {
-                "sample_id": g.sample_id,
-                "sample_key": g.sample_key,
-                "input": g.input,
-                "output": g.output,
-                "score": g.score,
-                "ground_truth": g.ground_truth,
-                "data_source": g.data_source,
-                "source": g.source,
-                "extra": {name: g.extra.get(name) for name in extras},
-                **({"prompt_id": g.prompt_id, **_rollout_columns(g)} if g.kind == contract.KIND_ROLLOUT else {}),
-            }
-            for g in selection.generations
-        ],
-    }
+_KIND_OPTION = click.option(
+    "--kind",
+    type=click.Choice(sorted(contract.KINDS)),
+    help="Which stream: validation generations (the default), or training rollouts (k prompts with all their "
+    "responses). With --prompt and no --kind, both.",
+)
+_FORMAT_OPTION = click.option(
+    "--format", "output_format", type=click.Choice(["table", "json", "csv"]), default="table", show_default=True
+)
+_COUNT_OPTION = click.option(
+    "--count", type=click.IntRange(min=0), help="k; default: the records' valgen.sample_count."
+)
+_SEED_OPTION = click.option(
+    "--seed", type=int, default=42, show_default=True, help="Seed for records lacking a sample key."
+)
 
 
-def _write_csv(selections: Sequence[StepSelection], extras: Sequence[str]) -> None:
+def _write_csv(selections: Sequence[StepSelection], extras: Sequence[str], kind: str) -> None:
+    """One row per generation; after the ground truth, the columns of its kind (``render.kind_columns``)."""
     writer = csv.writer(sys.stdout)
+    kind_names = list(ROLLOUT_COLUMNS if kind == contract.KIND_ROLLOUT else LENGTH_COLUMNS)
     writer.writerow(
         ["run_id", "step", "rank", "sample_id", "source", "data_source", "input", "output", "score", "ground_truth"]
+        + kind_names
         + [f"extra.{name}" for name in extras]
     )
     for selection in selections:
@@ -104,54 +86,41 @@ def _write_csv(selections: Sequence[StepSelection], extras: Sequence[str]) -> No
                     g.output,
                     g.score,
                     g.ground_truth,
+                    *(kind_columns(g)[name] for name in kind_names),
                     *(g.extra.get(name) for name in extras),
                 ]
             )
-
-
-def _describe_runs(runs: dict[str, set[int]], limit: int = 5) -> str:
-    """``run-a (steps 1-3), run-b (step 7)``: the runs and steps read, the first ``limit`` runs."""
-    parts = []
-    for run_id in sorted(runs)[:limit]:
-        steps = sorted(runs[run_id])
-        if len(steps) == 1:
-            parts.append(f"{run_id} (step {steps[0]})")
-        elif steps[-1] - steps[0] + 1 == len(steps):
-            parts.append(f"{run_id} (steps {steps[0]}-{steps[-1]})")
-        else:
-            parts.append(f"{run_id} ({len(steps)} steps, {steps[0]} to {steps[-1]})")
-    if len(runs) > limit:
-        parts.append(f"{len(runs) - limit} more")
-    return ", ".join(parts)
 
 
 @main.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True))
 @click.option("--run", "run_id", help="Only this run id.")
 @click.option("--step", type=int, help="Only this step.")
-@click.option("--count", type=click.IntRange(min=0), help="k; default: the records' valgen.sample_count.")
-@click.option("--seed", type=int, default=42, show_default=True, help="Seed for records lacking a sample key.")
-@click.option("--format", "output_format", type=click.Choice(["table", "json", "csv"]), default="table")
 @click.option(
-    "--kind",
-    type=click.Choice(sorted(contract.KINDS)),
-    default=contract.KIND_VALIDATION,
-    show_default=True,
-    help="Which stream: validation generations, or training rollouts (k prompts with all their responses).",
+    "--prompt",
+    help="Only this prompt, at every step: a sample id (with or without /<i> and @<tag>) or a rollout prompt id.",
 )
+@_COUNT_OPTION
+@_SEED_OPTION
+@_FORMAT_OPTION
+@_KIND_OPTION
 def show(
     paths: tuple[str, ...],
     run_id: str | None,
     step: int | None,
+    prompt: str | None,
     count: int | None,
     seed: int,
     output_format: str,
-    kind: str,
+    kind: str | None,
 ) -> None:
     """Read OTLP files or folders, keep the bottom-k per (run, step), and print them.
 
     ``--kind rollout`` shows training rollouts instead: per step, the k prompts with the
     smallest prompt keys, each with all its responses (docs/rollouts.md).
+
+    ``--prompt ID`` prints one prompt's kept rows at every step, in step order, with score and
+    length, of both kinds unless ``--kind`` names one (otel_valgen/tools/history.py).
 
     Reads OTLP/JSON lines, plain or zstd, and the collector file exporter's length-prefixed
     messages. Of a step validated more than once (resume, retry), the latest complete attempt
@@ -160,53 +129,131 @@ def show(
     attempts), or with a source that ran verl's own validation table instead of otel-valgen, is
     named in a warning on stderr.
     """
-    errors: list[ReadError] = []
-    runs: dict[str, set[int]] = {}
-
-    def report(error: ReadError) -> None:
-        errors.append(error)
-        report_read_error(error)
 
     def wanted(record: Record) -> bool:
-        runs.setdefault(record.run_id, set()).add(record.step)
         return (run_id is None or record.run_id == run_id) and (step is None or record.step == step)
 
-    records = (r for r in read_paths(paths, report) if wanted(r))
-    selections = select_steps(records, count=count, seed=seed, kind=kind)
-    for selection in selections:
-        if selection.split_attempts:
-            click.echo(
-                f"warning: {split_warning(selection.run_id, selection.step, selection.split_attempts)}", err=True
-            )
-        if selection.sources_unhooked:
-            click.echo(
-                f"warning: {unhooked_warning(selection.run_id, selection.step, selection.sources_unhooked)}", err=True
-            )
+    source = Input(paths, wanted)
+    kinds = [kind] if kind else [contract.KIND_VALIDATION]
+    if kind is None and prompt is not None:  # a prompt id may name a validation prompt, a rolled-out one, or both
+        kinds.append(contract.KIND_ROLLOUT)
+    selections = source.select(kinds, count, seed)
+    if prompt is not None:
+        _show_prompt(prompt, selections, output_format)
+    else:
+        _show_steps(selections, output_format, kinds[0])
+    if not selections:
+        filters = {"run": run_id, "step": step}
+        runs = {run_id} if run_id is not None else None
+        steps = {step} if step is not None else None
+        _nothing_found(source.census.nothing_found(" or ".join(kinds), paths, filters, runs, steps))
+    if prompt is not None and not any(history.matches(g, prompt) for s in selections for g in s.generations):
+        _nothing_found(f"prompt {prompt} was never kept: {history.steps_kept([], selections)}")
+    source.finish()
+
+
+def _show_steps(selections: Sequence[StepSelection], output_format: str, kind: str) -> None:
     extras = extra_names(selections)
     if output_format == "json":
         for selection in selections:
-            click.echo(json.dumps(_generation_json(selection, extras), ensure_ascii=False))
+            click.echo(json.dumps(step_json(selection, extras), ensure_ascii=False))
     elif output_format == "csv":
-        _write_csv(selections, extras)
+        _write_csv(selections, extras, kind)
     else:
         render_tables(selections, Console())
-    if not selections:
-        filters = " ".join(
-            f"--{name} {value}" for name, value in (("run", run_id), ("step", step)) if value is not None
-        )
-        if filters and runs:
-            steps = sum(len(s) for s in runs.values())
-            click.echo(
-                f"no {kind} generations match {filters}; the input holds {len(runs)} run(s) and "
-                f"{steps} step(s): {_describe_runs(runs)}",
-                err=True,
+
+
+def _show_prompt(prompt: str, selections: Sequence[StepSelection], output_format: str) -> None:
+    rows = history.prompt_rows(selections, prompt)
+    if not rows:
+        return
+    if output_format == "json":
+        for step in history.history_json(rows):
+            click.echo(json.dumps(step, ensure_ascii=False))
+    elif output_format == "csv":
+        history.write_history_csv(rows, sys.stdout)
+    else:
+        history.render_history(rows, prompt, selections, Console())
+
+
+@main.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True))
+@click.option("--steps", "steps", nargs=2, type=int, help="Compare two steps of one run: A B.")
+@click.option("--run", "run_id", help="The run of --steps (needed when the input holds several).")
+@click.option("--runs", "runs", nargs=2, help="Compare two runs at one step (--step): R1 R2.")
+@click.option("--step", type=int, help="The step of --runs.")
+@_COUNT_OPTION
+@_SEED_OPTION
+@_FORMAT_OPTION
+@click.option(
+    "--kind",
+    type=click.Choice(sorted(contract.KINDS)),
+    default=contract.KIND_VALIDATION,
+    show_default=True,
+    help="Which stream both sides come from.",
+)
+def diff(
+    paths: tuple[str, ...],
+    steps: tuple[int, int] | None,
+    run_id: str | None,
+    runs: tuple[str, str] | None,
+    step: int | None,
+    count: int | None,
+    seed: int,
+    output_format: str,
+    kind: str,
+) -> None:
+    """Compare two steps of one run (--steps A B [--run R]) or one step of two runs (--runs R1 R2 --step S).
+
+    Each side is the step as ``show`` selects it. Rows match by sample id without its tag (for
+    rollouts: prompt id and response index); printed: the ids both hold, outputs side by side
+    with score and length deltas (B - A) and whether the output changed, then the ids only one
+    side holds, and a summary line (otel_valgen/tools/diff.py).
+    """
+    if (steps is None) == (runs is None):
+        raise click.UsageError("give either --steps A B (two steps of one run) or --runs R1 R2 --step S")
+    if runs is not None and (step is None or run_id is not None):
+        raise click.UsageError("--runs R1 R2 needs --step S (and takes no --run)")
+    if steps is not None and step is not None:
+        raise click.UsageError("--steps A B takes no --step (use --runs R1 R2 --step S to compare runs)")
+    wanted_runs = set(runs) if runs is not None else ({run_id} if run_id is not None else None)
+    wanted_steps = set(steps) if steps is not None else {step}
+
+    def wanted(record: Record) -> bool:
+        return (wanted_runs is None or record.run_id in wanted_runs) and record.step in wanted_steps
+
+    source = Input(paths, wanted)
+    selections = source.select([kind], count, seed)
+    if steps is not None:
+        held = sorted({s.run_id for s in selections})
+        if run_id is None and len(held) > 1:
+            raise click.UsageError(
+                f"the input holds steps {steps[0]}/{steps[1]} of {len(held)} runs ({', '.join(held)}); "
+                "pick one with --run"
             )
-        else:
-            click.echo(f"no {kind} generations found in " + ", ".join(paths), err=True)
-        sys.exit(EXIT_NOTHING_FOUND)
-    if errors:
-        click.echo(f"{len(errors)} part(s) of the input could not be read (see the warnings above)", err=True)
-        sys.exit(EXIT_READ_ERRORS)
+        run = run_id if run_id is not None else (held[0] if held else "")
+        keys = [(run, steps[0]), (run, steps[1])]
+        labels = [f"step {steps[0]}", f"step {steps[1]}"]
+    else:
+        assert runs is not None  # checked above
+        assert step is not None
+        keys = [(runs[0], step), (runs[1], step)]
+        labels = [f"run {runs[0]}", f"run {runs[1]}"]
+    a, b = diff_module.sides(selections, keys)
+    if a is None or b is None:
+        missing = " and ".join(f"run {r} step {s}" for (r, s), side in zip(keys, (a, b), strict=True) if side is None)
+        every = source.census.runs()
+        held_line = f"; the input holds {describe_runs(every)}" if every else f" in {', '.join(paths)}"
+        _nothing_found(f"no {kind} generations of {missing}{held_line}")
+    result = diff_module.diff_steps(a, b, labels[0], labels[1])
+    if output_format == "json":
+        click.echo(json.dumps(diff_module.diff_json(result), ensure_ascii=False))
+    elif output_format == "csv":
+        diff_module.write_diff_csv(result, sys.stdout)
+        click.echo(result.summary_line(), err=True)
+    else:
+        diff_module.render_diff(result, Console())
+    source.finish()
 
 
 @main.command()

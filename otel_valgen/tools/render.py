@@ -1,4 +1,4 @@
-"""Rich tables of selected steps, for ``otel-valgen show`` and the demo."""
+"""Rich tables of selected steps, and the cells and columns ``show``, ``show --prompt`` and ``diff`` share."""
 
 from __future__ import annotations
 
@@ -10,8 +10,16 @@ from rich.table import Table
 from otel_valgen import contract
 from otel_valgen.distinct import PROMPTS_SEEN_ERROR
 from otel_valgen.partials import samplers_of
-from otel_valgen.reader import ExtraValue
+from otel_valgen.reader import Generation
 from otel_valgen.selection import StepSelection
+
+ROLLOUT_COLUMNS = ("prompt_id", "advantage", "response_length", "truncated", "param_version")
+"""The columns a rollout row has beyond a validation row, in the order ``show`` prints them."""
+LENGTH_COLUMNS = ("response_length", "truncated")
+"""A validation row's response size, when the caller gave it (verl's rows: docs/verl.md)."""
+
+LENGTH_TOKENS = "tokens"
+LENGTH_CHARS = "chars"
 
 
 def extra_names(selections: Sequence[StepSelection]) -> list[str]:
@@ -19,22 +27,56 @@ def extra_names(selections: Sequence[StepSelection]) -> list[str]:
     return sorted({name for selection in selections for g in selection.generations for name in g.extra})
 
 
-def _cell(value: ExtraValue | None) -> str:
+def rollout_columns(generation: Generation) -> dict[str, object]:
+    """A rollout's prompt id, advantage, response length, truncated flag and param version, as its record has them."""
+    attributes = generation.attributes
+    return {
+        "prompt_id": generation.prompt_id,
+        "advantage": attributes.get(contract.ADVANTAGE),
+        "response_length": attributes.get(contract.RESPONSE_LENGTH),
+        "truncated": attributes.get(contract.TRUNCATED),
+        "param_version": attributes.get(contract.PARAM_VERSION),
+    }
+
+
+def kind_columns(generation: Generation) -> dict[str, object]:
+    """The columns of the generation's kind beyond the common ones: ``ROLLOUT_COLUMNS`` or ``LENGTH_COLUMNS``."""
+    columns = rollout_columns(generation)
+    if generation.kind == contract.KIND_ROLLOUT:
+        return columns
+    return {name: columns[name] for name in LENGTH_COLUMNS}
+
+
+def has_lengths(selections: Sequence[StepSelection]) -> bool:
+    """Whether any shown generation carries a response length (validation tables then show the length columns)."""
+    return any(contract.RESPONSE_LENGTH in g.attributes for s in selections for g in s.generations)
+
+
+def generation_length(generation: Generation) -> tuple[int, str]:
+    """(length, unit): the record's response length in tokens when it has one, else the output's characters."""
+    tokens = generation.attributes.get(contract.RESPONSE_LENGTH)
+    if isinstance(tokens, int) and not isinstance(tokens, bool):
+        return tokens, LENGTH_TOKENS
+    return len(generation.output), LENGTH_CHARS
+
+
+def cell(value: object) -> str:
+    """A value as a table cell: floats to 3 significant digits, bools in lower case, None empty."""
     if value is None:
         return ""
+    if isinstance(value, bool):
+        return str(value).lower()
     if isinstance(value, float):
         return f"{value:.3g}"
-    return str(value).lower() if isinstance(value, bool) else str(value)
+    return str(value)
 
 
 def _prompts(selection: StepSelection) -> str:
-    """A rollout step's prompts kept and seen (an estimate marked with its error), and the incomplete ones."""
-    if selection.prompts_kept is None:
-        return ""
+    """A rollout step's prompts and responses kept of seen (an estimate with its error), and the incomplete ones."""
     seen = "?" if selection.prompts_seen is None else str(selection.prompts_seen)
     if selection.prompts_seen_estimated:
         seen = f"≈{seen} (±{PROMPTS_SEEN_ERROR:.0%})"
-    text = f" · prompts {selection.prompts_kept} of {seen}"
+    text = f" · prompts {selection.prompts_kept} of {seen} · responses {selection.kept} of {selection.seen}"
     if selection.sample_rate is not None:
         under = "?" if selection.prompts_under_rate is None else selection.prompts_under_rate
         text += f" · rate {selection.sample_rate:g} ({under} prompts under it)"
@@ -43,33 +85,115 @@ def _prompts(selection: StepSelection) -> str:
     return text
 
 
-def render_tables(selections: Sequence[StepSelection], console: Console, width: int = 60) -> None:
-    """Print one rich table per (run, step), with the extra columns of every shown step."""
-    extras = extra_names(selections)
-    for selection in selections:
-        title = f"run {selection.run_id} · step {selection.step} · kept {selection.kept} of {selection.seen}"
+def step_title(selection: StepSelection) -> str:
+    """``run R · step S · kept k of n`` (rollouts: ``prompts K of N · responses k of n``) and the step's notes."""
+    title = f"run {selection.run_id} · step {selection.step}"
+    if selection.prompts_kept is None:
+        title += f" · kept {selection.kept} of {selection.seen}"
+    else:
         title += _prompts(selection)
-        if selection.score_mean is not None:
-            title += f" · mean score {selection.score_mean:.3g} over {selection.score_count}"
-        if selection.attempts > 1:
-            title += f" · attempt {selection.attempt} (of {selection.attempts})"
-        if selection.late:
-            title += f" · {selection.late} late"
-        samplers = sorted(samplers_of(selection.summary))
-        if len(samplers) > 1:  # a re-routed step, closed in parts (otel_valgen.partials)
-            title += f" · merged from samplers {', '.join(samplers)}"
-        missing = selection.summary.get(contract.MISSING) if selection.summary else None
-        if isinstance(missing, int) and missing > 0:
-            title += f" · {missing} missing"
-        table = Table(title=title, show_lines=False)
+    if selection.score_mean is not None:
+        title += f" · mean score {selection.score_mean:.3g} over {selection.score_count}"
+    if selection.attempts > 1:
+        title += f" · attempt {selection.attempt} (of {selection.attempts})"
+    if selection.late:
+        title += f" · {selection.late} late"
+    samplers = sorted(samplers_of(selection.summary))
+    if len(samplers) > 1:  # a re-routed step, closed in parts (otel_valgen.partials)
+        title += f" · merged from samplers {', '.join(samplers)}"
+    missing = selection.summary.get(contract.MISSING) if selection.summary else None
+    if isinstance(missing, int) and missing > 0:
+        title += f" · {missing} missing"
+    return title
+
+
+def _rollout_cells(generation: Generation) -> list[str]:
+    columns = rollout_columns(generation)
+    return [cell(columns[name]) for name in ROLLOUT_COLUMNS]
+
+
+def step_json(selection: StepSelection, extras: Sequence[str]) -> dict[str, object]:
+    """``show --format json``'s object of one step: its figures, then its generations (``extras``: every step's)."""
+    return {
+        "run_id": selection.run_id,
+        "step": selection.step,
+        "attempt": selection.attempt,
+        "attempts": selection.attempts,
+        "late": selection.late,
+        "seen": selection.seen,
+        "kept": selection.kept,
+        "score_count": selection.score_count,
+        "score_sum": selection.score_sum,
+        "score_mean": selection.score_mean,
+        "dropped": selection.dropped,
+        "split_attempts": selection.split_attempts,
+        "sources_unhooked": selection.sources_unhooked,
+        "kind": selection.kind,
+        "prompts_seen": selection.prompts_seen,
+        "prompts_seen_estimated": selection.prompts_seen_estimated,
+        "prompts_incomplete": selection.prompts_incomplete,
+        "sample_rate": selection.sample_rate,
+        "prompts_under_rate": selection.prompts_under_rate,
+        "prompts_kept": selection.prompts_kept,
+        "generations": [
+            {
+                "sample_id": g.sample_id,
+                "sample_key": g.sample_key,
+                "input": g.input,
+                "output": g.output,
+                "score": g.score,
+                "ground_truth": g.ground_truth,
+                "data_source": g.data_source,
+                "source": g.source,
+                "extra": {name: g.extra.get(name) for name in extras},
+                **kind_columns(g),
+            }
+            for g in selection.generations
+        ],
+    }
+
+
+def render_tables(selections: Sequence[StepSelection], console: Console, width: int = 60) -> None:
+    """Print one rich table per (run, step), with the extra columns of every shown step.
+
+    Rollout steps add the prompt id (after the rank) and the advantage, response length,
+    truncated flag and param version (after the score); validation steps add the response length
+    and truncated flag when a shown generation has them.
+    """
+    extras = extra_names(selections)
+    lengths = has_lengths(selections)
+    for selection in selections:
+        rollout = selection.kind == contract.KIND_ROLLOUT
+        table = Table(title=step_title(selection), show_lines=False)
         table.add_column("#", justify="right", min_width=2, no_wrap=True)
+        if rollout:
+            table.add_column("prompt", overflow="ellipsis", no_wrap=True, max_width=width // 3)
         table.add_column("source", overflow="ellipsis", no_wrap=True, max_width=14)
         for column in ("input", "output"):
             table.add_column(column, overflow="ellipsis", no_wrap=True, max_width=width)
         table.add_column("score", justify="right", min_width=5, no_wrap=True)
+        if rollout:
+            for column in ("advantage", "length", "truncated", "param"):
+                table.add_column(column, justify="right", no_wrap=True)
+        elif lengths:
+            for column in ("length", "truncated"):
+                table.add_column(column, justify="right", no_wrap=True)
         for name in extras:
             table.add_column(name, justify="right", overflow="ellipsis", no_wrap=True, max_width=width // 2)
         for rank, g in enumerate(selection.generations, start=1):
             score = "" if g.score is None else f"{g.score:.3g}"
-            table.add_row(str(rank), g.source or "", g.input, g.output, score, *(_cell(g.extra.get(n)) for n in extras))
+            rollout_cells = _rollout_cells(g) if rollout else []
+            length_cells = [cell(kind_columns(g)[n]) for n in LENGTH_COLUMNS] if lengths and not rollout else []
+            prompt = rollout_cells[:1]
+            table.add_row(
+                str(rank),
+                *prompt,
+                g.source or "",
+                g.input,
+                g.output,
+                score,
+                *rollout_cells[1:],
+                *length_cells,
+                *(cell(g.extra.get(n)) for n in extras),
+            )
         console.print(table)
