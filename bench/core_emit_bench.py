@@ -5,7 +5,10 @@ Measures, for M generations of about 2.5 KB (k = 64):
      against a verl-style baseline on the same data (sort by input, RandomState(42) shuffle,
      first k, build verl's wide wandb.Table);
   2. peak RSS of the emitting process for M = 10k, 30k and 100k with data generated batch by
-     batch, so that only otel_valgen's own memory can grow with M.
+     batch, so that only otel_valgen's own memory can grow with M;
+  3. the cost of verl's full row (ground truth, data source, two reward columns, response length
+     and truncation with every generation, as the verl integration sends them), and of cutting a
+     200 KB output to ``max_field_bytes`` (head and tail kept).
 
 Run: ``python bench/core_emit_bench.py`` (about a minute on 2 cores). Prints the figures.
 """
@@ -28,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout
 
 K = 64
 BATCH = 1000
+VARIANTS = ("baseline", "presample_on", "presample_on_uids", "presample_on_full_row", "presample_off")
 
 
 def make_batch(start: int, size: int) -> tuple[list[str], list[str], list[float]]:
@@ -70,14 +74,30 @@ def verl_baseline(data: list[tuple[list[str], list[str], list[float]]]) -> float
     return time.perf_counter() - started
 
 
+def full_row(inputs: list[str], scores: list[float]) -> dict[str, object]:
+    """The columns the verl integration adds to each call (docs/verl.md, *Each row is verl's full row*)."""
+    return {
+        "ground_truths": [str(i) for i in range(len(inputs))],
+        "data_sources": ["openai/gsm8k"] * len(inputs),
+        "extra": {"acc": scores, "pred": [str(score) for score in scores]},
+        "response_lengths": [512] * len(inputs),
+        "truncated": [False] * len(inputs),
+    }
+
+
 def otel_valgen_run(
-    data: list[tuple[list[str], list[str], list[float]]], presample: bool, directory: str, uids: bool = False
+    data: list[tuple[list[str], list[str], list[float]]],
+    presample: bool,
+    directory: str,
+    uids: bool = False,
+    row: bool = False,
 ) -> tuple[float, float]:
     """log_generations per batch, then the end of the step (which flushes to the sink).
 
     With ``uids`` the calls pass dataset uids as sample ids (a job that has them; verl 0.9.1
-    does not pass them to its hook), so no input is hashed. Returns the seconds spent in the
-    log_generations calls and in the end of the step.
+    does not pass them to its hook), so no input is hashed. With ``row`` they pass verl's full
+    row's columns (``full_row``). Returns the seconds spent in the log_generations calls and in
+    the end of the step.
     """
     import otel_valgen as vg
 
@@ -86,11 +106,12 @@ def otel_valgen_run(
     vg.end_step(0)
     # The dataset's uids exist before validation starts (verl keeps them in its batch).
     ids = [[text[: text.index(":")] for text in inputs] if uids else None for inputs, _, _ in data]
+    columns = [full_row(inputs, scores) if row else {} for inputs, _, scores in data]
     started = time.perf_counter()
     block = vg.validation(step=1)
     with block:
-        for (inputs, outputs, scores), batch_ids in zip(data, ids, strict=True):
-            vg.log_generations(inputs, outputs, scores, sample_ids=batch_ids)
+        for (inputs, outputs, scores), batch_ids, batch_columns in zip(data, ids, columns, strict=True):
+            vg.log_generations(inputs, outputs, scores, sample_ids=batch_ids, **batch_columns)
         logged = time.perf_counter()
     ended = time.perf_counter()
     vg.shutdown()
@@ -105,9 +126,7 @@ def time_comparison(total: int, repeats: int) -> dict[str, float]:
     import wandb  # noqa: F401  (import cost is not part of either measurement)
 
     data = list(batches(total))
-    results: dict[str, list[float]] = {
-        name: [] for name in ("baseline", "presample_on", "presample_on_uids", "presample_off")
-    }
+    results: dict[str, list[float]] = {name: [] for name in VARIANTS}
     parts: dict[str, list[float]] = {"log_on": [], "end_on": []}
     with tempfile.TemporaryDirectory() as tmp:
         for attempt in range(repeats):
@@ -119,7 +138,23 @@ def time_comparison(total: int, repeats: int) -> dict[str, float]:
             results["presample_off"].append(sum(otel_valgen_run(data, False, os.path.join(tmp, f"off{attempt}"))))
             uid_run = otel_valgen_run(data, True, os.path.join(tmp, f"uid{attempt}"), uids=True)
             results["presample_on_uids"].append(sum(uid_run))
+            row_run = otel_valgen_run(data, True, os.path.join(tmp, f"row{attempt}"), row=True)
+            results["presample_on_full_row"].append(sum(row_run))
     return {name: statistics.median(values) for name, values in {**results, **parts}.items()}
+
+
+def cut_cost(repeats: int) -> tuple[float, float]:
+    """Best seconds of ``clean_text`` on a 200 KB output at the default limit, and on a 2 KB one (no cut)."""
+    import timeit
+
+    from otel_valgen._sanitize import clean_text
+
+    long = "step by step, " * 14_000 + "#### 42"  # ~200 KB
+    short = long[:2000]
+    limit = 65_536
+    cut = min(timeit.repeat(lambda: clean_text(long, limit), number=100, repeat=repeats)) / 100
+    whole = min(timeit.repeat(lambda: clean_text(short, limit), number=100, repeat=repeats)) / 100
+    return cut, whole
 
 
 def peak_rss_child(total: int) -> None:
@@ -147,12 +182,17 @@ def main() -> None:
     print(f"machine: {os.cpu_count()} cores, Python {sys.version.split()[0]}; M={args.m}, k={K}, ~2.5 KB each")
     medians = time_comparison(args.m, args.repeats)
     base = medians["baseline"]
-    for name in ("baseline", "presample_on", "presample_on_uids", "presample_off"):
+    for name in VARIANTS:
         print(f"  {name:<17} {medians[name] * 1000:8.1f} ms   ratio to baseline {medians[name] / base:5.2f}x")
     print(
         f"  presample_on = {medians['log_on'] * 1000:.1f} ms in log_generations "
         f"({medians['log_on'] / args.m * 1e6:.2f} us per generation) "
         f"+ {medians['end_on'] * 1000:.1f} ms ending the step"
+    )
+    cut, whole = cut_cost(args.repeats)
+    print(
+        f"  a 200 KB output cut to 64 KiB (head and tail): {cut * 1e6:.0f} us; "
+        f"a 2 KB output (not cut): {whole * 1e6:.1f} us; at most k = {K} outputs are cut per step"
     )
     print("peak RSS of the emitting process, data streamed in batches of 1000:")
     rss = {}

@@ -17,7 +17,8 @@ generations forwarded with ``late_records: forward`` carry ``valgen.late = true`
 
 Two kinds of records share the pipeline (``valgen.kind``): validation (absent on records of
 releases before kinds) and training rollouts. The validation panels keep every record whose
-kind is not ``rollout``, so older records still show; the rollout panels keep only rollouts.
+kind is not ``rollout``, so older records still show; the rollout panels keep only rollouts;
+the prompt panel, like ``otel-valgen show --prompt``, shows both.
 
 Run, step and prompt are structured metadata, not labels (one stream per run or step would
 make Loki's index grow without bound), so Loki's label API cannot list them: they are
@@ -90,6 +91,7 @@ KIND = loki_name(contract.KIND)
 PROMPT_ID = loki_name(contract.PROMPT_ID)
 ADVANTAGE = loki_name(contract.ADVANTAGE)
 RESPONSE_LENGTH = loki_name(contract.RESPONSE_LENGTH)
+OUTPUT_LENGTH = loki_name(contract.OUTPUT_LENGTH)  # the output's UTF-8 bytes, set only when it was cut
 TRUNCATED = loki_name(contract.TRUNCATED)
 PROMPTS_SEEN = loki_name(contract.PROMPTS_SEEN)
 PROMPTS_KEPT = loki_name(contract.PROMPTS_KEPT)
@@ -111,8 +113,12 @@ ROLLOUTS = f'| {KIND}="{contract.KIND_ROLLOUT}"'
 BODY = f"| json {contract.BODY_INPUT}, {contract.BODY_OUTPUT}, {contract.BODY_GROUND_TRUTH}"
 
 Q_STEP_GENERATIONS = f'{STREAMS} {OF_RUN} {VALIDATION} | {STEP}=~"$step" {KEPT_ONLY} {BODY}'
-# A prompt's response at every step: its id there carries that step's part tag (README, *Sample ids*).
-Q_PROMPT_ACROSS_STEPS = f'{STREAMS} {OF_RUN} {VALIDATION} | {SAMPLE_ID}=~"$sample(@[0-9a-f]*)?" {KEPT_ONLY} {BODY}'
+# One prompt's kept rows at every step, of both kinds, as `otel-valgen show --prompt ID` lists them:
+# ID is a sample id with or without its response index and part tag (`<base>/<i>@<tag>`, README,
+# *Sample ids*: the tag differs at every step), or a prompt's base id, which is also a rollout's
+# valgen.prompt_id (its sample ids are `<prompt id>/<i>@<tag>`).
+PROMPT_MATCH = f'{SAMPLE_ID}=~"$sample(/[0-9]+)?(@[0-9a-f]*)?"'
+Q_PROMPT_ACROSS_STEPS = f"{STREAMS} {OF_RUN} | {PROMPT_MATCH} {KEPT_ONLY} {BODY}"
 Q_SUMMARIES = f"{STREAMS} {OF_RUN} {VALIDATION} {SUMMARIES_ONLY}"
 Q_LATE = f'{STREAMS} {OF_RUN} | {LATE}="true" {BODY}'
 Q_MEAN_SCORE = (
@@ -307,7 +313,10 @@ def variables() -> list[Builder[dashboard_models.VariableModel]]:
         textbox("run", "run", f"Regular expression over {RUN_ID}, the training run."),
         textbox("step", "step", f"Regular expression over {STEP}, the trainer's step."),
         textbox(
-            "sample", "prompt", f"Regular expression over {SAMPLE_ID} without its part's tag, one prompt's response."
+            "sample",
+            "prompt",
+            f"Regular expression over {SAMPLE_ID} without its response index and part's tag: a prompt id "
+            "(every response, validation and rollouts), or <prompt>/<i> (one response).",
         ),
         pipeline_health.variable(),
     ]
@@ -323,10 +332,14 @@ GENERATION_COLUMNS = {
     contract.BODY_OUTPUT: "output",
     contract.BODY_GROUND_TRUTH: "ground truth",
     SCORE: "score",
+    RESPONSE_LENGTH: "response length",
+    TRUNCATED: "truncated",
     DATA_SOURCE: "data source",
     SOURCE: "source",
     TRACE_ID: "trace id",
 }
+# Columns only some rows have: the response's tokens and whether it was cut (verl's rows, docs/verl.md).
+GENERATION_OPTIONAL = (RESPONSE_LENGTH, TRUNCATED)
 SUMMARY_COLUMNS = {
     RUN_ID: "run",
     STEP: "step",
@@ -343,13 +356,21 @@ SUMMARY_COLUMNS = {
     TRACE_ID: "trace id",
 }
 PROMPT_COLUMNS = {
-    SAMPLE_ID: "sample id",
     STEP: "step",
+    KIND: "kind",
+    RANK: "rank",
+    SAMPLE_ID: "sample id",
+    SOURCE: "source",
     contract.BODY_OUTPUT: "output",
     SCORE: "score",
+    RESPONSE_LENGTH: "response length",
+    OUTPUT_LENGTH: "output bytes (cut)",
+    ATTEMPT: "attempt",
     RUN_ID: "run",
     TRACE_ID: "trace id",
 }
+# Columns only some rows have: a rollout's response length, a cut output's size.
+PROMPT_OPTIONAL = (RESPONSE_LENGTH, OUTPUT_LENGTH)
 LATE_COLUMNS = {
     RUN_ID: "run",
     STEP: "step",
@@ -432,15 +453,20 @@ def panels() -> list[Builder[dashboard_models.Panel]]:
         4,
         "Sampled generations of step $step",
         "The generations the sampler kept for the step, in sampling order (rank), for each attempt of it. "
-        "The extra columns a job logs (log_generations(..., extra=...), valgen.extra.<name>) come last, named "
-        "as Loki stores them (characters other than letters, digits and _ become _).",
+        "response length and truncated: the response's tokens and whether it was cut at the length limit, when "
+        "the job sends them (verl's rows do). The extra columns a job logs (log_generations(..., extra=...), "
+        "valgen.extra.<name>; verl's reward_extra_info) come last, named as Loki stores them (characters other "
+        "than letters, digits and _ become _).",
         grid(0, 12, 24, 12),
         logs_query("A", Q_STEP_GENERATIONS, max_lines=5000),
         [
             parts.extract_label_fields(),
-            parts.convert_to_number(STEP, RANK, SCORE),
+            parts.convert_to_number(STEP, RANK, SCORE, RESPONSE_LENGTH),
             parts.sort_by(RUN_ID, STEP, ATTEMPT, RANK),
-            parts.keep_columns(list(GENERATION_COLUMNS), f"{EXTRA}.+"),
+            parts.keep_columns(
+                [c for c in GENERATION_COLUMNS if c not in GENERATION_OPTIONAL],
+                "|".join([f"{EXTRA}.+", *GENERATION_OPTIONAL]),
+            ),
             parts.organize(GENERATION_COLUMNS, keep_others=True),
             parts.rename_by_regex(f"{EXTRA}(.+)", "$1"),
         ],
@@ -448,15 +474,21 @@ def panels() -> list[Builder[dashboard_models.Panel]]:
     prompt = table_panel(
         5,
         "Outputs for one prompt across steps",
-        "The same prompts are sampled at every step: set the prompt variable (or click a sample id above) to "
-        "read how the model's answer to it changes.",
+        "What otel-valgen show --prompt ID lists: the prompt's kept rows at every step, validation and training "
+        "rollouts (kind; empty on records of releases before kinds), in step order. Set the prompt variable to a "
+        "prompt id (every response; a rollout's prompt id too) or <prompt>/<i> (one response), or click a sample "
+        "id above. response length: the response's tokens (rollouts, verl's validation rows); output bytes (cut): "
+        "the output's size before it was cut "
+        "to max_field_bytes (its head and tail kept around a '…[N characters omitted]…' line), empty when whole. "
+        "Unlike show, every attempt of a step is listed.",
         grid(0, 24, 14, 10),
         logs_query("A", Q_PROMPT_ACROSS_STEPS, max_lines=5000),
         [
             parts.extract_label_fields(),
-            parts.convert_to_number(STEP, SCORE),
-            parts.sort_by(SAMPLE_ID, STEP),
-            parts.organize(PROMPT_COLUMNS),
+            parts.convert_to_number(STEP, RANK, SCORE, RESPONSE_LENGTH, OUTPUT_LENGTH),
+            parts.sort_by(STEP),  # the first field alone decides (parts.sort_by); sample ids differ by tag per step
+            parts.keep_columns([c for c in PROMPT_COLUMNS if c not in PROMPT_OPTIONAL], "|".join(PROMPT_OPTIONAL)),
+            parts.organize(PROMPT_COLUMNS, keep_others=True),
         ],
     )
     mean_score = per_step_chart(
@@ -492,7 +524,7 @@ def panels() -> list[Builder[dashboard_models.Panel]]:
             *text_columns(contract.BODY_INPUT, contract.BODY_OUTPUT),
             sample_id_column("Show this prompt across steps"),
         ),
-        with_columns(prompt, *text_columns(contract.BODY_OUTPUT)),
+        with_columns(prompt, *text_columns(contract.BODY_OUTPUT), sample_id_column("Show this response across steps")),
         mean_score,
         late,
         *rollout_panels(top=41),

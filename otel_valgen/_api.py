@@ -14,7 +14,7 @@ from typing import Any, Final
 from otel_valgen import _process, _stats, contract
 from otel_valgen._emitter import StepState
 from otel_valgen._process import never_raise
-from otel_valgen._records import Batch, ExtraColumns
+from otel_valgen._records import Batch, ExtraColumns, RolloutColumns
 from otel_valgen._sanitize import clean_step
 from otel_valgen._settings import Settings, resolve_settings
 
@@ -181,6 +181,8 @@ def log_generations(
     source: str | None = None,
     count: int | None = None,
     extra: Mapping[str, Iterable[Any]] | None = None,
+    response_lengths: Iterable[Any] | None = None,
+    truncated: Iterable[Any] | None = None,
 ) -> int:
     """Record validation generations of one step; call any number of times, any batch size.
 
@@ -209,6 +211,9 @@ def log_generations(
             value (None, NaN, inf, an object) is left out of its record. A name is 1
             to 64 of ``A-Z a-z 0-9 _ . / -``; columns with other names, and columns past the
             32nd, are dropped. A column of the wrong length drops the call, as for ``scores``.
+        response_lengths, truncated: optional, one per generation: the response's length in
+            tokens (an int) and whether generation stopped at the length limit (a bool), sent as
+            ``valgen.response_length`` and ``valgen.truncated`` as rollouts carry them.
 
     Returns:
         How many generations were accepted (0 when the batch was dropped; see ``stats()``).
@@ -221,6 +226,8 @@ def log_generations(
         "ground_truths": ground_truths,
         "sample_ids": sample_ids,
         "data_sources": data_sources,
+        "response_lengths": response_lengths,
+        "truncated": truncated,
     }
     try:
         return _log_columns(columns, step=step, source=source, count=count, extra=extra)
@@ -306,6 +313,9 @@ def _log_columns(
             columns=tuple(columns[_extra_label(name)] or () for name in extras),
         )
         if extras
+        else None,
+        rollout=RolloutColumns(None, None, columns["response_lengths"], columns["truncated"])
+        if columns["response_lengths"] is not None or columns["truncated"] is not None
         else None,
     )
     if same_step is None:  # block-less: a complete part by itself, delivered before returning

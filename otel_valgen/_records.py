@@ -74,7 +74,11 @@ class Batch:
 
 @dataclass(frozen=True)
 class RolloutColumns:
-    """A rollout call's own columns (``log_rollouts``), each None or one value per response."""
+    """A call's per-response columns, each None or one value per response.
+
+    A rollout call (``log_rollouts``) may give all of them; a validation call only the response
+    lengths and truncation.
+    """
 
     prompt_ids: Sequence[Any] | None  # None: each prompt's id is derived from its text
     advantages: Sequence[Any] | None
@@ -400,7 +404,7 @@ class RecordBuilder:
         self.stats.add(_stats.TRUNCATED_FIELDS)
         self.stats.warn(
             "truncated",
-            "a field of %s was %d bytes; truncated to %d",
+            "a field of %s was %d bytes; its middle was cut out to fit %d",
             sample_id,
             original_length,
             self.settings.max_field_bytes,
@@ -411,8 +415,8 @@ class RecordBuilder:
 
         A value that cannot be sent is left out and tallied in ``batch.extra.invalid``, which
         ``report_extra`` counts and warns about once per call. Text values, and the JSON text of
-        a list, dict or array (``_sanitize.json_text``), are repaired and truncated like the body's
-        texts (the marker ends the text; no original-length attribute; counted in truncated_fields).
+        a list, dict or array (``_sanitize.json_text``), are repaired and cut like the body's texts
+        (head and tail kept around the marker; no original-length attribute; counted in truncated_fields).
         """
         extra = batch.extra
         if extra is None:

@@ -45,6 +45,8 @@ EXTRA_VALUES_INVALID: Final = "extra_values_invalid"  # extra values omitted fro
 EXTRA_COLUMNS_DROPPED: Final = "extra_columns_dropped"  # extra columns dropped whole (bad name, too many)
 # verl's own validation table ran in this process instead of otel-valgen (integrations.verl)
 VERL_TABLES_UNROUTED: Final = "verl_tables_unrouted"
+# a column of verl's validation rows (ground truth, data source, reward columns, sizes) could not be read
+VERL_ROW_COLUMNS_MISSING: Final = "verl_row_columns_missing"
 # a verl trainer's rollout hook point is missing or changed: its training batches are not sent (integrations.verl)
 VERL_ROLLOUT_HOOKS_MISSING: Final = "verl_rollout_hooks_missing"
 FLUSH_TIMEOUTS: Final = "flush_timeouts"

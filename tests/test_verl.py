@@ -57,6 +57,31 @@ def test_install_hooks_verls_own_base_classes() -> None:
     assert vg_verl.install() is True  # idempotent
 
 
+def test_what_the_row_tally_puts_in_verls_modules_pickles_for_ray() -> None:
+    """The batch-tallying stand-ins in verl's trainer modules survive Ray's cloudpickle (by value, as actors go).
+
+    Ray pickles a verl actor class's methods, and the module globals they name, by value; a closure over
+    the tally's ContextVar failed there (fully-async's rollouter could not start).
+    """
+    import sys
+
+    from ray import cloudpickle
+
+    from otel_valgen.integrations.verl import _layout, _rows
+
+    wrapped = []
+    for module_name in _layout.VALIDATE_LOCALS:
+        module = sys.modules.get(module_name)
+        for name in (_layout.REWARD_FUNCTION, _layout.V1_STORE):
+            value = getattr(module, name, None)
+            if value is not None:
+                assert isinstance(value, _rows._TallyingReward | _rows._TallyingStore), (module_name, name, value)
+                wrapped.append(value)
+                again = cloudpickle.loads(cloudpickle.dumps(value))
+                assert type(again) is type(value)
+    assert {type(value) for value in wrapped} == {_rows._TallyingReward, _rows._TallyingStore}
+
+
 def test_verls_hook_sends_every_generation_at_global_steps_with_k() -> None:
     """The sync hook sends all M generations (presampled to k) at global_steps, k = log_val_generations."""
     with capture_records(run_id="verl", count=64) as records:
@@ -126,10 +151,10 @@ def test_mixin_over_a_patched_base_opens_one_block() -> None:
         _call_like_verls_validate(trainer, n=20)
 
     def hooked_base_validate() -> None:
-        vg_verl._validate_in_block(verls_validate, trainer, (), {})
+        vg_verl._validation.validate_in_block(verls_validate, trainer, (), {})
 
     with capture_records(run_id="verl", count=64) as records:
-        vg_verl._validate_in_block(hooked_base_validate, trainer, (), {})  # what the mixin's _validate does
+        vg_verl._validation.validate_in_block(hooked_base_validate, trainer, (), {})  # what the mixin's _validate does
     (end,) = _by_event(records, contract.EVENT_VALIDATION_END)
     assert end["attributes"][contract.SOURCE] == "my-trainer"
     assert end["attributes"][contract.SEEN] == 20

@@ -427,11 +427,11 @@ MUTATIONS: tuple[Mutation, ...] = (
     # --- Python: truncation and repairs ---------------------------------------------------
     Mutation(
         "py.sanitize.cut_at_boundary",
-        "a cut text ends at a character boundary (a split character is left out, not replaced)",
+        "a cut text's head ends at a character boundary (no character is split)",
         "otel_valgen/_sanitize.py",
-        'cut = encoded[:budget].decode("utf-8", "ignore")',
-        'cut = encoded[:budget].decode("utf-8", "replace")',
-        ("tests/test_bad_input.py",),
+        "    while 0 < end < len(encoded) and (encoded[end] & 0xC0) == 0x80:",
+        "    while False:",
+        ("tests/test_long_outputs.py", "tests/test_bad_input.py"),
     ),
     Mutation(
         "py.k_rule.smallest",
@@ -876,7 +876,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         "py.verl.default_k_without_key",
         "a trainer config without trainer.log_val_generations logs with the default k (only 0 disables)",
-        "otel_valgen/integrations/verl.py",
+        "otel_valgen/integrations/verl/_validation.py",
         "    if count == 0:\n        return None",
         "    if not count:\n        return None",
         ("tests/verl/test_sync.py", "tests/test_verl.py"),
@@ -884,10 +884,35 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         "py.verl.own_param_version",
         "a trainer validating by itself logs at its current_param_version, as trainer",
-        "otel_valgen/integrations/verl.py",
+        "otel_valgen/integrations/verl/_validation.py",
         "    if isinstance(own_version, int):  # a fully-async trainer validating by itself",
         "    if False:  # a fully-async trainer validating by itself",
         ("tests/verl/test_sync.py", "tests/test_verl.py"),
+    ),
+    # --- Python: verl's full validation row, read from _validate (issue 34) ------------------------
+    Mutation(
+        "py.verl_rows.score_column_left_out",
+        "reward_extra_infos_dict's reward column (the score) is not sent again as an extra column",
+        "otel_valgen/integrations/verl/_rows.py",
+        "            if name != SCORE_COLUMN and _one_per_generation(values, size) is not None",
+        "            if _one_per_generation(values, size) is not None",
+        ("tests/verl/test_sync.py",),
+    ),
+    Mutation(
+        "py.verl_rows.sizes_tallied",
+        "each validation batch's response lengths and truncation are tallied while _validate runs",
+        "otel_valgen/integrations/verl/_rows.py",
+        "        if tallies is not None:\n            _tally_batch(tallies, batch)",
+        "        if False:\n            _tally_batch(tallies, batch)",
+        ("tests/verl/test_sync.py",),
+    ),
+    Mutation(
+        "py.verl_rows.batched_sources_flattened",
+        "the legacy _validate's per-batch data source arrays become one data source per generation",
+        "otel_valgen/integrations/verl/_rows.py",
+        "        sources = [value for batch in sources for value in _as_list(batch)]",
+        "        sources = list(sources)",
+        ("tests/verl/test_sync.py",),
     ),
     # ===== Issue 35: last round's modules, each rule killed by the fast tests next to its module =====
     # --- Python: parts of one step closed by different samplers (otel_valgen/partials.py) ----------

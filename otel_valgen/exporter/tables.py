@@ -26,6 +26,7 @@ __all__ = [
     "PARAM_VERSION",
     "ROLLOUT_COLUMNS",
     "ROW_COLUMNS",
+    "ROW_FIELDS",
     "Layout",
     "WideRow",
     "extra_names",
@@ -37,6 +38,7 @@ __all__ = [
     "rollout_markdown",
     "rollout_rows",
     "row_columns",
+    "row_fields",
     "rows_layout",
     "supports_incremental",
     "verl_row",
@@ -54,6 +56,8 @@ ROW_COLUMNS: Final = [
     "output",
     "ground_truth",
     "score",
+    "response_length",
+    "truncated",
 ]
 ROLLOUT_COLUMNS: Final = [
     "step",
@@ -78,13 +82,38 @@ def extra_names(step: ClosedStep) -> list[str]:
     return sorted({name for generation in step.generations for name in generation.extra})
 
 
+ROW_FIELDS: Final = ("ground_truth", "data_source", "response_length", "truncated")
+"""A row's own fields beyond verl's input, output and score; the ``verl`` layout adds those a step has."""
+
+
+def row_fields(generation: Generation) -> dict[str, Any]:
+    """A generation's ``ROW_FIELDS``."""
+    attributes = generation.attributes
+    return {
+        "ground_truth": generation.ground_truth,
+        "data_source": generation.data_source,
+        "response_length": attributes.get(contract.RESPONSE_LENGTH),
+        "truncated": attributes.get(contract.TRUNCATED),
+    }
+
+
 def verl_row(step: ClosedStep) -> WideRow:
-    """The step's verl row (``[step, input_1, output_1, score_1, ...]`` in rank order) and its extra values."""
+    """The step's verl row (``[step, input_1, output_1, score_1, ...]`` in rank order) and its extra values.
+
+    The extra values are the step's ``ROW_FIELDS`` that any generation has (an extra column of the
+    same name wins), then its extra columns.
+    """
     cells: list[Any] = [step.step]
     for generation in step.generations:
         cells += [generation.input, generation.output, generation.score]
     names = extra_names(step)
-    return {"cells": cells, "extra": {name: [g.extra.get(name) for g in step.generations] for name in names}}
+    fields = [row_fields(g) for g in step.generations]
+    extra = {
+        name: [f[name] for f in fields]
+        for name in ROW_FIELDS
+        if name not in names and any(f[name] is not None for f in fields)
+    }
+    return {"cells": cells, "extra": extra | {name: [g.extra.get(name) for g in step.generations] for name in names}}
 
 
 def _as_wide(row: Any) -> WideRow:
@@ -131,6 +160,8 @@ def generation_rows(step: ClosedStep, skip: set[str] | frozenset[str] = frozense
             generation.output,
             generation.ground_truth,
             generation.score,
+            generation.attributes.get(contract.RESPONSE_LENGTH),
+            generation.attributes.get(contract.TRUNCATED),
             *(generation.extra.get(name) for name in names),
             step.attempt,
         ]
@@ -146,7 +177,7 @@ def record_dicts(step: ClosedStep) -> list[dict[str, Any]]:
     for rank, generation in enumerate(step.generations, start=1):
         item: dict[str, Any] = {"input": generation.input, "output": generation.output, "score": generation.score}
         item |= {"step": step.step, "rank": rank, "sample_id": generation.sample_id}
-        item |= {"data_source": generation.data_source, "ground_truth": generation.ground_truth}
+        item |= row_fields(generation)
         item |= {name: generation.extra.get(name) for name in names}
         item["attempt"] = step.attempt
         out.append(item)
@@ -162,6 +193,9 @@ def markdown(step: ClosedStep) -> str:
         text += f"**Input:** {generation.input}\n\n"
         text += f"**Output:** {generation.output}\n\n"
         text += f"**Score:** {generation.score}\n\n"
+        for name, value in row_fields(generation).items():
+            if value is not None:
+                text += f"**{name}:** {value}\n\n"
         for name in names:
             text += f"**{name}:** {generation.extra.get(name)}\n\n"
         text += "---\n\n"

@@ -148,10 +148,8 @@ def rollout_columns(
     prompts = _numpy(tensors["prompts"])
     attention = _numpy(tensors["attention_mask"]).astype(bool)
     prompt_mask = attention[:, : prompts.shape[1]]
-    # The response's tokens (right-padded); response_mask also leaves out a multi-turn tool's tokens.
-    spans = attention[:, prompts.shape[1] :].sum(axis=1)
-    response_mask = _numpy(tensors["response_mask"]).astype(bool) if _has(tensors, "response_mask") else None
-    lengths = response_mask.sum(axis=1) if response_mask is not None else spans
+    spans, response_mask = _response_spans(tensors, prompts.shape[1])
+    lengths, truncated = _sizes(responses, spans, response_mask, max_response_length, tokenizer)
     non_tensor = batch.non_tensor_batch
     prompt_ids, prompt_texts = prompt_groups(prompts, prompt_mask, non_tensor, tokenizer)
     return {
@@ -160,13 +158,40 @@ def rollout_columns(
         "rewards": _scores(tensors),
         "prompt_ids": prompt_ids,
         "advantages": _advantages(tensors, response_mask if response_mask is not None else _mask(spans, width)),
-        "response_lengths": lengths.tolist(),
-        "truncated": _truncated(responses, spans, max_response_length or width, tokenizer),
+        "response_lengths": lengths,
+        "truncated": truncated,
         "param_versions": _column(non_tensor, PARAM_VERSION_KEY),
         "ground_truths": _ground_truths(non_tensor.get("reward_model")),
         "data_sources": _column(non_tensor, "data_source"),
         "extra": _extra(batch, reward_extra_info),
     }
+
+
+def response_sizes(batch: DataProto, tokenizer: Any, max_response_length: int | None) -> tuple[list[int], list[bool]]:
+    """Each response's length in tokens and whether it was cut at the length limit, as ``rollout_columns`` has them."""
+    tensors = batch.batch
+    responses = _numpy(tensors["responses"])
+    spans, response_mask = _response_spans(tensors, _numpy(tensors["prompts"]).shape[1])
+    return _sizes(responses, spans, response_mask, max_response_length, tokenizer)
+
+
+def _sizes(
+    responses: np.ndarray, spans: np.ndarray, response_mask: np.ndarray | None, limit: int | None, tokenizer: Any
+) -> tuple[list[int], list[bool]]:
+    """Each response's tokens (``response_mask`` summed, else its span) and whether the limit cut it."""
+    lengths = response_mask.sum(axis=1) if response_mask is not None else spans
+    return [int(length) for length in lengths], _truncated(responses, spans, limit or responses.shape[1], tokenizer)
+
+
+def _response_spans(tensors: Any, prompt_width: int) -> tuple[np.ndarray, np.ndarray | None]:
+    """The response part's token count of each row (right-padded), and ``response_mask`` when the batch has one.
+
+    ``response_mask`` also leaves out a multi-turn tool's tokens.
+    """
+    attention = _numpy(tensors["attention_mask"]).astype(bool)
+    spans = attention[:, prompt_width:].sum(axis=1)
+    response_mask = _numpy(tensors["response_mask"]).astype(bool) if _has(tensors, "response_mask") else None
+    return spans, response_mask
 
 
 def prompt_groups(
@@ -383,7 +408,7 @@ def _extra(batch: Any, reward_extra_info: Mapping[str, Any] | None) -> dict[str,
 # -- the trainers' hook points (patched by integrations.verl.install) -----------------------------
 
 
-def _max_response_length(trainer: Any) -> int | None:
+def max_response_length(trainer: Any) -> int | None:
     """Verl's response length limit (``rollout.response_length``, else ``data.max_response_length``)."""
     for path in (("actor_rollout_ref", "rollout", "response_length"), ("data", "max_response_length")):
         value: Any = getattr(trainer, "config", None)
@@ -407,7 +432,7 @@ def send_legacy_step(trainer: Any, batch: DataProto) -> int:
         batch,
         trainer.tokenizer,
         step=trainer.global_steps,
-        max_response_length=_max_response_length(trainer),
+        max_response_length=max_response_length(trainer),
         source="trainer",
     )
 
@@ -435,7 +460,7 @@ def send_separation_step(trainer: Any, batch: DataProto) -> int:
         trainer.tokenizer,
         step=separation_step(trainer),
         reward_extra_info=extra or None,  # empty: the batch's reward_extra_keys
-        max_response_length=_max_response_length(trainer),
+        max_response_length=max_response_length(trainer),
         source="trainer",
     )
 
@@ -467,7 +492,7 @@ def send_v1_step(trainer: Any, batch: Any, global_steps: int) -> int:
         _process.counters.failed("fetching the v1 rollout batch from TransferQueue", error, _rows(batch.keys))
         return 0
     return send_rollout_batch(
-        data, trainer.tokenizer, step=global_steps, max_response_length=_max_response_length(trainer), source="trainer"
+        data, trainer.tokenizer, step=global_steps, max_response_length=max_response_length(trainer), source="trainer"
     )
 
 

@@ -26,6 +26,7 @@ from dashboards import validation_generations as vgd
 from dashboards.__main__ import main as generate
 from dashboards.render import render
 from otel_valgen import contract
+from otel_valgen.sampling import split_sample_id, untagged
 from tests.deploy import compose, grafana_table, harness, logql_subset, loki_model
 from tests.deploy.loki_query import substitute
 
@@ -110,8 +111,8 @@ def test_panels_the_issue_asks_for(dashboard: dict[str, Any]) -> None:
     assert {"input", "output", "valgen_score", "valgen_data_source", "trace_id"} <= _columns(step_table)
     assert '| valgen_step=~"$step"' in step_table["targets"][0]["expr"]
     prompt = _panel(dashboard, "one prompt across steps")
-    assert {"valgen_step", "output", "trace_id"} <= _columns(prompt)
-    assert '| valgen_sample_id=~"$sample(@[0-9a-f]*)?"' in prompt["targets"][0]["expr"]
+    assert {"valgen_step", "valgen_kind", "valgen_score", "output", "trace_id"} <= _columns(prompt)
+    assert '| valgen_sample_id=~"$sample(/[0-9]+)?(@[0-9a-f]*)?"' in prompt["targets"][0]["expr"]
     (sample_column,) = [
         o for o in step_table["fieldConfig"]["overrides"] if "valgen_sample_id" in o["matcher"]["options"]
     ]
@@ -146,6 +147,11 @@ def test_the_generations_table_shows_every_extra_column(dashboard: dict[str, Any
     assert headers == [*vgd.GENERATION_COLUMNS.values(), "acc", "format_reward"]
     without_extras = {name: value for name, value in row.items() if "extra" not in name}
     assert grafana_table.columns(generations, [without_extras]) == list(vgd.GENERATION_COLUMNS.values())
+    # A job that sends no response sizes (only verl's rows have them) gets no empty size columns.
+    without_sizes = {name: value for name, value in without_extras.items() if name not in vgd.GENERATION_OPTIONAL}
+    assert grafana_table.columns(generations, [without_sizes]) == [
+        label for name, label in vgd.GENERATION_COLUMNS.items() if name not in vgd.GENERATION_OPTIONAL
+    ]
     rollouts = _panel(dashboard, "Rollout prompts of step")
     for panel in dashboard["panels"]:
         if panel["type"] == "table" and panel not in (generations, rollouts):
@@ -378,10 +384,10 @@ VALIDATION_PANELS = (
     "Steps: seen, kept, late, missing",
     "Seen, kept, late, missing per step",
     "Sampled generations of step",
-    "Outputs for one prompt across steps",
     "Mean score per step",
 )
 ROLLOUT_PANELS = ("Rollout steps: prompts seen and kept", "Rollout prompts of step")
+BOTH_KINDS_PANELS = ("Outputs for one prompt across steps", "Late generations")
 
 
 def _run_query(expr: str, entries: list[loki_model.Entry], **values: str) -> list[dict[str, str]] | dict[str, float]:
@@ -396,7 +402,9 @@ def test_every_panel_with_a_query_is_of_one_kind_or_the_late_panel(dashboard: di
     """A new panel must say which kind it shows (by being listed above) before the kind tests cover it."""
     titles = [panel["title"] for panel, _ in harness.loki_targets(dashboard)]
     for title in titles:
-        assert sum(title.startswith(part) for part in (*VALIDATION_PANELS, *ROLLOUT_PANELS, "Late")) == 1, title
+        assert sum(title.startswith(part) for part in (*VALIDATION_PANELS, *ROLLOUT_PANELS, *BOTH_KINDS_PANELS)) == 1, (
+            title
+        )
 
 
 def test_validation_panels_show_validation_only_old_records_included(dashboard: dict[str, Any]) -> None:
@@ -456,3 +464,52 @@ def test_late_panel_shows_both_kinds_with_their_kind(dashboard: dict[str, Any]) 
     assert isinstance(rows, list)
     assert sorted(r[KIND] for r in rows) == ["rollout", "validation"]
     assert "kind" in grafana_table.columns(late, rows)
+
+
+def _prompt_entries() -> list[loki_model.Entry]:
+    """Prompt p7's kept rows: validation at steps 100, 200, 300 (2 responses), rollouts at 150, 250; p70 and xp7 too.
+
+    Each part's tag sorts against its step (step 100's tag is the largest), as random tags may.
+    """
+    entries = []
+    for step, tag in ((100, "ff01"), (150, "c0de"), (200, "a1b2"), (250, "5e5e"), (300, "0a0b")):
+        kind = contract.KIND_ROLLOUT if step % 100 else contract.KIND_VALIDATION
+        for rank, (prompt, i) in enumerate([("p7", 0), ("p7", 1), ("p70", 0), ("xp7", 0)], start=1):
+            metadata: dict[str, object] = {"valgen_rank": rank, "valgen_sample_id": f"{prompt}/{i}@{tag}"}
+            metadata |= {"valgen_score": 0.5, "valgen_source": "trainer"}
+            if kind == contract.KIND_ROLLOUT:
+                metadata |= {"valgen_prompt_id": prompt, "valgen_response_length": 10 * step + i}
+            entries.append(_entry(step, kind, metadata, _body(f"question {prompt}", f"{prompt}/{i} at {step}")))
+    return entries
+
+
+def _of(entry: loki_model.Entry, prompt: str) -> bool:
+    """Whether `show --prompt` lists `entry` (history.matches): the id, untagged, its base, or the prompt id."""
+    sample_id = entry.metadata["valgen_sample_id"]
+    ids = (sample_id, untagged(sample_id), split_sample_id(sample_id)[0], entry.metadata.get("valgen_prompt_id"))
+    return prompt in ids
+
+
+@pytest.mark.parametrize("prompt", ["p7", "p7/1", "p7/0@a1b2", "p70"])
+def test_the_prompt_panel_lists_what_show_prompt_lists_in_step_order(dashboard: dict[str, Any], prompt: str) -> None:
+    """A prompt id, <prompt>/<i> or a tagged id gives its rows of both kinds at every step, sorted by step."""
+    panel = _panel(dashboard, "one prompt across steps")
+    entries = _prompt_entries()
+    rows = _run_query(panel["targets"][0]["expr"], entries, sample=prompt)
+    assert isinstance(rows, list)
+    shown = grafana_table.sorted_rows(panel, rows)
+    ids = [(int(r["valgen_step"]), r["valgen_sample_id"]) for r in shown]
+    expected = sorted(
+        (int(e.metadata["valgen_step"]), e.metadata["valgen_sample_id"]) for e in entries if _of(e, prompt)
+    )
+    assert [step for step, _ in ids] == sorted(step for step, _ in ids), "rows in step order"
+    assert sorted(ids) == expected
+    assert expected
+    headers = grafana_table.columns(panel, shown)
+    assert headers[:3] == ["step", "kind", "rank"]
+    assert {"score", "output", "trace id"} <= set(headers)
+    if prompt == "p7":  # rollouts among its rows: their response length shows
+        assert "response length" in headers
+    by_id = [r["valgen_step"] for r in sorted(rows, key=lambda r: r["valgen_sample_id"])]
+    if prompt == "p7":  # sorted by sample id (before issue 34) the steps came in their tags' order
+        assert by_id != [r["valgen_step"] for r in shown]

@@ -177,7 +177,8 @@ def test_collector_to_offline_run_k_rows_per_step_across_a_restart(
         assert len(samples) == 3, (step, samples)
         assert len(set(samples)) == 3
     # Both processes of a launch form one attempt of each step: its first (and only) attempt.
-    attempts = {step: {row[8] for row in rows if row[0] == step} for step in (10, 20, 30)}
+    attempt = tables[0][1]["columns"].index("attempt")
+    attempts = {step: {row[attempt] for row in rows if row[0] == step} for step in (10, 20, 30)}
     assert attempts == {10: {f"{first}.1"}, 20: {f"{first}.1"}, 30: {f"{second}.1"}}
     assert {row[3] for row in rows} <= {"trainer", "rollouter"}
 

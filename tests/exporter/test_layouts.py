@@ -31,9 +31,13 @@ from .wandb_files import read_run
 KEY = "val/generations"
 
 
-def verl_columns(width: int) -> list[str]:
-    """The verl layout's columns: step, then input_i, output_i, score_i per sample."""
-    return ["step"] + [f"{name}_{i}" for i in range(1, width + 1) for name in ("input", "output", "score")]
+ROW_FIELDS_SENT = ("data_source", "ground_truth")  # the row fields conftest's generations carry
+
+
+def verl_columns(width: int, fields: tuple[str, ...] = ROW_FIELDS_SENT) -> list[str]:
+    """The verl layout's columns: step, input_i, output_i, score_i per sample, then <field>_i per row field."""
+    columns = ["step"] + [f"{name}_{i}" for i in range(1, width + 1) for name in ("input", "output", "score")]
+    return columns + [f"{name}_{i}" for name in fields for i in range(1, width + 1)]
 
 
 def run_service(layout: str, *requests: object, state_dir: Path | None = None) -> ExporterService:
@@ -53,7 +57,8 @@ def test_verl_layout_one_accumulating_row_per_step(wandb_dir: Path) -> None:
     last = tables[1][1]["data"]
     assert [row[0] for row in last] == [10, 20]
     assert last[1][1:4] == ["q0", "a0@20", 0.5]
-    assert last[1][-3:] == ["q3", "a3@20", 0.5]
+    assert last[1][10:13] == ["q3", "a3@20", 0.5]
+    assert last[1][13:] == ["gsm8k"] * 4 + ["t0", "t1", "t2", "t3"]  # each row's data source and ground truth
     assert files.scalars(f"{KEY}/seen") == [(10, 10), (20, 10)]
     assert files.scalars(f"{KEY}/kept") == [(10, 4), (20, 4)]
     steps = {m.glob_name: m.step_metric for m in files.metrics if m.glob_name}
@@ -74,7 +79,7 @@ def test_rows_layout_k_rows_per_step_in_rank_order(wandb_dir: Path) -> None:
         assert {row[0] for row in table["data"]} == {step}
     assert [row[1] for row in tables[0][1]["data"]] == ["s003", "s002", "s001", "s000"]
     row = tables[1][1]["data"][0]
-    assert row == [6, "s000", "gsm8k", "trainer", "q0", "a0@6", "t0", 0.5, ""]
+    assert row == [6, "s000", "gsm8k", "trainer", "q0", "a0@6", "t0", 0.5, None, None, ""]
 
 
 def test_records_name_the_wandb_run(wandb_dir: Path) -> None:
@@ -145,8 +150,8 @@ def test_verl_table_is_as_wide_as_its_widest_row(wandb_dir: Path) -> None:
     (_, first), (_, second) = read_run(wandb_dir, "run-w").tables(KEY)
     assert first["columns"] == second["columns"] == verl_columns(3)
     assert second["data"] == [
-        [1, "q0", "a0@1", 0.5, "q1", "a1@1", 0.5, "q2", "a2@1", 0.5],
-        [2, "q0", "a0@2", 0.5, None, None, None, None, None, None],
+        [1, "q0", "a0@1", 0.5, "q1", "a1@1", 0.5, "q2", "a2@1", 0.5, *["gsm8k"] * 3, "t0", "t1", "t2"],
+        [2, "q0", "a0@2", 0.5, None, None, None, None, None, None, "gsm8k", None, None, "t0", None, None],
     ]
 
 

@@ -36,7 +36,7 @@ def test_verl_text_per_step_and_scalars_in_the_jobs_folder(tmp_path: Path) -> No
     assert texts[1].startswith("**Generation Results - Step 1**\n\n### Sample 1\n**Input:** q0\n\n")
     assert texts[1].count("### Sample") == 3
     assert texts[2].count("### Sample") == 2
-    assert "**Output:** a2@1\n\n**Score:** 0.5\n\n---\n\n" in texts[1]
+    assert "**Output:** a2@1\n\n**Score:** 0.5\n\n**ground_truth:** t2\n\n**data_source:** gsm8k\n\n---\n\n" in texts[1]
     assert read_scalars(folder, f"{KEY}/seen") == {1: 20.0, 2: 20.0}
     assert read_scalars(folder, f"{KEY}/kept") == {1: 3.0, 2: 2.0}
     assert [p.name.endswith(".otel-valgen") for p in folder.iterdir()] == [True]

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
 REPO = Path(__file__).resolve().parents[2]
 
+RESPONSE_LIMIT = 32  # rollout.response_length and data.max_response_length: responses are cut at 32 tokens
 DATA_SOURCE = "openai/gsm8k"  # verl's default_compute_score grades it with its gsm8k rule ("#### <answer>")
 SPECIAL_TOKENS = ("<|pad|>", "<|endoftext|>", "<|system|>", "<|user|>", "<|assistant|>", "<|end|>")
 CHAT_TEMPLATE = (
@@ -262,7 +263,7 @@ def _common_overrides(
         f"data.train_files={train_path}",
         f"data.val_files={val_path}",
         "data.max_prompt_length=64",
-        "data.max_response_length=32",
+        f"data.max_response_length={RESPONSE_LIMIT}",
         "data.dataloader_num_workers=0",
         "data.filter_overlong_prompts=False",
         "data.validation_shuffle=False",
@@ -270,7 +271,7 @@ def _common_overrides(
         f"actor_rollout_ref.rollout.val_kwargs.n={val_n}",
         "actor_rollout_ref.rollout.val_kwargs.do_sample=True",
         "actor_rollout_ref.rollout.prompt_length=64",
-        "actor_rollout_ref.rollout.response_length=32",
+        f"actor_rollout_ref.rollout.response_length={RESPONSE_LIMIT}",
         "actor_rollout_ref.actor.ppo_mini_batch_size=2",
         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
         "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=1",

@@ -25,7 +25,7 @@ from collections import Counter
 from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import xxhash
 
@@ -341,15 +341,65 @@ def _kind(record: Record) -> str:
     return str(record.attributes.get(contract.KIND, contract.KIND_VALIDATION))  # absent: validation
 
 
-def expected_bottom_k(dumped: list[dict[str, Any]], k: int, seed: int = DEFAULT_SEED) -> list[str]:
-    """Bottom-k over every generation verl dumped, with sample ids derived as docs/verl.md says."""
+def dumped_ids(dumped: list[dict[str, Any]]) -> list[str]:
+    """The sample id of each generation verl dumped, derived as docs/verl.md says."""
     ids: list[str] = []
     responses: dict[str, int] = {}
     for row in dumped:
         prompt = xxhash.xxh64_hexdigest(row["input"].encode())
         responses[prompt] = responses.get(prompt, -1) + 1
         ids.append(f"{prompt}/{responses[prompt]}")
+    return ids
+
+
+def expected_bottom_k(dumped: list[dict[str, Any]], k: int, seed: int = DEFAULT_SEED) -> list[str]:
+    """Bottom-k over every generation verl dumped, with sample ids derived as docs/verl.md says."""
+    ids = dumped_ids(dumped)
     return [sample_id for _, sample_id in bottom_k(((SortKey.of(sample_key(seed, i), i), i) for i in ids), k)]
+
+
+DUMP_NOT_IN_ROW: Final = frozenset({"step", "reward", "uid"})
+"""verl's dump columns a row does not repeat: the step is the record's, ``reward`` the score, ``uid`` v1's key."""
+DUMP_OWN_COLUMNS: Final = DUMP_NOT_IN_ROW | {"input", "output", "gts", "score"}
+"""verl's dump columns that are not ``reward_extra_info``'s."""
+
+
+def assert_rows_equal_dump(collector_file: Path, validation: Validation, cut_at_limit: bool = False) -> None:
+    """Each kept row equals verl's own ``validation_data_dir`` row of the same prompt and response, field by field.
+
+    Input, output, score, ground truth (``gts``) and every ``reward_extra_info`` column of verl's dump;
+    the data source is the dataset's (verl's dump has none). The response length and ``truncated`` follow
+    from the dumped output: ``harness.make_tokenizer``'s tokens are the text's UTF-8 bytes, and every
+    stand-in ends its response with EOS, which decoding drops. With ``cut_at_limit`` (v1: verl's own agent
+    loop cuts each response at ``RESPONSE_LIMIT`` tokens) an output of ``RESPONSE_LIMIT`` tokens lost its
+    EOS to the cut; any other response is whole, EOS counted (the other stand-ins return it as they made it).
+    A row is found by its input and output (v1 dumps a prompt's responses in another order than it logs
+    them), and each dumped row matches one kept row at most.
+    """
+    unmatched = list(validation.dumped)
+    kept = kept_rows(collector_file, validation.trainer_step, contract.KIND_VALIDATION)
+    assert kept
+    for attributes, body in kept:
+        mine = {
+            "input": body[contract.BODY_INPUT],
+            "output": body[contract.BODY_OUTPUT],
+            "score": attributes[contract.SCORE],
+            "gts": body.get(contract.BODY_GROUND_TRUTH),
+            **{
+                name.removeprefix(contract.EXTRA_PREFIX): value
+                for name, value in attributes.items()
+                if name.startswith(contract.EXTRA_PREFIX)
+            },
+        }
+        dumped = [{name: value for name, value in row.items() if name not in DUMP_NOT_IN_ROW} for row in unmatched]
+        assert mine in dumped, f"kept row {mine} is none of verl's dumped rows {dumped}"
+        del unmatched[dumped.index(mine)]
+        assert attributes.get(contract.DATA_SOURCE) == harness.DATA_SOURCE
+        assert len(mine) > 4, mine  # the stand-in reward's "acc" column came too
+        tokens = len(mine["output"].encode("utf-8"))
+        cut = cut_at_limit and tokens >= harness.RESPONSE_LIMIT
+        expected = (harness.RESPONSE_LIMIT, True) if cut else (tokens + 1, False)
+        assert (attributes[contract.RESPONSE_LENGTH], attributes[contract.TRUNCATED]) == expected, attributes
 
 
 def expected_rollout_prompts(dumped: list[dict[str, Any]], k: int, seed: int = DEFAULT_SEED) -> dict[str, Counter[str]]:
@@ -380,12 +430,12 @@ def _otlp_value(value: dict[str, Any]) -> Any:
     return None
 
 
-def rollout_outputs(collector_file: Path, step: int) -> dict[str, Counter[str]]:
-    """The kept rollout records of ``step`` as the collector wrote them: prompt id -> its outputs (a multiset).
+def kept_rows(collector_file: Path, step: int, kind: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """The kept generation records of ``kind`` at ``step`` as the collector wrote them: (attributes, body) each.
 
-    Read from the file exporter's OTLP/JSON lines directly (``Record`` has no body): the body's ``output``.
+    Read from the file exporter's OTLP/JSON lines directly (``Record`` has no body).
     """
-    kept: dict[str, Counter[str]] = {}
+    rows = []
     lines = collector_file.read_text(encoding="utf-8").split("\n") if collector_file.exists() else []
     for line in filter(str.strip, lines):
         for resource_logs in json.loads(line).get("resourceLogs", []):
@@ -393,13 +443,19 @@ def rollout_outputs(collector_file: Path, step: int) -> dict[str, Counter[str]]:
                 for log in scope_logs.get("logRecords", []):
                     attributes = {a["key"]: _otlp_value(a.get("value", {})) for a in log.get("attributes", [])}
                     if (
-                        log.get("eventName") != contract.EVENT_GENERATION
-                        or attributes.get(contract.KIND) != contract.KIND_ROLLOUT
-                        or attributes.get(contract.STEP) != step
+                        log.get("eventName") == contract.EVENT_GENERATION
+                        and attributes.get(contract.KIND, contract.KIND_VALIDATION) == kind
+                        and attributes.get(contract.STEP) == step
                     ):
-                        continue
-                    body = _otlp_value(log.get("body", {}))
-                    kept.setdefault(attributes[contract.PROMPT_ID], Counter())[body[contract.BODY_OUTPUT]] += 1
+                        rows.append((attributes, _otlp_value(log.get("body", {}))))
+    return rows
+
+
+def rollout_outputs(collector_file: Path, step: int) -> dict[str, Counter[str]]:
+    """The kept rollout records of ``step`` as the collector wrote them: prompt id -> its outputs (a multiset)."""
+    kept: dict[str, Counter[str]] = {}
+    for attributes, body in kept_rows(collector_file, step, contract.KIND_ROLLOUT):
+        kept.setdefault(attributes[contract.PROMPT_ID], Counter())[body[contract.BODY_OUTPUT]] += 1
     return kept
 
 
@@ -504,8 +560,14 @@ def assert_rollouts_sampled(
     return kept
 
 
-def assert_validation_sampled(collector_file: Path, validation: Validation, k: int, source: str) -> None:
-    """One validation's records: the bottom-k of what verl dumped, from ``source``, one trace, its summary's counts."""
+def assert_validation_sampled(
+    collector_file: Path, validation: Validation, k: int, source: str, cut_at_limit: bool = False
+) -> None:
+    """One validation's records: the bottom-k of what verl dumped, from ``source``, one trace, its summary's counts.
+
+    Each kept row equals verl's own dumped row (``assert_rows_equal_dump``).
+    """
+    assert_rows_equal_dump(collector_file, validation, cut_at_limit)
     kept = generations(collector_file, validation.trainer_step)
     assert [untagged(r.attributes[contract.SAMPLE_ID]) for r in kept] == expected_bottom_k(validation.dumped, k)
     assert {r.attributes[contract.SOURCE] for r in kept} == {source}

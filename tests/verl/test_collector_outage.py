@@ -289,7 +289,7 @@ def test_two_training_steps_without_a_collector_arrive_once_by_themselves(
                 f" {_spooled(valgen_dir / 'spool')} records in the spool"
             )
             for validation in validations:
-                launcher.assert_validation_sampled(file_path, validation, K, "trainer")
+                launcher.assert_validation_sampled(file_path, validation, K, "trainer", cut_at_limit=True)
             for step in trained:
                 launcher.assert_rollouts_sampled(file_path, step, n=N, prompts=PROMPTS, cut=True)
             at_file = e2e.records_of_file(file_path)

@@ -19,10 +19,10 @@ from click.testing import CliRunner
 import otel_valgen as vg
 from otel_valgen import _process, contract
 from otel_valgen.integrations import verl as vg_verl
-from otel_valgen.reader import EndRecord, Record, StartRecord, read_paths
+from otel_valgen.reader import EndRecord, Generation, Record, StartRecord, read_paths
 from otel_valgen.sampling import untagged
 from otel_valgen.tools.cli import main as cli_main
-from tests.verl import harness
+from tests.verl import harness, launcher
 from tests.verl.conftest import VerlFiles
 
 K = 4
@@ -93,6 +93,36 @@ def test_sync_trainer_validations_land_at_global_steps(verl_files: VerlFiles, tm
     assert [untagged(g["sample_id"]) for g in shown[0]["generations"]] == [
         untagged(g["sample_id"]) for g in shown[3]["generations"]
     ]
+
+
+def test_each_row_carries_what_verls_own_dump_writes(verl_files: VerlFiles, tmp_path: Path) -> None:
+    """With no code change, each kept row has verl's dumped ground truth, reward columns, its data source and sizes.
+
+    verl passes its hook only inputs, outputs and scores; the rest is read from its real ``_validate``.
+    The oracle is verl's own ``validation_data_dir`` row of the same prompt and response.
+    """
+    config = _config(verl_files, tmp_path, use_v1=False)
+    trainer = harness.make_sync_trainer(config, verl_files.tokenizer)
+    sink = tmp_path / "valgen-data"
+    _validate_once(trainer, sink, "verl-rows")
+    assert vg.stats().get("verl_row_columns_missing", 0) == 0
+    dumped = harness.read_jsonl(Path(config.trainer.validation_data_dir) / "0.jsonl")
+    by_id = dict(zip(launcher.dumped_ids(dumped), dumped, strict=True))
+    errors: list[object] = []
+    kept = [r for r in read_paths([sink], errors.append) if isinstance(r, Generation)]
+    assert errors == []
+    assert len(kept) == K
+    for generation in kept:
+        row = by_id[untagged(generation.sample_id)]
+        assert (generation.input, generation.output, generation.score) == (row["input"], row["output"], row["score"])
+        assert generation.ground_truth == row["gts"]
+        assert generation.data_source == harness.DATA_SOURCE
+        columns = {name: value for name, value in row.items() if name not in launcher.DUMP_OWN_COLUMNS}
+        assert columns
+        assert generation.extra == columns
+        length = generation.attributes[contract.RESPONSE_LENGTH]
+        assert length == len(verl_files.tokenizer.encode(row["output"], add_special_tokens=False)) + 1  # and EOS
+        assert generation.attributes[contract.TRUNCATED] is False
 
 
 def test_v1_trainer_hook_lands_at_global_steps(verl_files: VerlFiles, tmp_path: Path) -> None:
@@ -193,7 +223,7 @@ def test_a_subclass_that_writes_verls_own_table_is_loud(
         verls_table(self, loggers, samples, step)
 
     monkeypatch.setattr(ValidationGenerationsLogger, "log", spy)
-    monkeypatch.setattr(vg_verl, "_warned", set())  # "once per process" starts with this test
+    monkeypatch.setattr(vg_verl._validation, "_warned", set())  # "once per process" starts with this test
     trainer = harness.make_sync_trainer(_config(verl_files, tmp_path, use_v1=False), verl_files.tokenizer)
     trainer.__class__ = OwnTableTrainer
     trainer.global_steps = 2

@@ -1,0 +1,127 @@
+"""What otel-valgen relies on in verl's code: class, method and local names, by module.
+
+A verl release that moves things changes this file first; every hook checks what it finds
+against it and leaves verl as it is, loudly, when they differ.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from collections.abc import Callable
+from typing import Any, Final
+
+TESTED_VERL_VERSIONS: Final = frozenset({"0.9.1"})
+"""The verl releases the hooks are tested against (tests/verl)."""
+
+# module -> (class, whether its instances may publish a fully-async trainer's step)
+PATCHED_CLASSES: Final = {
+    "verl.trainer.ppo.ray_trainer": ("RayPPOTrainer", True),
+    "verl.trainer.ppo.v1.trainer_base": ("PPOTrainer", False),
+}
+
+HOOKED_METHODS: Final = ("_validate", "_maybe_log_val_generations")
+"""The methods of verl's trainer bases that ``install()`` replaces."""
+
+LOG_PARAMETERS: Final = ("self", "inputs", "outputs", "scores")
+"""``_maybe_log_val_generations``'s parameters."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ValidateLocals:
+    """The names of the per-generation lists verl's ``_validate`` holds when it calls ``_maybe_log_val_generations``.
+
+    The hook reads them from ``_validate``'s frame: verl passes only inputs, outputs and scores,
+    while its own ``validation_data_dir`` dump also writes these.
+    """
+
+    inputs: str  # the list passed as ``inputs``: how the frame is recognised
+    ground_truths: str
+    data_sources: str  # one value per generation, or (``data_sources_batched``) one array per batch
+    data_sources_batched: bool
+    reward_extra_info: str  # {name: one value per generation}; its "reward" column is the score
+
+
+VALIDATE_LOCALS: Final = {
+    "verl.trainer.ppo.ray_trainer": ValidateLocals(
+        "sample_inputs", "sample_gts", "data_source_lst", True, "reward_extra_infos_dict"
+    ),
+    "verl.trainer.ppo.v1.trainer_base": ValidateLocals(
+        "sample_inputs", "sample_gts", "data_sources", False, "reward_extra_infos_dict"
+    ),
+}
+
+REWARD_FUNCTION: Final = "extract_reward"
+"""The legacy ``_validate`` calls this module function once per validation batch, with the whole batch."""
+
+V1_STORE: Final = "tq"
+"""The v1 ``_validate`` reads each batch's ``prompts`` and ``responses`` through this module's TransferQueue client."""
+
+V1_VALIDATION_PARTITION: Final = "val"
+
+
+@dataclasses.dataclass(frozen=True)
+class RolloutHook:
+    """One trainer's rollout hook point: the method called once per training step with its final batch."""
+
+    class_name: str
+    method: str
+    parameters: tuple[str, ...]
+    why: str
+
+
+ROLLOUT_HOOKS: Final = {
+    # RayPPOTrainer.fit calls _log_rollout_data only with rollout_data_dir, and compute_data_metrics is
+    # a module function (no trainer, no step). _update_actor is the one method fit calls every step
+    # with the final batch (rewards, reward extra columns, advantages); not during critic warmup,
+    # when the actor does not train on the batch either.
+    "verl.trainer.ppo.ray_trainer": RolloutHook(
+        "RayPPOTrainer", "_update_actor", ("self", "batch"), "fit's per-step actor update"
+    ),
+    # fit's step 5, every step, before step 7 clears the batch from TransferQueue.
+    "verl.trainer.ppo.v1.trainer_base": RolloutHook(
+        "PPOTrainer",
+        "_compute_metrics",
+        ("self", "batch", "metrics", "timing_raw", "global_steps", "epoch"),
+        "fit's per-step metrics",
+    ),
+    # fit_step calls it every step, with or without rollout_data_dir (FullyAsyncTrainer inherits it).
+    "verl.experimental.separation.ray_trainer": RolloutHook(
+        "SeparateRayPPOTrainer", "_fit_dump_data", ("self", "batch"), "fit_step's dump of the step's batch"
+    ),
+}
+"""verl's trainer classes whose method sends each training step's batch as rollouts, by module."""
+
+TABLE_MODULE: Final = "verl.utils.tracking"
+TABLE_CLASS: Final = "ValidationGenerationsLogger"
+"""verl's table writer, which its own ``_maybe_log_val_generations`` calls; hooked ones never do."""
+
+
+def verl_version() -> str:
+    """The installed verl's version, or ``unknown``."""
+    try:
+        import verl
+
+        return str(verl.__version__)
+    except Exception:
+        return "unknown"
+
+
+def untested_note() -> str:
+    """`` (verl X is untested; tested: ...)`` when the installed verl is not a tested release, else empty."""
+    version = verl_version()
+    if version in TESTED_VERL_VERSIONS:
+        return ""
+    return f" (verl {version} is untested; tested: {', '.join(sorted(TESTED_VERL_VERSIONS))})"
+
+
+def tested_versions() -> str:
+    return ", ".join(sorted(TESTED_VERL_VERSIONS))
+
+
+def parameter_names(function: Callable[..., Any]) -> tuple[str, ...] | None:
+    """The parameter names of ``function``, without the ``_ray_trace_ctx`` that Ray's tracing adds."""
+    try:
+        return tuple(name for name in inspect.signature(function).parameters if name != "_ray_trace_ctx")
+    except (TypeError, ValueError):
+        return None

@@ -1,0 +1,302 @@
+"""verl's full validation row, with no code change: what its ``validation_data_dir`` dump writes, and more.
+
+verl passes ``_maybe_log_val_generations`` only inputs, outputs and scores. The rest of each row
+is in ``_validate`` all the same, one value per generation (``_layout.VALIDATE_LOCALS``):
+ground truths, data sources and ``reward_extra_info``'s columns, read from its frame when it
+calls the hook. Response lengths and truncation are tallied per batch while ``_validate`` runs:
+the legacy trainer hands each whole batch to ``extract_reward``, the v1 trainer fetches each
+batch's responses from TransferQueue (``_layout.REWARD_FUNCTION``, ``_layout.V1_STORE``).
+
+What cannot be read leaves its columns out of the row, counted (``verl_row_columns_missing``)
+and warned about once; the generations are sent all the same.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import dataclasses
+import inspect
+import logging
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from types import FrameType, ModuleType
+from typing import Any
+
+from otel_valgen import _process, _stats
+from otel_valgen._sanitize import json_text
+from otel_valgen.integrations.verl._layout import (
+    REWARD_FUNCTION,
+    V1_STORE,
+    V1_VALIDATION_PARTITION,
+    VALIDATE_LOCALS,
+    ValidateLocals,
+)
+
+_logger = logging.getLogger("otel_valgen")
+
+SCORE_COLUMN = "reward"
+"""``reward_extra_infos_dict``'s copy of the score, which the row carries as its score."""
+
+_FRAMES_UP = 8  # Ray's tracing wrapper may sit between _validate and the hook
+
+
+@dataclasses.dataclass
+class Tallies:
+    """One validation's response lengths and truncation, as ``_validate``'s batches go by."""
+
+    tokenizer: Any
+    limit: int | None
+    lengths: list[int] = dataclasses.field(default_factory=list)  # legacy: in generation order
+    truncated: list[bool] = dataclasses.field(default_factory=list)
+    by_key: dict[str, tuple[int, bool]] = dataclasses.field(default_factory=dict)  # v1: by TransferQueue key
+    failed: bool = False
+
+
+_tallies: contextvars.ContextVar[Tallies | None] = contextvars.ContextVar("otel_valgen_verl_tallies", default=None)
+
+
+def open_tallies(trainer: object) -> contextvars.Token[Tallies | None]:
+    """Start tallying the batches of ``trainer``'s validation in this context."""
+    from otel_valgen.integrations.verl_rollouts import max_response_length
+
+    limit = _process.never_raise(None)(max_response_length)(trainer)
+    for cls in type(trainer).__mro__:  # a ValGenerationsMixin subclass without install()
+        if cls.__module__ in VALIDATE_LOCALS:
+            watch_batches(sys.modules.get(cls.__module__))
+    return _tallies.set(Tallies(getattr(trainer, "tokenizer", None), limit))
+
+
+def close_tallies(token: contextvars.Token[Tallies | None]) -> None:
+    _tallies.reset(token)
+
+
+def validation_row(
+    trainer: object, caller: FrameType | None, inputs: Sequence[Any], outputs: Sequence[Any]
+) -> dict[str, Any]:
+    """``log_generations``'s keyword arguments for the row's other columns; the ones not found are left out."""
+    del trainer
+    found = _validate_frame(caller, inputs)
+    if found is None:
+        _missing("frame", "verl's _validate lists (ground truth, data source, reward columns)")
+        return {}
+    frame_locals, layout = found
+    size = len(outputs)
+    row: dict[str, Any] = {}
+    truths = _one_per_generation(frame_locals.get(layout.ground_truths), size)
+    if truths is None:
+        _missing("ground_truths", "ground truths")
+    else:
+        row["ground_truths"] = [_text(truth) for truth in truths]
+    sources = frame_locals.get(layout.data_sources)
+    if layout.data_sources_batched and isinstance(sources, list):
+        sources = [value for batch in sources for value in _as_list(batch)]
+    sources = _one_per_generation(sources, size)
+    if sources is None:
+        _missing("data_sources", "data sources")
+    else:
+        row["data_sources"] = sources
+    extra = frame_locals.get(layout.reward_extra_info)
+    if isinstance(extra, Mapping):
+        row["extra"] = {
+            name: values
+            for name, values in extra.items()
+            if name != SCORE_COLUMN and _one_per_generation(values, size) is not None
+        }
+    else:
+        _missing("reward_extra_info", "reward_extra_info columns")
+    sizes = _sizes(frame_locals, size)
+    if sizes is None:
+        _missing("response_lengths", "response lengths and truncation")
+    else:
+        row["response_lengths"], row["truncated"] = sizes
+    return row
+
+
+def _validate_frame(caller: FrameType | None, inputs: Sequence[Any]) -> tuple[dict[str, Any], ValidateLocals] | None:
+    """The locals of verl's ``_validate`` that called the hook with ``inputs``, and their layout."""
+    frame = caller
+    for _ in range(_FRAMES_UP):
+        if frame is None:
+            return None
+        layout = VALIDATE_LOCALS.get(frame.f_globals.get("__name__", ""))
+        if layout is not None and frame.f_code.co_name == "_validate":
+            frame_locals = frame.f_locals
+            if frame_locals.get(layout.inputs) is inputs:
+                return frame_locals, layout
+        frame = frame.f_back
+    return None
+
+
+def _as_list(values: Any) -> list[Any]:
+    tolist = getattr(values, "tolist", None)
+    return list(tolist()) if callable(tolist) else list(values)
+
+
+def _one_per_generation(values: Any, size: int) -> list[Any] | None:
+    if values is None or isinstance(values, str | bytes | Mapping):
+        return None
+    try:
+        listed = _as_list(values)
+    except TypeError:
+        return None
+    return listed if len(listed) == size else None
+
+
+def _text(truth: Any) -> Any:
+    """A ground truth as verl's dump writes it: a text as it is, a list or dict as its JSON text."""
+    return json_text(truth) if isinstance(truth, list | tuple | dict) else truth
+
+
+def _sizes(frame_locals: dict[str, Any], size: int) -> tuple[list[int], list[bool]] | None:
+    tallies = _tallies.get()
+    if tallies is None or tallies.failed:
+        return None
+    if len(tallies.lengths) == size:
+        return tallies.lengths, tallies.truncated
+    if tallies.by_key:
+        return _v1_sizes(tallies, frame_locals, size)
+    return None
+
+
+def _v1_sizes(tallies: Tallies, frame_locals: dict[str, Any], size: int) -> tuple[list[int], list[bool]] | None:
+    """Each generation's sizes from its session's final TransferQueue key (v1 keeps one output per session)."""
+    keys = frame_locals.get("dump_all_keys")
+    rows = frame_locals.get("session_to_sample_idx")
+    if not isinstance(keys, list) or not isinstance(rows, Mapping):
+        return None
+    final: dict[str, tuple[int, str]] = {}
+    for key in keys:
+        parts = str(key).rsplit("_", 2)
+        session, index = (f"{parts[0]}_{parts[1]}", int(parts[2])) if len(parts) == 3 else (str(key), 0)
+        if session not in final or index > final[session][0]:
+            final[session] = (index, str(key))
+    lengths: list[int | None] = [None] * size
+    truncated: list[bool | None] = [None] * size
+    for session, (_, key) in final.items():
+        row, sizes = rows.get(session), tallies.by_key.get(key)
+        if isinstance(row, int) and 0 <= row < size and sizes is not None:
+            lengths[row], truncated[row] = sizes
+    if any(length is None for length in lengths):
+        return None
+    return lengths, truncated  # type: ignore[return-value]
+
+
+def _missing(column: str, what: str) -> None:
+    _process.counters.add(_stats.VERL_ROW_COLUMNS_MISSING)
+    _logger.log(
+        logging.WARNING if _first(column) else logging.DEBUG,
+        "otel_valgen: could not read the %s of verl's validation rows; sent without them (a verl release "
+        "otel-valgen is not tested with? see _layout.VALIDATE_LOCALS)",
+        what,
+    )
+
+
+_warned: set[str] = set()
+
+
+def _first(key: str) -> bool:
+    first = key not in _warned
+    _warned.add(key)
+    return first
+
+
+# -- tallying each batch's response sizes while _validate runs ----------------------------------------
+
+
+def watch_batches(module: ModuleType | None) -> None:
+    """Tally response sizes from ``module``'s per-batch call (legacy: the reward; v1: TransferQueue reads)."""
+    if module is None:
+        return
+    try:
+        reward = getattr(module, REWARD_FUNCTION, None)
+        if callable(reward) and not isinstance(reward, _TallyingReward):
+            setattr(module, REWARD_FUNCTION, _TallyingReward(reward))
+        store = getattr(module, V1_STORE, None)
+        if (
+            store is not None
+            and not isinstance(store, _TallyingStore)
+            and callable(getattr(store, "kv_batch_get", None))
+        ):
+            setattr(module, V1_STORE, _TallyingStore(store))
+    except Exception:
+        _logger.exception("otel_valgen: could not watch the batches of verl's %s", getattr(module, "__name__", module))
+
+
+class _TallyingReward:
+    """verl's per-batch reward function: each validation batch it is handed is tallied, then scored as before.
+
+    An object of a module-level class, not a closure: Ray pickles verl's classes (and the module
+    globals their methods name) by value, and a closure would carry this module's ContextVar,
+    which cannot be pickled; this pickles as a reference to the class and the original function.
+    """
+
+    def __init__(self, original: Callable[..., Any]) -> None:
+        self.__wrapped__ = original
+
+    def __call__(self, batch: Any, *args: Any, **kwargs: Any) -> Any:
+        result = self.__wrapped__(batch, *args, **kwargs)
+        tallies = _tallies.get()
+        if tallies is not None:
+            _tally_batch(tallies, batch)
+        return result
+
+
+@_process.never_raise(None)
+def _tally_batch(tallies: Tallies, batch: Any) -> None:
+    from otel_valgen.integrations.verl_rollouts import response_sizes
+
+    try:
+        lengths, truncated = response_sizes(batch, tallies.tokenizer, tallies.limit)
+    except Exception:
+        tallies.failed = True
+        raise
+    tallies.lengths.extend(lengths)
+    tallies.truncated.extend(truncated)
+
+
+class _TallyingStore:
+    """The v1 trainer module's TransferQueue client: a validation's ``responses`` reads are tallied by key."""
+
+    def __init__(self, store: Any) -> None:
+        self._store = store
+        self._signature = _signature(store.kv_batch_get)
+
+    def __getattr__(self, name: str) -> Any:
+        store = self.__dict__.get("_store")  # absent while unpickling: no recursion through __getattr__
+        if store is None:
+            raise AttributeError(name)
+        return getattr(store, name)
+
+    def kv_batch_get(self, *args: Any, **kwargs: Any) -> Any:
+        data = self._store.kv_batch_get(*args, **kwargs)
+        tallies = _tallies.get()
+        if tallies is not None:
+            _tally_v1(tallies, self._signature, args, kwargs, data)
+        return data
+
+
+def _signature(function: Callable[..., Any]) -> inspect.Signature | None:
+    try:
+        return inspect.signature(function)
+    except (TypeError, ValueError):
+        return None
+
+
+@_process.never_raise(None)
+def _tally_v1(tallies: Tallies, signature: inspect.Signature | None, args: Any, kwargs: Any, data: Any) -> None:
+    from otel_valgen.integrations.verl_rollouts import _eos_ids
+
+    if signature is None:
+        return
+    bound = signature.bind(*args, **kwargs).arguments
+    fields = bound.get("select_fields") or ()
+    if bound.get("partition_id") != V1_VALIDATION_PARTITION or "responses" not in fields:
+        return
+    responses = data["responses"]
+    rows = responses.unbind() if getattr(responses, "is_nested", False) else list(responses)
+    eos = _eos_ids(tallies.tokenizer)
+    for key, tokens in zip(bound.get("keys") or (), rows, strict=True):
+        length = int(tokens.shape[0])
+        last = int(tokens[-1]) if length else None
+        cut = tallies.limit is not None and length >= tallies.limit and last not in eos
+        tallies.by_key[str(key)] = (length, bool(cut))
