@@ -188,7 +188,7 @@ def test_the_rollouts_try_it_runs_as_written(tmp_path: Path) -> None:
         assert done.returncode == 0, f"docs/rollouts.md:{block.line} ({block.language}):\n{done.stdout}\n{done.stderr}"
         outputs.append(done.stdout)
     assert "try-rollouts" in outputs[-1]
-    assert "kept 8 of 24" in outputs[-1]
+    assert "prompts 2 of 6 · responses 8 of 24" in outputs[-1]
     shown = subprocess.run(
         [sys.executable, "-m", "otel_valgen.tools.cli", "show", "valgen-data", "--kind", "rollout", "--format", "json"],
         cwd=tmp_path,
