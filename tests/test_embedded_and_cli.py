@@ -286,7 +286,8 @@ def test_validation_response_sizes_reach_json_csv_and_table(tmp_path: Path) -> N
     }
     table = CliRunner().invoke(main, ["show", str(tmp_path)], env={"COLUMNS": "200"})
     header = next(line for line in table.stdout.splitlines() if "output" in line)
-    assert "length" in header and "truncated" in header
+    assert "length" in header
+    assert "truncated" in header
     assert "512" in table.stdout
 
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 import pytest
 
 from otel_valgen import contract
+from otel_valgen.sampling import untagged
 from tests.e2e import harness as e2e
 from tests.support.ray_cluster import ray_env
 from tests.verl import harness, launcher
@@ -124,6 +125,18 @@ def test_each_validation_lands_at_global_steps_with_exactly_k(job: Job) -> None:
         launcher.assert_validation_sampled(
             job.collector.file_path, validation, K, "trainer", cut_at_limit=job.trainer == "v1"
         )
+    # verl's wide wandb table puts the step's rows in rank order (input_1, output_1, score_1, ...):
+    # the same prompt's response must keep its column at every validation.
+    columns = [
+        [
+            untagged(r.attributes[contract.SAMPLE_ID])
+            for r in sorted(
+                launcher.generations(job.collector.file_path, step), key=lambda r: r.attributes[contract.RANK]
+            )
+        ]
+        for step in steps
+    ]
+    assert all(order == columns[0] for order in columns), columns
 
 
 def test_the_training_steps_rollouts_arrive_whole(job: Job) -> None:
