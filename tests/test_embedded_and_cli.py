@@ -260,7 +260,7 @@ def test_two_processes_rolling_out_the_same_prompts_keep_every_response(tmp_path
 
 
 def test_validation_response_sizes_reach_json_csv_and_table(tmp_path: Path) -> None:
-    """A validation row's response length and truncated flag (verl sends them) are in every format of `show`."""
+    """A row's response length, truncated flag, ground truth and data source (verl's rows) are in every format."""
     vg.configure(run_id="sizes", count=3, directory=str(tmp_path), seed=42)
     vg.log_generations(
         ["a", "b", "c"],
@@ -269,6 +269,8 @@ def test_validation_response_sizes_reach_json_csv_and_table(tmp_path: Path) -> N
         step=1,
         response_lengths=[7, 512, 9],
         truncated=[False, True, False],
+        ground_truths=["t-a", "t-b", "t-c"],
+        data_sources=["gsm8k"] * 3,
     )
     vg.shutdown()
     as_json = CliRunner().invoke(main, ["show", str(tmp_path), "--format", "json"])
@@ -288,7 +290,11 @@ def test_validation_response_sizes_reach_json_csv_and_table(tmp_path: Path) -> N
     header = next(line for line in table.stdout.splitlines() if "output" in line)
     assert "length" in header
     assert "truncated" in header
+    assert "truth" in header
+    assert "data source" in header
     assert "512" in table.stdout
+    assert "t-b" in table.stdout
+    assert "gsm8k" in table.stdout
 
 
 def _roll_out(directory: Path) -> None:

@@ -158,10 +158,14 @@ def render_tables(selections: Sequence[StepSelection], console: Console, width: 
 
     Rollout steps add the prompt id (after the rank) and the advantage, response length,
     truncated flag and param version (after the score); validation steps add the response length
-    and truncated flag when a shown generation has them.
+    and truncated flag when a shown generation has them. The data source (after the source) and the
+    ground truth (after the output) are shown when a shown generation has one.
     """
     extras = extra_names(selections)
     lengths = has_lengths(selections)
+    shown = [g for selection in selections for g in selection.generations]
+    sources = any(g.data_source is not None for g in shown)
+    truths = any(g.ground_truth is not None for g in shown)
     for selection in selections:
         rollout = selection.kind == contract.KIND_ROLLOUT
         table = Table(title=step_title(selection), show_lines=False)
@@ -169,8 +173,12 @@ def render_tables(selections: Sequence[StepSelection], console: Console, width: 
         if rollout:
             table.add_column("prompt", overflow="ellipsis", no_wrap=True, max_width=width // 3)
         table.add_column("source", overflow="ellipsis", no_wrap=True, max_width=14)
+        if sources:
+            table.add_column("data source", overflow="ellipsis", no_wrap=True, max_width=width // 3)
         for column in ("input", "output"):
             table.add_column(column, overflow="ellipsis", no_wrap=True, max_width=width)
+        if truths:
+            table.add_column("truth", overflow="ellipsis", no_wrap=True, max_width=width // 3)
         table.add_column("score", justify="right", min_width=5, no_wrap=True)
         if rollout:
             for column in ("advantage", "length", "truncated", "param"):
@@ -189,8 +197,10 @@ def render_tables(selections: Sequence[StepSelection], console: Console, width: 
                 str(rank),
                 *prompt,
                 g.source or "",
+                *([cell(g.data_source)] if sources else []),
                 g.input,
                 g.output,
+                *([cell(g.ground_truth)] if truths else []),
                 score,
                 *rollout_cells[1:],
                 *length_cells,
