@@ -143,7 +143,9 @@ def test_torchruns_constant_none_is_never_the_launch_id(monkeypatch: pytest.Monk
     assert not any("none" in launch for launch in ids)
 
 
-_PRINT_LAUNCH = "import otel_valgen as vg; print(vg.configure(run_id='r').launch_id)"
+# One write(2) per id: the processes of one script share the terminal, and print's separate writes
+# of the id and its newline could interleave ("pgN-xpgN-x\n\n", seen in the lowest range lane).
+_PRINT_LAUNCH = "import os, otel_valgen as vg; os.write(1, (vg.configure(run_id='r').launch_id + '\\n').encode())"
 
 
 @pytest.mark.parametrize(
