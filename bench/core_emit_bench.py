@@ -183,7 +183,7 @@ def main() -> None:
     medians = time_comparison(args.m, args.repeats)
     base = medians["baseline"]
     for name in VARIANTS:
-        print(f"  {name:<17} {medians[name] * 1000:8.1f} ms   ratio to baseline {medians[name] / base:5.2f}x")
+        print(f"  {name:<21} {medians[name] * 1000:8.1f} ms   ratio to baseline {medians[name] / base:5.2f}x")
     print(
         f"  presample_on = {medians['log_on'] * 1000:.1f} ms in log_generations "
         f"({medians['log_on'] / args.m * 1e6:.2f} us per generation) "
