@@ -373,12 +373,17 @@ def _eos_ids(tokenizer: Any) -> set[int]:
     return {token for token in eos if isinstance(token, int)} if isinstance(eos, list | tuple) else set()
 
 
+def cut_at_limit(length: int, last_token: int | None, limit: int | None, eos: set[int]) -> bool:
+    """Whether a response of ``length`` tokens ending on ``last_token`` was cut: it fills ``limit`` without EOS."""
+    return limit is not None and length >= limit and last_token not in eos
+
+
 def _truncated(responses: np.ndarray, lengths: np.ndarray, limit: int, tokenizer: Any) -> list[bool]:
-    """Whether each response fills ``limit`` tokens without ending on EOS."""
+    """Whether each response fills ``limit`` tokens without ending on EOS (``cut_at_limit``)."""
     eos = _eos_ids(tokenizer)
     rows = np.arange(len(responses))
     last = responses[rows, np.clip(lengths - 1, 0, None)] if responses.shape[1] else np.zeros(len(responses))
-    return [bool(length >= limit and int(token) not in eos) for length, token in zip(lengths, last, strict=True)]
+    return [cut_at_limit(int(length), int(token), limit, eos) for length, token in zip(lengths, last, strict=True)]
 
 
 def _column(non_tensor: Mapping[str, Any], name: str) -> list[Any] | None:

@@ -284,7 +284,7 @@ def _signature(function: Callable[..., Any]) -> inspect.Signature | None:
 
 @_process.never_raise(None)
 def _tally_v1(tallies: Tallies, signature: inspect.Signature | None, args: Any, kwargs: Any, data: Any) -> None:
-    from otel_valgen.integrations.verl_rollouts import _eos_ids
+    from otel_valgen.integrations.verl_rollouts import _eos_ids, cut_at_limit
 
     if signature is None:
         return
@@ -298,5 +298,4 @@ def _tally_v1(tallies: Tallies, signature: inspect.Signature | None, args: Any, 
     for key, tokens in zip(bound.get("keys") or (), rows, strict=True):
         length = int(tokens.shape[0])
         last = int(tokens[-1]) if length else None
-        cut = tallies.limit is not None and length >= tallies.limit and last not in eos
-        tallies.by_key[str(key)] = (length, bool(cut))
+        tallies.by_key[str(key)] = (length, cut_at_limit(length, last, tallies.limit, eos))
