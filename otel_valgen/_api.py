@@ -26,6 +26,7 @@ def configure(
     count: int | None = None,
     rollout_count: int | None = None,
     rollout_rate: float | None = None,
+    sample_by: str | None = None,
     seed: int | None = None,
     presample: bool | None = None,
     endpoint: str | None = None,
@@ -50,6 +51,8 @@ def configure(
         rollout_rate: watch-list rate of training rollouts in (0, 1] (``OTEL_VALGEN_ROLLOUT_RATE``,
             unset: off): a step keeps the prompts whose key is below ``floor(rate * 2**63)``, the
             same prompts every time they come back, at most ``rollout_count`` of them.
+        sample_by: ``step`` or ``data_source``: keep k per step, or per (step, data source), for
+            validation and rollouts (``OTEL_VALGEN_SAMPLE_BY``, ``step``).
         seed: sampling seed (``OTEL_VALGEN_SEED``, 42).
         presample: keep only the local bottom-k per step (``OTEL_VALGEN_PRESAMPLE``, on).
         endpoint: OTLP base URL, like ``OTEL_EXPORTER_OTLP_ENDPOINT`` (HTTP appends ``/v1/logs``;
@@ -79,6 +82,7 @@ def configure(
         count=count,
         rollout_count=rollout_count,
         rollout_rate=rollout_rate,
+        sample_by=sample_by,
         seed=seed,
         presample=presample,
         endpoint=endpoint,

@@ -60,6 +60,7 @@ from otel_valgen._records import (
 from otel_valgen._sanitize import score_stats
 from otel_valgen._settings import Settings
 from otel_valgen._tracing import derived_context
+from otel_valgen.data_sources import DataSourceTally, data_source_of
 from otel_valgen.distinct import DistinctKeys
 from otel_valgen.sampling import Order, step_k
 
@@ -100,6 +101,8 @@ class StepState:
     # calls (each call's distinct ones, added up: valgen.prompts_under_rate).
     rate: float | None = None
     prompts_under_rate: int = 0
+    # k per data source (sample_by = data_source): each data source's figures (valgen.data_sources).
+    by_source: DataSourceTally | None = None
     # Orders the progress thread against the end of the part: no progress record after the end.
     # It also serialises the block-less parts of one (step, source).
     lifecycle: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
@@ -203,8 +206,11 @@ class Emitter:
             kind=kind,
             rate=self.settings.rollout_rate if kind == contract.KIND_ROLLOUT else None,
         )
+        by_data_source = self.settings.sample_by == contract.SAMPLE_BY_DATA_SOURCE
+        if by_data_source:
+            state.by_source = DataSourceTally()
         if self.settings.presample:
-            state.kept = LocalSample(state.count, state.rate)
+            state.kept = LocalSample(state.count, state.rate, by_data_source)
         return state
 
     # -- steps ---------------------------------------------------------------------------
@@ -368,6 +374,10 @@ class Emitter:
             attributes.update(self._watch_list(state, state.rate))
         if state.sources_expected is not None:
             attributes[contract.SOURCES_EXPECTED] = state.sources_expected
+        if state.by_source is not None:
+            with self._lock:
+                attributes[contract.SAMPLE_BY] = contract.SAMPLE_BY_DATA_SOURCE
+                attributes[contract.DATA_SOURCES] = state.by_source.attribute()  # type: ignore[assignment]
         if math.isfinite(state.score_sum):
             attributes[contract.SCORE_COUNT] = state.score_count
             attributes[contract.SCORE_SUM] = state.score_sum
@@ -520,9 +530,12 @@ class Emitter:
             scored, score_sum = score_stats(batch.scores)
             with self._lock:
                 # The k-th key only falls as items are offered, so an earlier read is a safe filter.
-                threshold, k = (kept.threshold(), kept.k) if kept is not None else (None, None)
+                threshold, k = kept.prefilter() if kept is not None else (None, None)
             found, prompts = self._candidates(state, batch, threshold, k)
             under_rate = prompts_under_rate(prompts, state.rate)
+            data_sources = [data_source_of(value) for value in batch.data_sources or ()] if state.by_source else None
+            if data_sources is not None and not data_sources:
+                data_sources = [""] * size
         except Exception as error:
             self.refuse(state, size)
             self.stats.failed("computing sample ids and keys", error, size)
@@ -535,7 +548,9 @@ class Emitter:
                 state.score_sum += score_sum
                 state.prompts.add(prompts)
                 state.prompts_under_rate += under_rate
-                entered, evicted = kept.offer(found) if kept is not None else ([], 0)
+                if state.by_source is not None and data_sources is not None:
+                    state.by_source.add(data_sources, batch.scores)
+                entered, evicted = kept.offer(found, data_sources) if kept is not None else ([], 0)
         if ended:  # its block was ended by another thread after this call found it
             self.refuse(state, size)
             self._ended_meanwhile(state, size)

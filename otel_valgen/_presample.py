@@ -4,7 +4,9 @@ The sample is a group view (``otel_valgen.sampling.GroupView``): the bottom-k pr
 every response of each. A validation generation is its own prompt, so for validation this is
 the bottom-k of generations; a rollout's responses enter and leave with their prompt. With a
 rollout rate (the watch-list) a prompt whose key is not below ``rate_threshold(rate)`` never
-enters: its responses are sampled out like those of any prompt the bottom-k left out.
+enters: its responses are sampled out like those of any prompt the bottom-k left out. With k
+per data source (``sample_by = data_source``) each data source has its own group view
+(``otel_valgen.sampling.DataSourceViews``).
 
 A generation that enters is *held* until its fate is counted: sent at the end of the step (or
 part), dropped (its record failed to build, or the step ended before it was built), or sampled
@@ -15,10 +17,10 @@ The emitter's lock guards every method.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from otel_valgen._records import PendingRecord
-from otel_valgen.sampling import GroupView, Order, rate_threshold
+from otel_valgen.sampling import DataSourceViews, Order, rate_threshold
 
 Candidate = tuple[int, Order, Order]
 """A generation of a batch that may enter: (index in the batch, its prompt's sort key, its sort key)."""
@@ -56,11 +58,13 @@ def prompts_under_rate(prompt_keys: Iterable[int], rate: float | None) -> int:
 class LocalSample:
     """The bottom-k of what this process saw of one step, held until the step (or part) ends.
 
-    With ``rate`` only prompts whose key is below ``rate_threshold(rate)`` enter (the watch-list).
+    With ``rate`` only prompts whose key is below ``rate_threshold(rate)`` enter (the watch-list);
+    ``by_data_source`` keeps k per data source.
     """
 
-    def __init__(self, k: int, rate: float | None = None) -> None:
-        self._kept: GroupView[Kept] = GroupView(k, rate)
+    def __init__(self, k: int, rate: float | None = None, by_data_source: bool = False) -> None:
+        self._kept: DataSourceViews[Kept] = DataSourceViews(k, rate)
+        self._kept.ask(by_data_source)
 
     @property
     def k(self) -> int:
@@ -71,12 +75,20 @@ class LocalSample:
         """The largest kept prompt sort key once k are kept: only smaller ones (or its own responses) can enter."""
         return self._kept.threshold()
 
+    def prefilter(self) -> tuple[Order | None, int | None]:
+        """``(threshold, k)`` that a batch's candidates can be cut to before they are offered.
+
+        ``(None, None)`` with k per data source: a batch's k smallest, or those below one data
+        source's threshold, may leave out what another data source keeps.
+        """
+        return (None, None) if self._kept.split else (self._kept.threshold(), self._kept.k)
+
     def held(self) -> int:
         """Generations kept and not settled yet."""
         return sum(not item.settled for item in self._kept.kept())
 
-    def offer(self, found: list[Candidate]) -> tuple[list[Entered], int]:
-        """Offer a batch's candidates ``(index, prompt sort key, sort key)``.
+    def offer(self, found: list[Candidate], data_sources: Sequence[str] | None = None) -> tuple[list[Entered], int]:
+        """Offer a batch's candidates ``(index, prompt sort key, sort key)``, of ``data_sources[index]`` when split.
 
         Returns those still kept after the whole batch (to build), and how many held
         generations of earlier calls they evicted (now sampled out).
@@ -87,7 +99,7 @@ class LocalSample:
         offered = []
         for index, prompt, order in found:
             item = Kept()
-            if self._kept.offer(prompt, order, item):
+            if self._kept.offer(data_sources[index] if data_sources is not None else "", prompt, order, item):
                 offered.append((index, prompt, order, item))
         if not offered:
             return [], 0

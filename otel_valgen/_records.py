@@ -23,6 +23,7 @@ from otel_valgen import _stats, contract
 from otel_valgen._keys import BatchKeyer
 from otel_valgen._sanitize import CleanText, clean_extra, clean_score, clean_text
 from otel_valgen._settings import Settings
+from otel_valgen.data_sources import data_source_of
 from otel_valgen.sampling import HEX_DIGITS, KEY_VERSION, Order, SortKey, sample_key
 
 _STR_ONLY: Final = {str}
@@ -371,7 +372,9 @@ class RecordBuilder:
             if score.coerced:
                 self.stats.add(_stats.COERCED_VALUES)
         if batch.data_sources is not None and batch.data_sources[index] is not None:
-            attributes[contract.DATA_SOURCE] = clean_text(batch.data_sources[index], 1024).text
+            attributes[contract.DATA_SOURCE] = data_source_of(batch.data_sources[index])
+        if self.settings.sample_by == contract.SAMPLE_BY_DATA_SOURCE:
+            attributes[contract.SAMPLE_BY] = contract.SAMPLE_BY_DATA_SOURCE
         return PendingRecord(time.time_ns(), body, attributes)
 
     def _add_rollout(self, columns: RolloutColumns, index: int, attributes: dict[str, AnyValue]) -> None:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 from otel_valgen import _env as env
+from otel_valgen import contract
 from otel_valgen._identity import (
     LAUNCH_UNNAMED,
     RUN_ID_EXPLICIT,
@@ -64,6 +65,17 @@ def _count(name: str, default: int) -> int:
 
 def _positive(name: str, default: int) -> int:
     return env.env_int(name, default, minimum=1)
+
+
+def _sample_by(name: str, default: str) -> str:
+    """``step`` or ``data_source`` from the environment; unset: ``default``; another value is logged and ignored."""
+    raw = os.environ.get(name, "").strip().lower()
+    if not raw:
+        return default
+    if raw not in contract.SAMPLE_BY_VALUES:
+        _logger.warning("otel_valgen: %s=%r is not one of %s; using %s", name, raw, contract.SAMPLE_BY_VALUES, default)
+        return default
+    return raw
 
 
 def _rate(name: str, default: float | None) -> float | None:
@@ -148,6 +160,15 @@ SETTINGS: Final[tuple[Setting, ...]] = (
         "`rollout_count` prompts per step (docs/rollouts.md).",
         read=_rate,
         default=None,
+    ),
+    Setting(
+        (env.OTEL_VALGEN_SAMPLE_BY,),
+        "sample_by",
+        "`step`",
+        "`data_source`: keep *k* per (step, data source) instead of per step, for validation and rollouts; "
+        "each step's summary then gives seen, kept and mean score per data source (docs/configuration.md).",
+        read=_sample_by,
+        default=contract.SAMPLE_BY_STEP,
     ),
     Setting((env.OTEL_VALGEN_SEED,), "seed", "`42`", "Sampling seed.", read=env.env_int, default=DEFAULT_SEED),
     Setting(
@@ -360,6 +381,7 @@ class Settings:
     count: int = DEFAULT_COUNT
     rollout_count: int = DEFAULT_ROLLOUT_COUNT
     rollout_rate: float | None = None  # the watch-list rate of rollouts (None: off, exactly k prompts)
+    sample_by: str = contract.SAMPLE_BY_STEP  # contract.SAMPLE_BY_VALUES: k per step or per (step, data source)
     seed: int = DEFAULT_SEED
     presample: bool = True
     endpoint: str | None = None  # where logs go: the OTLP/HTTP logs URL or the gRPC target; None: files
@@ -465,6 +487,7 @@ def resolve_settings(
     count: int | None = None,
     rollout_count: int | None = None,
     rollout_rate: float | None = None,
+    sample_by: str | None = None,
     seed: int | None = None,
     presample: bool | None = None,
     endpoint: str | None = None,
@@ -490,6 +513,7 @@ def resolve_settings(
         rollout_rate=rate_of(
             _argument_or_env("rollout_rate", rollout_rate, lambda v: rate_of(v) is not None, warn=True)
         ),
+        sample_by=_argument_or_env("sample_by", sample_by, lambda v: v in contract.SAMPLE_BY_VALUES, warn=True),
         seed=int(_argument_or_env("seed", seed, lambda v: True)),
         presample=bool(_argument_or_env("presample", presample, lambda v: True)),
         endpoint=resolve_endpoint(endpoint, resolved_protocol),

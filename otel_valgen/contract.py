@@ -99,6 +99,24 @@ PROMPTS_KEPT: Final = "valgen.prompts_kept"  # int, summary only
 # each call's distinct ones added up, cumulative) and, on the summary, their sum over the ended
 # sources and how many of them the cap k left out.
 SAMPLE_RATE: Final = "valgen.sample_rate"  # double in (0, 1]
+# k per (step, data source) (``sample_by = data_source``; otel_valgen.sampling.DataSourceViews):
+# SAMPLE_BY on each generation asks for it (absent or another value: k per step; a group is split
+# while every generation asks), and on a split group's summary. DATA_SOURCES, an array of maps
+# (DATA_SOURCE_FIELDS' keys), gives each data source's figures: on an end record its seen and
+# score statistics (cumulative, like valgen.seen), on the summary those summed over the ended
+# sources with the kept generations and the mean score.
+SAMPLE_BY: Final = "valgen.sample_by"  # str: SAMPLE_BY_DATA_SOURCE, or absent
+SAMPLE_BY_STEP: Final = "step"
+SAMPLE_BY_DATA_SOURCE: Final = "data_source"
+SAMPLE_BY_VALUES: Final = (SAMPLE_BY_STEP, SAMPLE_BY_DATA_SOURCE)
+DATA_SOURCES: Final = "valgen.data_sources"  # array of maps
+FIGURE_DATA_SOURCE: Final = "data_source"
+FIGURE_SEEN: Final = "seen"
+FIGURE_KEPT: Final = "kept"  # summary only
+FIGURE_SCORE_COUNT: Final = "score.count"
+FIGURE_SCORE_SUM: Final = "score.sum"
+FIGURE_SCORE_MEAN: Final = "score.mean"  # summary only, absent when the count is 0
+FIELD_DATA_SOURCES: Final = "data_sources"  # in an entry of valgen.source_figures: the source's end figures
 PROMPTS_UNDER_RATE: Final = "valgen.prompts_under_rate"  # int
 PROMPTS_OVER_CAP: Final = "valgen.prompts_over_cap"  # int, summary only
 SOURCES: Final = "valgen.sources"  # sources that sent anything for the step

@@ -11,7 +11,9 @@ parts merge exactly:
 - each source: the end and progress counts are cumulative, so the largest wins; arrivals are
   disjoint across samplers, so they add up;
 - the balance is then ``otel_valgen.balance.step_balance`` over the merged sources, the same
-  rule the sampler applies to one group.
+  rule the sampler applies to one group;
+- with k per data source, the bottom-k of each data source's union, and its figures
+  (``valgen.data_sources``) from each source's largest end record (``otel_valgen.data_sources``).
 
 A source that ended in no part is listed in ``valgen.sources_missing``; records an ended source
 emitted that reached no part (a sampler's stored state lost for good) are ``valgen.missing``.
@@ -31,6 +33,7 @@ from typing import Any
 
 from otel_valgen import contract
 from otel_valgen.balance import SourceFigures, step_balance
+from otel_valgen.data_sources import DataSourceFigures, parse_figures, step_figures
 from otel_valgen.distinct import PROMPTS_SEEN_ERROR, distinct_count, merge_keys, parse_keys
 from otel_valgen.reader import Generation
 from otel_valgen.sampling import rate_of, rate_threshold
@@ -71,6 +74,8 @@ class MergedFigures:
     score_sum: float | None = None
     prompts_seen: int = 0
     unhooked: str = ""
+    data_sources: tuple[DataSourceFigures, ...] | None = None  # from the part with the largest end counts
+    raw_data_sources: list[Any] | None = None  # the same, as the part's entry carried it
 
     def add(self, figure: Mapping[str, Any]) -> None:
         """Add one part's figures of the source."""
@@ -81,6 +86,9 @@ class MergedFigures:
                 count, total = figure.get("score.count"), figure.get("score.sum")
                 if isinstance(count, int) and isinstance(total, int | float) and not isinstance(total, bool):
                     self.score_count, self.score_sum = count, float(total)
+                raw = figure.get(contract.FIELD_DATA_SOURCES)
+                if (parsed := parse_figures(raw)) is not None:
+                    self.data_sources, self.raw_data_sources = parsed, list(raw or ())
             self.ended = True
             self.seen = max(self.seen, _int(figure, "seen"))
             self.emitted = max(self.emitted, _int(figure, "emitted"))
@@ -126,6 +134,8 @@ class MergedFigures:
             figure["prompts_seen"] = self.prompts_seen
         if self.unhooked:
             figure["unhooked"] = self.unhooked
+        if self.raw_data_sources is not None:
+            figure[contract.FIELD_DATA_SOURCES] = self.raw_data_sources
         return figure
 
 
@@ -184,6 +194,7 @@ def merge_summaries(summaries: Sequence[Mapping[str, Any]], kept: Sequence[Gener
     if ks:
         out[contract.SAMPLE_COUNT] = min(ks)
     _put_scores(out, [figures for figures in sources.values() if figures.ended])
+    _put_data_sources(out, [figures for figures in sources.values() if figures.ended], kept)
     if out.get(contract.KIND) == contract.KIND_ROLLOUT:
         _put_prompts_seen(out, summaries, [figures for figures in sources.values() if figures.ended])
         out[contract.PROMPTS_KEPT] = len({g.prompt_id for g in kept})
@@ -195,6 +206,14 @@ def merge_summaries(summaries: Sequence[Mapping[str, Any]], kept: Sequence[Gener
     out[contract.CLOSED_REASON] = COMPLETE if complete else next((r for r in reasons if r != COMPLETE), reasons[0])
     out[contract.SOURCE_FIGURES] = [figures.as_figure(name, kept_by[name]) for name, figures in sorted(sources.items())]
     return out
+
+
+def _put_data_sources(out: dict[str, Any], ended: list[MergedFigures], kept: Sequence[Generation]) -> None:
+    """The merged step's figures per data source, when it is split or a source reported them."""
+    reported = [figures.data_sources for figures in ended if figures.data_sources is not None]
+    if reported or out.get(contract.SAMPLE_BY) == contract.SAMPLE_BY_DATA_SOURCE:
+        figures = step_figures(reported, (g.data_source for g in kept))
+        out[contract.DATA_SOURCES] = [figure.attribute() for figure in figures]
 
 
 def _complete_sources(summary: Mapping[str, Any], expected: int) -> bool:

@@ -18,6 +18,7 @@ from typing import Any
 from otel_valgen import contract
 from otel_valgen._framing import Message, TruncatedFile, messages, unframe
 from otel_valgen._sanitize import ExtraValue
+from otel_valgen.data_sources import DataSourceFigures, parse_figures
 from otel_valgen.distinct import parse_keys
 from otel_valgen.sampling import KEY_VERSIONS
 
@@ -92,6 +93,8 @@ class EndRecord:
     kind: str = contract.KIND_VALIDATION
     prompts_seen: int | None = None  # a rollout source's valgen.prompts_seen (cumulative)
     prompt_keys: tuple[int, ...] | None = None  # its sketch of distinct prompt keys (otel_valgen.distinct)
+    # valgen.data_sources: its figures per data source (k per data source; cumulative, like seen).
+    data_sources: tuple[DataSourceFigures, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -368,6 +371,7 @@ def _record(log: dict[str, Any], resource: dict[str, Any]) -> Record | None:  # 
             kind=kind,
             prompts_seen=_opt_int(attrs.get(contract.PROMPTS_SEEN)),
             prompt_keys=parse_keys(attrs.get(contract.PROMPT_KEYS)),
+            data_sources=parse_figures(attrs.get(contract.DATA_SOURCES)),
         )
     if event != contract.EVENT_GENERATION:
         return None

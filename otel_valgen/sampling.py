@@ -67,6 +67,14 @@ The view keeps the eligible prompts, at most ``k`` of them (the ``k`` smallest w
 eligible). Keys below a threshold are a prefix of the sort order, so this is the bottom-k cut
 to the prefix: mergeable like the bottom-k, and lowering the rate (the smallest rate of a
 group's records wins, ``step_rate``) is exact, as shrinking k is.
+
+*k per data source* (``sample_by = data_source``, ``valgen.sample_by``): a group keeps the
+group view of each data source (``valgen.data_source``, absent is ``""``) on its own, so each
+(step, data source) keeps k (``DataSourceViews``). A group is split while every generation of
+it asks for it; the first that does not (a process with the default, a library before the
+option) turns it back into one group view, which is exact: a prompt of the bottom-k of the
+whole group is in the bottom-k of its data source, so the bottom-k of the union of the data
+sources' views is the group's. The other way, splitting a view kept per step, would not be.
 """
 
 from __future__ import annotations
@@ -80,13 +88,18 @@ from typing import Final, Generic, NamedTuple, TypeVar
 
 import xxhash
 
+from otel_valgen import contract
+
 __all__ = [
     "HEX_DIGITS",
     "KEY_VERSION",
     "KEY_VERSIONS",
     "LEGACY_KEY_VERSION",
     "NO_RATE_THRESHOLD",
+    "SAMPLE_BY_DATA_SOURCE",
+    "SAMPLE_BY_STEP",
     "BottomK",
+    "DataSourceViews",
     "GroupView",
     "SortKey",
     "bottom_k",
@@ -441,3 +454,105 @@ def group_view(
     for prompt, order, item in items:
         view.offer(prompt, order, item)
     return view.items()
+
+
+SAMPLE_BY_STEP: Final = contract.SAMPLE_BY_STEP
+"""k per step: the default, and what a record without ``valgen.sample_by`` asks for."""
+SAMPLE_BY_DATA_SOURCE: Final = contract.SAMPLE_BY_DATA_SOURCE
+"""k per (step, data source)."""
+
+
+def data_source_order(data_source: str) -> bytes:
+    """The order in which a split group's data sources are ranked: their UTF-8 bytes."""
+    return data_source.encode("utf-8", "replace")
+
+
+class DataSourceViews(Generic[T]):
+    """A group's sample with k per data source: one ``GroupView`` per data source while split.
+
+    The group splits when its first generation asks for k per data source, and turns back into
+    one view, for good, at the first generation that does not (module docstring): a group is
+    split when every generation of it asked. Ranked, a split group lists its data sources in
+    ``data_source_order``, each one's view ranked.
+    """
+
+    def __init__(self, k: int, rate: float | None = None) -> None:
+        self._k = k
+        self.rate = rate
+        self.split: bool | None = None  # None until the first generation
+        self._views: dict[str, GroupView[T]] = {}
+
+    @property
+    def k(self) -> int:
+        """How many prompts each view keeps at most."""
+        return self._k
+
+    def _view(self, data_source: str) -> GroupView[T]:
+        key = data_source if self.split else ""
+        view = self._views.get(key)
+        if view is None:
+            view = self._views[key] = GroupView(self._k, self.rate)
+        return view
+
+    def _join(self) -> None:
+        """Turn the split views into one: the bottom-k of their union (exact, module docstring)."""
+        joined: GroupView[T] = GroupView(self._k, self.rate)
+        for view in self._views.values():
+            for prompt, order, item in view.items():
+                joined.offer(prompt, order, item)
+        self._views = {"": joined}
+        self.split = False
+
+    def ask(self, by_data_source: bool) -> list[T]:
+        """Apply a generation's ``valgen.sample_by``; return the items the join sampled out."""
+        if self.split is None:
+            self.split = by_data_source
+        elif self.split and not by_data_source:
+            before = self.kept()
+            self._join()
+            alive = {id(item) for item in self.kept()}
+            return [item for item in before if id(item) not in alive]
+        return []
+
+    def offer(self, data_source: str, prompt: Order, order: Order, item: T) -> bool:
+        """Consider one response of ``prompt`` of ``data_source`` (after ``ask``); return whether it is kept."""
+        return self._view(data_source).offer(prompt, order, item)
+
+    def would_keep(self, data_source: str, prompt: Order) -> bool:
+        """Whether a response of ``prompt`` of ``data_source`` would be kept if offered now."""
+        view = self._views.get(data_source if self.split else "")
+        return view.would_keep(prompt) if view is not None else self._k > 0 and prompt[0] < rate_threshold(self.rate)
+
+    def threshold(self, data_source: str = "") -> Order | None:
+        """The largest kept prompt sort key of ``data_source``'s view once it keeps k, else None."""
+        view = self._views.get(data_source if self.split else "")
+        return view.threshold() if view is not None else None
+
+    def shrink(self, k: int) -> list[T]:
+        """Keep only the ``k`` smallest prompts of each view; return the responses no longer kept."""
+        self._k = k
+        return [item for view in self._views.values() for item in view.shrink(k)]
+
+    def lower_rate(self, rate: float | None) -> list[T]:
+        """Apply a record's rate (``step_rate``) to every view; return the responses no longer eligible."""
+        self.rate = step_rate(self.rate, rate)
+        return [item for view in self._views.values() for item in view.lower_rate(rate)]
+
+    def prompts(self) -> int:
+        """How many prompts are kept, over the data sources."""
+        return sum(view.prompts() for view in self._views.values())
+
+    def __len__(self) -> int:
+        return sum(len(view) for view in self._views.values())
+
+    def kept(self) -> list[T]:
+        """The kept responses, in no particular order."""
+        return [item for view in self._views.values() for item in view.kept()]
+
+    def items(self) -> list[tuple[SortKey, SortKey, T]]:
+        """``(prompt, response, item)`` ranked: data sources in order, each one's view ranked."""
+        return [entry for source in sorted(self._views, key=data_source_order) for entry in self._views[source].items()]
+
+    def by_data_source(self) -> dict[str, list[T]]:
+        """The kept responses of each data source's view, ranked (one ``""`` entry when not split)."""
+        return {source: [item for _, _, item in self._views[source].items()] for source in self._views}

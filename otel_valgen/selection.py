@@ -43,6 +43,10 @@ The records of an attempt are compared under one key version (``valgen.key_versi
 is 1): that of its first generation; a generation of another version gets its key recomputed
 from its seed and sample id, as in the collector.
 
+With k per data source (``valgen.sample_by``, ``otel_valgen.sampling.DataSourceViews``) each
+data source of an attempt keeps its own k, and ``data_sources`` gives its figures
+(``otel_valgen.data_sources``): the summary's, else from the end records and the kept generations.
+
 Generations tagged ``valgen.late`` (forwarded by a sampler after their step closed) are never
 part of a selection.
 """
@@ -60,13 +64,13 @@ from typing import Protocol, TypeVar
 from otel_valgen import contract
 from otel_valgen._settings import DEFAULT_COUNT, DEFAULT_SEED
 from otel_valgen.balance import SourceFigures, step_balance, summary_dropped
+from otel_valgen.data_sources import DataSourceFigures, parse_figures, step_figures
 from otel_valgen.distinct import DistinctCount, distinct_count, merge_keys
 from otel_valgen.partials import merge_summaries, sampler_of
 from otel_valgen.reader import EndRecord, Generation, LateReport, ProgressRecord, Record, StartRecord, Summary
 from otel_valgen.sampling import (
     LEGACY_KEY_VERSION,
-    BottomK,
-    GroupView,
+    DataSourceViews,
     SortKey,
     rate_of,
     rate_threshold,
@@ -149,6 +153,8 @@ class StepSelection:
     prompts_seen_estimated: bool = False  # an estimate (otel_valgen.distinct: PROMPTS_SEEN_ERROR)
     prompts_incomplete: int = 0  # rollouts: kept prompts that a source that never ended may lack responses of
     prompts_kept: int | None = None  # rollouts: prompts kept (k is in prompts too)
+    by_data_source: bool = False  # k per (step, data source) (valgen.sample_by)
+    data_sources: list[DataSourceFigures] | None = None  # per data source (None: none reported, not split)
 
     @property
     def score_mean(self) -> float | None:
@@ -183,7 +189,7 @@ class _Attempt:
     kind: str = contract.KIND_VALIDATION
     k: int | None = None
     key_version: int | None = None
-    selector: BottomK[Generation] | GroupView[Generation] | None = None
+    selector: DataSourceViews[Generation] | None = None
     ranked: dict[str, Generation] = field(default_factory=dict)
     starts: set[tuple[str, str]] = field(default_factory=set)
     ends: dict[tuple[str, str], EndRecord] = field(default_factory=dict)
@@ -248,18 +254,41 @@ def _offer(group: _Attempt, record: Generation, count: int | None, max_count: in
     k = min(k, max_count) if max_count is not None else k
     k = step_k(group.k, k)
     if group.selector is None:
-        group.selector = GroupView(k) if group.kind == contract.KIND_ROLLOUT else BottomK(k)
+        group.selector = DataSourceViews(k)
     elif k < group.selector.k:
         group.selector.shrink(k)
     group.k = k
     if group.key_version is None:  # a step's key version is that of its first generation
         group.key_version = record.key_version or LEGACY_KEY_VERSION
-    order = sort_key_of(record, seed, group.key_version)
-    if isinstance(group.selector, GroupView):
-        group.selector.lower_rate(record_rate(record))  # the watch-list: the smallest rate wins
-        group.selector.offer(prompt_key_of(record, seed, group.key_version), order, record)
+    _offer_to(group.selector, record, group.kind, seed, group.key_version)
+
+
+def asks_data_source(generation: Generation) -> bool:
+    """Whether a generation asks for k per (step, data source) (``valgen.sample_by``)."""
+    return generation.attributes.get(contract.SAMPLE_BY) == contract.SAMPLE_BY_DATA_SOURCE
+
+
+def _offer_to(
+    views: DataSourceViews[Generation],
+    record: Generation,
+    kind: str,
+    seed: int,
+    key_version: int | None,
+    decided: bool = False,
+) -> None:
+    """Offer one generation: its own prompt (validation) or its prompt's (rollouts), in its data source's view.
+
+    Its ``valgen.sample_by`` applies unless the split is ``decided`` already.
+    """
+    if not decided:
+        views.ask(asks_data_source(record))
+    order = sort_key_of(record, seed, key_version)
+    if kind == contract.KIND_ROLLOUT:
+        views.lower_rate(record_rate(record))  # the watch-list: the smallest rate wins
+        prompt = prompt_key_of(record, seed, key_version or LEGACY_KEY_VERSION)
     else:
-        group.selector.offer(order, record)
+        prompt = order
+    views.offer(record.data_source or "", prompt, order, record)
 
 
 def record_rate(generation: Generation) -> float | None:
@@ -275,26 +304,33 @@ def parts_k(k: int | None, parts: Iterable[Mapping[str, object]]) -> int | None:
 
 
 def cut_kept(
-    generations: Iterable[Generation], k: int | None, kind: str, seed: int, key_version: int | None = None
+    generations: Iterable[Generation],
+    k: int | None,
+    kind: str,
+    seed: int,
+    key_version: int | None = None,
+    by_data_source: bool | None = None,
 ) -> list[Generation]:
-    """The bottom-``k`` of kept records (of one group's parts): by sort key, or for rollouts ``k`` prompts whole."""
+    """The bottom-``k`` of kept records (of one group's parts): by sort key, or for rollouts ``k`` prompts whole.
+
+    ``k`` of each data source when ``by_data_source`` (the parts' summaries all say
+    ``valgen.sample_by``: a part's kept records no longer show the generation that joined it);
+    None decides by the records, as a group does. ``k`` None keeps all.
+    """
+    generations = list(generations)
     if kind == contract.KIND_ROLLOUT:
-        view: GroupView[Generation] = GroupView(k or 0)
-        version = key_version or LEGACY_KEY_VERSION
-        for g in generations:
-            view.lower_rate(record_rate(g))  # the watch-list: the smallest rate of the records wins
-            view.offer(prompt_key_of(g, seed, version), sort_key_of(g, seed, version), g)
-        return _selected(view)
-    return sorted(generations, key=lambda g: sort_key_of(g, seed, key_version))[:k]
+        key_version = key_version or LEGACY_KEY_VERSION
+    views: DataSourceViews[Generation] = DataSourceViews(k if k is not None else len(generations))
+    if by_data_source is not None:
+        views.ask(by_data_source)
+    for g in generations:
+        _offer_to(views, g, kind, seed, key_version, decided=by_data_source is not None)
+    return _selected(views)
 
 
-def _selected(selector: BottomK[Generation] | GroupView[Generation] | None) -> list[Generation]:
-    """The kept generations in rank order (a rollout's: by prompt, then response)."""
-    if selector is None:
-        return []
-    if isinstance(selector, GroupView):
-        return [item for _, _, item in selector.items()]
-    return [item for _, item in selector.items()]
+def _selected(selector: DataSourceViews[Generation] | None) -> list[Generation]:
+    """The kept generations in rank order (by data source when split; a rollout's by prompt, then response)."""
+    return [item for _, _, item in selector.items()] if selector is not None else []
 
 
 def _prompts_seen(ends: Mapping[tuple[str, str], EndRecord]) -> DistinctCount | None:
@@ -324,7 +360,7 @@ def _larger_end(known: EndRecord | None, end: EndRecord) -> EndRecord:
     Each end record of a source counts everything it did so far in that attempt, so the
     largest is the latest whatever order the records are read in (the collector does the same).
     The score count and sum travel as a pair: those of the record with the larger count (on a
-    tie, the larger sum), never one record's count with another's sum.
+    tie, the larger sum), never one record's count with another's sum; so do the figures per data source.
     """
     if known is None:
         return end
@@ -341,6 +377,8 @@ def _larger_end(known: EndRecord | None, end: EndRecord) -> EndRecord:
         score_sum=score_sum,
         prompts_seen=max((n for n in (known.prompts_seen, end.prompts_seen) if n is not None), default=None),
         prompt_keys=_merged_keys(known.prompt_keys, end.prompt_keys),
+        # The figures per data source of the record that saw the most (on a tie, the one read last).
+        data_sources=(end if end.seen >= known.seen else known).data_sources or known.data_sources or end.data_sources,
     )
 
 
@@ -464,7 +502,8 @@ def _finish(group: _Attempt, collector: bool, count: int | None, seed: int) -> S
         # group.k is the k rule over the records and --count (_offer).
         # Parts of the group closed by other samplers (an agent re-routed the step) merge the same way.
         parts = [part.attributes for _, part in sorted(group.parts.items())]
-        kept = cut_kept(group.ranked.values(), parts_k(group.k, parts), group.kind, seed, group.key_version)
+        split = all(part.get(contract.SAMPLE_BY) == contract.SAMPLE_BY_DATA_SOURCE for part in parts) and bool(parts)
+        kept = cut_kept(group.ranked.values(), parts_k(group.k, parts), group.kind, seed, group.key_version, split)
         if len(parts) > 1:
             summary = Summary(group.run_id, group.step, merge_summaries(parts, kept))
         late = group.late
@@ -494,6 +533,9 @@ def _finish(group: _Attempt, collector: bool, count: int | None, seed: int) -> S
             prompts_seen_estimated=summary is not None and summary.prompts_seen_estimated,
             prompts_incomplete=summary.prompts_incomplete if summary is not None else 0,
             prompts_kept=len({g.prompt_id for g in kept}) if group.kind == contract.KIND_ROLLOUT else None,
+            by_data_source=summary is not None
+            and summary.attributes.get(contract.SAMPLE_BY) == contract.SAMPLE_BY_DATA_SOURCE,
+            data_sources=_summary_figures(summary),
         )
     ended = set(group.ends)
     scores = score_totals(group.ends)
@@ -502,9 +544,11 @@ def _finish(group: _Attempt, collector: bool, count: int | None, seed: int) -> S
     generations = _selected(group.selector)
     seen, dropped = _embedded_balance(group, generations)
     rollout = group.kind == contract.KIND_ROLLOUT
-    rate = group.selector.rate if isinstance(group.selector, GroupView) else None
+    rate = group.selector.rate if rollout and group.selector is not None else None
     prompts = _prompts_seen(group.ends) if rollout else None
     prompts_kept = len({g.prompt_id for g in generations}) if rollout else None
+    split = group.selector is not None and bool(group.selector.split)
+    reported = [end.data_sources for end in group.ends.values() if end.data_sources is not None]
     return StepSelection(
         run_id=group.run_id,
         step=group.step,
@@ -529,7 +573,15 @@ def _finish(group: _Attempt, collector: bool, count: int | None, seed: int) -> S
         # A source that never ended may hold responses of any kept prompt (the collector's rule).
         prompts_incomplete=prompts_kept if prompts_kept and not (complete and _all_ended(group)) else 0,
         prompts_kept=prompts_kept,
+        by_data_source=split,
+        data_sources=step_figures(reported, (g.data_source for g in generations)) if split or reported else None,
     )
+
+
+def _summary_figures(summary: Summary | None) -> list[DataSourceFigures] | None:
+    """A summary's figures per data source (``valgen.data_sources``), None when it has none."""
+    figures = parse_figures(summary.attributes.get(contract.DATA_SOURCES)) if summary is not None else None
+    return list(figures) if figures is not None else None
 
 
 def _concurrent(groups: list[_Attempt]) -> dict[str, int]:

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import json
 import random
+from collections import Counter
 from fractions import Fraction
 from pathlib import Path
 
 from otel_valgen.reader import EndRecord
 from otel_valgen.sampling import (
     KEY_VERSIONS,
+    SAMPLE_BY_DATA_SOURCE,
+    DataSourceViews,
     GroupView,
     SortKey,
     bottom_k,
@@ -384,6 +387,121 @@ def group_view_cases() -> dict[str, object]:
     }
 
 
+def _as_rollout(record: dict[str, str]) -> dict[str, str]:
+    """A validation generation as the group view sees it: its own prompt, with one response."""
+    out = dict(record)
+    out.setdefault("prompt_id", record["sample_id"])
+    if "sample_key" in record:
+        out.setdefault("prompt_key", record["sample_key"])
+    return out
+
+
+def _sorted_by_data_source(records: list[dict[str, str]], k: int, seed: int) -> tuple[list[str], bool]:
+    """K per data source by sorting (an oracle apart from ``DataSourceViews``): the ranked ids, and whether split."""
+    split = all(r.get("sample_by") == SAMPLE_BY_DATA_SOURCE for r in records)
+    if not split:
+        return _sorted_view(records, k, seed), False
+    sources = sorted({r.get("data_source", "") for r in records}, key=lambda s: s.encode())
+    ranked = []
+    for source in sources:
+        ranked += _sorted_view([r for r in records if r.get("data_source", "") == source], k, seed)
+    return ranked, True
+
+
+def data_source_cases() -> dict[str, object]:
+    """K per (step, data source): validation and rollout groups, split and joined."""
+    rng = random.Random(20261205)
+    cases: list[dict[str, object]] = []
+
+    def case(name: str, kind: str, k: int, records: list[dict[str, str]], seed: int = 42) -> None:
+        as_views = records if kind == "rollout" else [_as_rollout(r) for r in records]
+        views: DataSourceViews[str] = DataSourceViews(k)  # the implementation must agree with the oracle
+        for r in as_views:
+            views.ask(r.get("sample_by") == SAMPLE_BY_DATA_SOURCE)
+            prompt = SortKey.of(
+                int(r["prompt_key"]) if "prompt_key" in r else sample_key(seed, r["prompt_id"]), r["prompt_id"]
+            )
+            order = SortKey.of(
+                int(r["sample_key"]) if "sample_key" in r else sample_key(seed, r["sample_id"]), r["sample_id"]
+            )
+            views.offer(r.get("data_source", ""), prompt, order, r["sample_id"])
+        expected, split = _sorted_by_data_source(as_views, k, seed)
+        assert [sid for _, _, sid in views.items()] == expected, name
+        assert bool(views.split) == split, name
+        source_of = {r["sample_id"]: r.get("data_source", "") for r in records}
+        kept = Counter(source_of[sid] for sid in expected)
+        cases.append(
+            {
+                "name": name,
+                "kind": kind,
+                "k": k,
+                "seed": str(seed),
+                "records": records,
+                "expected": expected,
+                "split": split,
+                "expected_kept_by_data_source": dict(sorted(kept.items())) if split else {},
+            }
+        )
+
+    by_source = {"gsm8k": 9, "math": 4, "é-set": 6, "zeta": 1}
+    validation = [
+        {"sample_id": f"{source}-{i}/0", "data_source": source, "sample_by": SAMPLE_BY_DATA_SOURCE}
+        for source, n in by_source.items()
+        for i in range(n)
+    ]
+    validation.append({"sample_id": "no-source-0/0", "sample_by": SAMPLE_BY_DATA_SOURCE})
+    validation.append({"sample_id": "no-source-1/0", "sample_by": SAMPLE_BY_DATA_SOURCE})
+    rng.shuffle(validation)
+    validation.append(dict(validation[3]))  # delivered twice
+    for k in (0, 1, 3, 5, 64):
+        case(f"validation_k{k}", "validation", k, validation)
+    tied = [
+        {"sample_id": sid, "sample_key": "7", "data_source": source, "sample_by": SAMPLE_BY_DATA_SOURCE}
+        for sid, source in (("b/0", "x"), ("a/0", "y"), ("c/0", "x"), ("é/0", "y"), ("d/0", "x"))
+    ]
+    case("tied_keys_break_by_id_within_each_data_source", "validation", 2, tied)
+    joined = [dict(r) for r in validation]
+    del joined[len(joined) // 2]["sample_by"]
+    case("one_generation_per_step_joins_the_group", "validation", 3, joined)
+    first_step = [dict(r) for r in validation]
+    first_step[0]["sample_by"] = "step"
+    case("a_first_generation_per_step_keeps_it_joined", "validation", 3, first_step)
+    late_join = [dict(r) for r in validation] + [{"sample_id": "plain/0", "data_source": "math"}]
+    case("a_last_generation_per_step_joins_it", "validation", 4, late_join)
+
+    rollouts = []
+    for source, prompts in (("gsm8k", 5), ("math", 3), ("", 2)):
+        for _ in range(prompts):
+            prompt = f"{source or 'none'}-uid-{rng.randrange(10**9):09d}"
+            for i in range(3):
+                r = {"prompt_id": prompt, "sample_id": f"{prompt}/{i}", "sample_by": SAMPLE_BY_DATA_SOURCE}
+                if source:
+                    r["data_source"] = source
+                rollouts.append(r)
+    rng.shuffle(rollouts)
+    for k in (1, 2, 4):
+        case(f"rollout_k{k}", "rollout", k, rollouts, seed=7)
+    rollout_joined = [dict(r) for r in rollouts]
+    rollout_joined[-1]["sample_by"] = "step"
+    case("rollout_joined_by_one_response", "rollout", 2, rollout_joined, seed=7)
+    return {
+        "description": (
+            "k per (step, data source) (valgen.sample_by = data_source). A group is split when every "
+            "generation of it has valgen.sample_by = data_source; a record with another value or "
+            "without the attribute joins it for good. Split: each data source (valgen.data_source, "
+            "absent is the empty string) keeps its own group view of k (validation: a generation is "
+            "its own prompt, so the bottom-k of its generations; rollouts: k prompts with every "
+            "response, as group_view.json); expected ranks the data sources by the UTF-8 bytes of "
+            "their names, each one's kept ids ranked as group_view.json. Joined: the group view of "
+            "the whole group, as bottom_k.json and group_view.json. expected_kept_by_data_source "
+            "counts the kept generations of each data source of a split group. Records without "
+            "sample_key get sample_key(2, seed, sample_id), rollouts without prompt_key "
+            "sample_key(2, seed, prompt_id). Keys and seeds are decimal strings."
+        ),
+        "cases": cases,
+    }
+
+
 def _distinct_oracle(sketches: list[list[int]], m: int) -> tuple[list[int], int, bool]:
     """The merged sketch, count and whether it is estimated, by sorting the union."""
     union = sorted(set().union(*map(set, sketches)))[:m]
@@ -562,6 +680,7 @@ def main() -> None:
         ("group_view.json", group_view_cases()),
         ("rate.json", rate_cases()),
         ("distinct_prompts.json", distinct_prompts_cases()),
+        ("data_source.json", data_source_cases()),
     ):
         path = OUT / name
         path.write_text(json.dumps(payload, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")

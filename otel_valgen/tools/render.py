@@ -107,6 +107,20 @@ def step_title(selection: StepSelection) -> str:
     return title
 
 
+def data_source_caption(selection: StepSelection) -> str | None:
+    """Each data source's kept of seen and mean score (``valgen.data_sources``), None when the step has none."""
+    if not selection.data_sources:
+        return None
+    head = "k per data source" if selection.by_data_source else "by data source"
+    parts = []
+    for figure in selection.data_sources:
+        text = f"{figure.data_source or '(none)'} kept {figure.kept} of {figure.seen}"
+        if figure.score_mean is not None:
+            text += f", mean {figure.score_mean:.3g}"
+        parts.append(text)
+    return f"{head}: " + " · ".join(parts)
+
+
 def _rollout_cells(generation: Generation) -> list[str]:
     columns = rollout_columns(generation)
     return [cell(columns[name]) for name in ROLLOUT_COLUMNS]
@@ -135,6 +149,22 @@ def step_json(selection: StepSelection, extras: Sequence[str]) -> dict[str, obje
         "sample_rate": selection.sample_rate,
         "prompts_under_rate": selection.prompts_under_rate,
         "prompts_kept": selection.prompts_kept,
+        "sample_by": contract.SAMPLE_BY_DATA_SOURCE if selection.by_data_source else contract.SAMPLE_BY_STEP,
+        "data_sources": (
+            [
+                {
+                    "data_source": figure.data_source,
+                    "seen": figure.seen,
+                    "kept": figure.kept,
+                    "score_count": figure.score_count,
+                    "score_sum": figure.score_sum,
+                    "score_mean": figure.score_mean,
+                }
+                for figure in selection.data_sources
+            ]
+            if selection.data_sources is not None
+            else None
+        ),
         "generations": [
             {
                 "sample_id": g.sample_id,
@@ -168,7 +198,7 @@ def render_tables(selections: Sequence[StepSelection], console: Console, width: 
     truths = any(g.ground_truth is not None for g in shown)
     for selection in selections:
         rollout = selection.kind == contract.KIND_ROLLOUT
-        table = Table(title=step_title(selection), show_lines=False)
+        table = Table(title=step_title(selection), caption=data_source_caption(selection), show_lines=False)
         table.add_column("#", justify="right", min_width=2, no_wrap=True)
         if rollout:
             table.add_column("prompt", overflow="ellipsis", no_wrap=True, max_width=width // 3)
