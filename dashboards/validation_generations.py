@@ -105,6 +105,9 @@ SERVICE = loki_name("service.name")  # the one index label the queries select st
 # The stream selector and the filters shared by every query.
 STREAMS = f'{{{SERVICE}=~"$service"}}'
 OF_RUN = f'| {RUN_ID}=~"$run"'
+# The generations of some data sources (valgen.data_source; `.*`, the default, also matches
+# generations without one). Step summaries are not filtered: they are per step.
+OF_DATA_SOURCE = f'| {DATA_SOURCE}=~"$data_source"'
 KEPT_ONLY = f'| {RANK}!=""'
 SUMMARIES_ONLY = f'| {CLOSED_REASON}!=""'
 # != rather than = validation: records of releases before kinds have no valgen_kind at all.
@@ -112,21 +115,21 @@ VALIDATION = f'| {KIND}!="{contract.KIND_ROLLOUT}"'
 ROLLOUTS = f'| {KIND}="{contract.KIND_ROLLOUT}"'
 BODY = f"| json {contract.BODY_INPUT}, {contract.BODY_OUTPUT}, {contract.BODY_GROUND_TRUTH}"
 
-Q_STEP_GENERATIONS = f'{STREAMS} {OF_RUN} {VALIDATION} | {STEP}=~"$step" {KEPT_ONLY} {BODY}'
+Q_STEP_GENERATIONS = f'{STREAMS} {OF_RUN} {VALIDATION} | {STEP}=~"$step" {OF_DATA_SOURCE} {KEPT_ONLY} {BODY}'
 # One prompt's kept rows at every step, of both kinds, as `otel-valgen show --prompt ID` lists them:
 # ID is a sample id with or without its response index and part tag (`<base>/<i>@<tag>`, README,
 # *Sample ids*: the tag differs at every step), or a prompt's base id, which is also a rollout's
 # valgen.prompt_id (its sample ids are `<prompt id>/<i>@<tag>`).
 PROMPT_MATCH = f'{SAMPLE_ID}=~"$sample(/[0-9]+)?(@[0-9a-f]*)?"'
-Q_PROMPT_ACROSS_STEPS = f"{STREAMS} {OF_RUN} | {PROMPT_MATCH} {KEPT_ONLY} {BODY}"
+Q_PROMPT_ACROSS_STEPS = f"{STREAMS} {OF_RUN} | {PROMPT_MATCH} {OF_DATA_SOURCE} {KEPT_ONLY} {BODY}"
 Q_SUMMARIES = f"{STREAMS} {OF_RUN} {VALIDATION} {SUMMARIES_ONLY}"
-Q_LATE = f'{STREAMS} {OF_RUN} | {LATE}="true" {BODY}'
+Q_LATE = f'{STREAMS} {OF_RUN} | {LATE}="true" {OF_DATA_SOURCE} {BODY}'
 Q_MEAN_SCORE = (
-    f'avg by ({STEP}) (avg_over_time({STREAMS} {OF_RUN} {VALIDATION} {KEPT_ONLY} | {SCORE}!="" '
+    f'avg by ({STEP}) (avg_over_time({STREAMS} {OF_RUN} {VALIDATION} {OF_DATA_SOURCE} {KEPT_ONLY} | {SCORE}!="" '
     f'| unwrap {SCORE} | __error__="" [$__range]))'
 )
 Q_ROLLOUT_SUMMARIES = f"{STREAMS} {OF_RUN} {ROLLOUTS} {SUMMARIES_ONLY}"
-Q_ROLLOUT_GENERATIONS = f'{STREAMS} {OF_RUN} {ROLLOUTS} | {STEP}=~"$step" {KEPT_ONLY} {BODY}'
+Q_ROLLOUT_GENERATIONS = f'{STREAMS} {OF_RUN} {ROLLOUTS} | {STEP}=~"$step" {OF_DATA_SOURCE} {KEPT_ONLY} {BODY}'
 
 
 def summary_count(field: str) -> str:
@@ -137,7 +140,15 @@ def summary_count(field: str) -> str:
     )
 
 
-VARIABLE_NAMES = [parts.DATASOURCE_VARIABLE, "service", "run", "step", "sample", parts.PROMETHEUS_VARIABLE]
+VARIABLE_NAMES = [
+    parts.DATASOURCE_VARIABLE,
+    "service",
+    "run",
+    "step",
+    "sample",
+    "data_source",
+    parts.PROMETHEUS_VARIABLE,
+]
 WIDE_TEXT = [parts.wrap_text(), parts.min_width(320)]
 
 
@@ -272,20 +283,20 @@ rollout steps table.
 """
 
 
-def textbox(name: str, label: str, description: str) -> dashboard_builders.TextBoxVariable:
-    """A free-text variable used as a LogQL regular expression, `.+` (all) by default."""
+def textbox(name: str, label: str, description: str, everything: str = ".+") -> dashboard_builders.TextBoxVariable:
+    """A free-text variable used as a LogQL regular expression, ``everything`` (all) by default."""
     return (
         dashboard_builders.TextBoxVariable(name)
         .label(label)
         .description(description)
         .hide(VariableHide.DONT_HIDE)
-        .default_value(".+")
-        .current(VariableOption(text=".+", value=".+"))
+        .default_value(everything)
+        .current(VariableOption(text=everything, value=everything))
     )
 
 
 def variables() -> list[Builder[dashboard_models.VariableModel]]:
-    """Datasource, service (an index label), run, step and prompt (structured metadata); Prometheus last."""
+    """Datasource, service (an index label), run, step, prompt, data source (structured metadata), Prometheus."""
     datasource = (
         dashboard_builders.DatasourceVariable(parts.DATASOURCE_VARIABLE)
         .label("Loki")
@@ -317,6 +328,13 @@ def variables() -> list[Builder[dashboard_models.VariableModel]]:
             "prompt",
             f"Regular expression over {SAMPLE_ID} without its response index and part's tag: a prompt id "
             "(every response, validation and rollouts), or <prompt>/<i> (one response).",
+        ),
+        textbox(
+            "data_source",
+            "data source",
+            f"Regular expression over {DATA_SOURCE}, the generation's data set (verl's data_source): "
+            "the generation panels show those data sources only; .* (the default) also keeps generations without one.",
+            everything=".*",
         ),
         pipeline_health.variable(),
     ]

@@ -38,7 +38,7 @@ from otel_valgen.distinct import PROMPTS_SEEN_ERROR, distinct_count, merge_keys,
 from otel_valgen.reader import Generation
 from otel_valgen.sampling import rate_of, rate_threshold
 
-__all__ = ["MergedFigures", "merge_figures", "merge_summaries", "sampler_of", "samplers_of"]
+__all__ = ["MergedFigures", "merge_figures", "merge_summaries", "parts_split", "sampler_of", "samplers_of"]
 
 COMPLETE = "complete"
 
@@ -56,6 +56,17 @@ def samplers_of(summary: Mapping[str, Any] | None) -> frozenset[str]:
         return frozenset(str(name) for name in merged)
     name = sampler_of(summary)
     return frozenset({name}) if name else frozenset()
+
+
+def parts_split(summaries: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether the parts of a group kept k per data source: every part's summary says so (``valgen.sample_by``).
+
+    A part joined by a generation per step keeps the bottom-k of the whole, which its kept
+    records alone no longer show, so the merge follows the summaries.
+    """
+    return bool(summaries) and all(
+        summary.get(contract.SAMPLE_BY) == contract.SAMPLE_BY_DATA_SOURCE for summary in summaries
+    )
 
 
 @dataclass

@@ -66,7 +66,7 @@ from otel_valgen._settings import DEFAULT_COUNT, DEFAULT_SEED
 from otel_valgen.balance import SourceFigures, step_balance, summary_dropped
 from otel_valgen.data_sources import DataSourceFigures, parse_figures, step_figures
 from otel_valgen.distinct import DistinctCount, distinct_count, merge_keys
-from otel_valgen.partials import merge_summaries, sampler_of
+from otel_valgen.partials import merge_summaries, parts_split, sampler_of
 from otel_valgen.reader import EndRecord, Generation, LateReport, ProgressRecord, Record, StartRecord, Summary
 from otel_valgen.sampling import (
     LEGACY_KEY_VERSION,
@@ -502,7 +502,7 @@ def _finish(group: _Attempt, collector: bool, count: int | None, seed: int) -> S
         # group.k is the k rule over the records and --count (_offer).
         # Parts of the group closed by other samplers (an agent re-routed the step) merge the same way.
         parts = [part.attributes for _, part in sorted(group.parts.items())]
-        split = all(part.get(contract.SAMPLE_BY) == contract.SAMPLE_BY_DATA_SOURCE for part in parts) and bool(parts)
+        split = parts_split(parts)
         kept = cut_kept(group.ranked.values(), parts_k(group.k, parts), group.kind, seed, group.key_version, split)
         if len(parts) > 1:
             summary = Summary(group.run_id, group.step, merge_summaries(parts, kept))

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -25,8 +26,9 @@ from typing import Any, Final
 
 from otel_valgen import contract
 from otel_valgen._settings import DEFAULT_SEED
+from otel_valgen.data_sources import parse_figures
 from otel_valgen.exporter.ledger import ShownAttempt
-from otel_valgen.partials import merge_summaries, samplers_of
+from otel_valgen.partials import merge_summaries, parts_split, samplers_of
 from otel_valgen.reader import Generation, Record, Summary
 from otel_valgen.sampling import LEGACY_KEY_VERSION, SortKey
 from otel_valgen.selection import COMPLETE, cut_kept, parts_k, prompt_key_of, sort_key_of
@@ -155,8 +157,20 @@ SUMMARY_FLOAT_SCALARS = (
 )
 
 
+_METRIC_UNSAFE = re.compile(r"[^A-Za-z0-9_.\- ]")
+
+
+def data_source_metric(data_source: str) -> str:
+    """A data source as a metric path segment every tracker takes (MLflow is the strictest); ``none`` for ""."""
+    return _METRIC_UNSAFE.sub("_", data_source) or "none"
+
+
 def summary_scalars(summary: Mapping[str, Any] | None) -> dict[str, float]:
-    """The per-step scalars a summary carries: seen, kept, late, missing, the score mean over all seen, prompts."""
+    """The per-step scalars a summary carries: seen, kept, late, missing, the score mean over all seen, prompts.
+
+    With figures per data source (``valgen.data_sources``) also ``data_source/<name>/seen``,
+    ``.../kept`` and ``.../score_mean`` (``data_source_metric`` names them).
+    """
     if not summary:
         return {}
     out: dict[str, float] = {}
@@ -168,6 +182,13 @@ def summary_scalars(summary: Mapping[str, Any] | None) -> dict[str, float]:
         value = summary.get(key)
         if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
             out[name] = float(value)
+    for figure in parse_figures(summary.get(contract.DATA_SOURCES)) or ():
+        prefix = f"data_source/{data_source_metric(figure.data_source)}"
+        out[f"{prefix}/seen"] = figure.seen
+        if figure.kept is not None:
+            out[f"{prefix}/kept"] = figure.kept
+        if (mean := figure.score_mean) is not None and math.isfinite(mean):
+            out[f"{prefix}/score_mean"] = mean
     return out
 
 
@@ -304,7 +325,7 @@ def merge_parts(parts: list[ClosedStep]) -> ClosedStep:
     summaries = [part.summary for part in parts if part.summary is not None]
     first = parts[0]
     k = parts_k(None, summaries)
-    kept = cut_kept(union.values(), k, first.kind, DEFAULT_SEED)
+    kept = cut_kept(union.values(), k, first.kind, DEFAULT_SEED, by_data_source=parts_split(summaries))
     kept = [replace(generation, rank=rank) for rank, generation in enumerate(kept, start=1)]
     summary = merge_summaries(summaries, kept) if summaries else None
     start, attempt_complete = attempt_facts(summary, kept)

@@ -17,5 +17,5 @@ def substitute(expr: str, **values: str) -> str:
 
 
 def variables(job: Job, **overrides: str) -> dict[str, str]:
-    """Variable values selecting the job's run (and all steps and prompts unless overridden)."""
-    return {"service": job.service, "run": job.run_id, "step": ".+", "sample": ".+", **overrides}
+    """Variable values selecting the job's run (and all steps, prompts and data sources unless overridden)."""
+    return {"service": job.service, "run": job.run_id, "step": ".+", "sample": ".+", "data_source": ".*", **overrides}

@@ -79,13 +79,14 @@ def test_layout_and_identity(dashboard: dict[str, Any]) -> None:
 
 
 def test_variables_for_service_run_and_step(dashboard: dict[str, Any]) -> None:
-    """Variables: the Loki datasource, service (an index label), run, step, prompt, and Prometheus; no other."""
+    """Variables: the Loki datasource, service (a label), run, step, prompt, data source, Prometheus; no other."""
     variables = {variable["name"]: variable for variable in dashboard["templating"]["list"]}
-    assert list(variables) == ["loki", "service", "run", "step", "sample", "prometheus"]
+    assert list(variables) == ["loki", "service", "run", "step", "sample", "data_source", "prometheus"]
     assert variables["prometheus"]["type"] == "datasource"
     assert variables["loki"]["type"] == "datasource"
     assert variables["service"]["query"]["label"] == "service_name"
-    for name in ("run", "step", "sample"):
+    assert variables["data_source"]["current"]["value"] == ".*", "by default, generations without one show too"
+    for name in ("run", "step", "sample", "data_source"):
         assert variables[name]["type"] == "textbox", "structured metadata cannot be listed by Loki's label API"
     for panel, target in harness.loki_targets(dashboard):
         used = set(VARIABLE.findall(target["expr"])) | set(VARIABLE.findall(panel["title"]))
@@ -180,7 +181,7 @@ def test_step_summaries_show_the_score_statistics(dashboard: dict[str, Any]) -> 
 
 
 # Values a user could give the variables (Grafana substitutes them before Loki sees the query).
-VALUES = {"service": ".+", "run": "run-1", "step": "100", "sample": "abc/0"}
+VALUES = {"service": ".+", "run": "run-1", "step": "100", "sample": "abc/0", "data_source": ".*"}
 
 
 def _queries(dashboard: dict[str, Any]) -> list[tuple[str, str]]:
@@ -464,6 +465,36 @@ def test_late_panel_shows_both_kinds_with_their_kind(dashboard: dict[str, Any]) 
     assert isinstance(rows, list)
     assert sorted(r[KIND] for r in rows) == ["rollout", "validation"]
     assert "kind" in grafana_table.columns(late, rows)
+
+
+@pytest.mark.parametrize(
+    ("data_source", "expected"), [(".*", [1, 2, 3, 4]), ("gsm8k", [1, 2]), ("math|gsm8k", [1, 2, 3]), ("none", [])]
+)
+def test_the_data_source_variable_filters_the_generation_panels(
+    dashboard: dict[str, Any], data_source: str, expected: list[int]
+) -> None:
+    """The generations of the chosen data sources; the default keeps those without one; summaries stay per step."""
+    sources = {1: "gsm8k", 2: "gsm8k", 3: "math", 4: None}
+    entries = [
+        _entry(
+            100,
+            contract.KIND_VALIDATION,
+            {"valgen_rank": rank, "valgen_sample_id": f"q{rank}/0", "valgen_score": float(rank)}
+            | ({"valgen_data_source": source} if source else {}),
+            _body(f"question {rank}", "answer"),
+        )
+        for rank, source in sources.items()
+    ]
+    entries += _validation(100, contract.KIND_VALIDATION)[-1:]  # the step's summary
+
+    def query(title: str) -> list[dict[str, str]] | dict[str, float]:
+        return _run_query(_panel(dashboard, title)["targets"][0]["expr"], entries, data_source=data_source)
+
+    rows = query("Sampled generations of step")
+    assert isinstance(rows, list)
+    assert sorted(int(r["valgen_rank"]) for r in rows) == expected
+    assert query("Mean score per step") == ({"100": sum(expected) / len(expected)} if expected else {})
+    assert len(query("Steps: seen, kept")) == 1
 
 
 def _prompt_entries() -> list[loki_model.Entry]:

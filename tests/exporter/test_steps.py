@@ -81,3 +81,20 @@ def test_summary_scalars_of_a_rollout_step_count_prompts() -> None:
     (step,) = steps_of(*rollout_request("r", 9).resource_logs[0].scope_logs[0].log_records).steps
     scalars = summary_scalars(step.summary)
     assert (scalars["kept"], scalars["prompts_kept"], scalars["prompts_seen"]) == (4, 2, 3)
+
+
+def test_summary_scalars_give_each_data_source_under_a_name_every_tracker_takes() -> None:
+    """A summary's valgen.data_sources become data_source/<name>/{seen,kept,score_mean}; odd names are made safe."""
+    figures = [
+        {"data_source": "openai/gsm8k", "seen": 40, "kept": 4, "score.count": 40, "score.sum": 30.0},
+        {"data_source": "", "seen": 2, "kept": 2},
+        {"data_source": "数学 (hard)", "seen": 1, "kept": 1, "score.count": 0, "score.sum": 0.0},
+    ]
+    scalars = summary_scalars({contract.SEEN: 43, contract.DATA_SOURCES: figures})
+    assert scalars["data_source/openai_gsm8k/seen"] == 40
+    assert scalars["data_source/openai_gsm8k/kept"] == 4
+    assert scalars["data_source/openai_gsm8k/score_mean"] == 0.75
+    assert scalars["data_source/none/kept"] == 2
+    assert "data_source/none/score_mean" not in scalars, "no score counted: no mean"
+    assert scalars["data_source/__ _hard_/seen"] == 1
+    assert "data_source/__ _hard_/score_mean" not in scalars
