@@ -7,7 +7,8 @@ Measures, for M generations of about 2.5 KB (k = 64):
   2. peak RSS of the emitting process for M = 10k, 30k and 100k with data generated batch by
      batch, so that only otel_valgen's own memory can grow with M;
   3. the cost of verl's full row (ground truth, data source, two reward columns, response length
-     and truncation with every generation, as the verl integration sends them), and of cutting a
+     and truncation with every generation, as the verl integration sends them), the same with
+     k per data source (``sample_by = data_source``, four data sources), and of cutting a
      200 KB output to ``max_field_bytes`` (head and tail kept).
 
 Run: ``python bench/core_emit_bench.py`` (about a minute on 2 cores). Prints the figures.
@@ -31,7 +32,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout
 
 K = 64
 BATCH = 1000
-VARIANTS = ("baseline", "presample_on", "presample_on_uids", "presample_on_full_row", "presample_off")
+VARIANTS = (
+    "baseline",
+    "presample_on",
+    "presample_on_uids",
+    "presample_on_full_row",
+    "full_row_k_per_source",
+    "presample_off",
+)
+DATA_SOURCES = ("openai/gsm8k", "math", "aime", "gpqa")  # the k-per-data-source variant's, in turn
 
 
 def make_batch(start: int, size: int) -> tuple[list[str], list[str], list[float]]:
@@ -74,11 +83,15 @@ def verl_baseline(data: list[tuple[list[str], list[str], list[float]]]) -> float
     return time.perf_counter() - started
 
 
-def full_row(inputs: list[str], scores: list[float]) -> dict[str, object]:
-    """The columns the verl integration adds to each call (docs/verl.md, *Each row is verl's full row*)."""
+def full_row(inputs: list[str], scores: list[float], mixed: bool = False) -> dict[str, object]:
+    """The columns the verl integration adds to each call (docs/verl.md, *Each row is verl's full row*).
+
+    ``mixed``: the generations come from the four ``DATA_SOURCES`` in turn, else all from one.
+    """
+    sources = [DATA_SOURCES[i % len(DATA_SOURCES)] if mixed else DATA_SOURCES[0] for i in range(len(inputs))]
     return {
         "ground_truths": [str(i) for i in range(len(inputs))],
-        "data_sources": ["openai/gsm8k"] * len(inputs),
+        "data_sources": sources,
         "extra": {"acc": scores, "pred": [str(score) for score in scores]},
         "response_lengths": [512] * len(inputs),
         "truncated": [False] * len(inputs),
@@ -91,22 +104,24 @@ def otel_valgen_run(
     directory: str,
     uids: bool = False,
     row: bool = False,
+    by_source: bool = False,
 ) -> tuple[float, float]:
     """log_generations per batch, then the end of the step (which flushes to the sink).
 
     With ``uids`` the calls pass dataset uids as sample ids (a job that has them; verl 0.9.1
     does not pass them to its hook), so no input is hashed. With ``row`` they pass verl's full
-    row's columns (``full_row``). Returns the seconds spent in the log_generations calls and in
-    the end of the step.
+    row's columns (``full_row``); with ``by_source`` too, from four data sources, keeping k of
+    each. Returns the seconds spent in the log_generations calls and in the end of the step.
     """
     import otel_valgen as vg
 
-    vg.configure(run_id="bench", count=K, presample=presample, directory=directory)
+    sample_by = "data_source" if by_source else "step"
+    vg.configure(run_id="bench", count=K, presample=presample, directory=directory, sample_by=sample_by)
     vg.log_generations(["warm"], ["up"], [0.0], step=0)
     vg.end_step(0)
     # The dataset's uids exist before validation starts (verl keeps them in its batch).
     ids = [[text[: text.index(":")] for text in inputs] if uids else None for inputs, _, _ in data]
-    columns = [full_row(inputs, scores) if row else {} for inputs, _, scores in data]
+    columns = [full_row(inputs, scores, by_source) if row else {} for inputs, _, scores in data]
     started = time.perf_counter()
     block = vg.validation(step=1)
     with block:
@@ -140,6 +155,8 @@ def time_comparison(total: int, repeats: int) -> dict[str, float]:
             results["presample_on_uids"].append(sum(uid_run))
             row_run = otel_valgen_run(data, True, os.path.join(tmp, f"row{attempt}"), row=True)
             results["presample_on_full_row"].append(sum(row_run))
+            by_source = otel_valgen_run(data, True, os.path.join(tmp, f"src{attempt}"), row=True, by_source=True)
+            results["full_row_k_per_source"].append(sum(by_source))
     return {name: statistics.median(values) for name, values in {**results, **parts}.items()}
 
 

@@ -60,7 +60,7 @@ from otel_valgen._records import (
 from otel_valgen._sanitize import score_stats
 from otel_valgen._settings import Settings
 from otel_valgen._tracing import derived_context
-from otel_valgen.data_sources import DataSourceTally, data_source_of
+from otel_valgen.data_sources import DataSourceTally, data_sources_of
 from otel_valgen.distinct import DistinctKeys
 from otel_valgen.sampling import Order, step_k
 
@@ -528,14 +528,12 @@ class Emitter:
         kept = state.kept
         try:
             scored, score_sum = score_stats(batch.scores)
+            data_sources = data_sources_of(batch.data_sources, size) if state.by_source is not None else None
             with self._lock:
                 # The k-th key only falls as items are offered, so an earlier read is a safe filter.
-                threshold, k = kept.prefilter() if kept is not None else (None, None)
+                threshold, k = kept.prefilter(data_sources) if kept is not None else (None, None)
             found, prompts = self._candidates(state, batch, threshold, k)
             under_rate = prompts_under_rate(prompts, state.rate)
-            data_sources = [data_source_of(value) for value in batch.data_sources or ()] if state.by_source else None
-            if data_sources is not None and not data_sources:
-                data_sources = [""] * size
         except Exception as error:
             self.refuse(state, size)
             self.stats.failed("computing sample ids and keys", error, size)

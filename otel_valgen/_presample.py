@@ -17,6 +17,7 @@ The emitter's lock guards every method.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterable, Sequence
 
 from otel_valgen._records import PendingRecord
@@ -55,6 +56,26 @@ def prompts_under_rate(prompt_keys: Iterable[int], rate: float | None) -> int:
     return sum(1 for key in prompt_keys if key < limit)
 
 
+def _batch_cut(found: list[Candidate], data_sources: Sequence[str], k: int) -> list[Candidate]:
+    """The candidates whose prompt is among the batch's ``k`` smallest prompts of its data source.
+
+    No other can be in its data source's bottom-k after the batch, so the cut saves offering
+    them one by one (what ``prefilter`` does for a step kept whole).
+    """
+    by_source: dict[str, list[Candidate]] = {}
+    for candidate in found:
+        by_source.setdefault(data_sources[candidate[0]], []).append(candidate)
+    out: list[Candidate] = []
+    for members in by_source.values():
+        prompts = {prompt for _, prompt, _ in members}
+        if len(prompts) <= k:
+            out.extend(members)
+        elif k:
+            bound = heapq.nsmallest(k, prompts)[-1]
+            out.extend(candidate for candidate in members if candidate[1] <= bound)
+    return out
+
+
 class LocalSample:
     """The bottom-k of what this process saw of one step, held until the step (or part) ends.
 
@@ -75,13 +96,19 @@ class LocalSample:
         """The largest kept prompt sort key once k are kept: only smaller ones (or its own responses) can enter."""
         return self._kept.threshold()
 
-    def prefilter(self) -> tuple[Order | None, int | None]:
+    def prefilter(self, data_sources: Sequence[str] | None = None) -> tuple[Order | None, int | None]:
         """``(threshold, k)`` that a batch's candidates can be cut to before they are offered.
 
-        ``(None, None)`` with k per data source: a batch's k smallest, or those below one data
-        source's threshold, may leave out what another data source keeps.
+        With k per data source (the batch's ``data_sources``) the batch's k smallest may leave out
+        what another data source keeps: no k, and the largest threshold of the batch's data
+        sources (None while one of them keeps fewer than k), below which each one's picks are.
         """
-        return (None, None) if self._kept.split else (self._kept.threshold(), self._kept.k)
+        if not self._kept.split:
+            return self._kept.threshold(), self._kept.k
+        thresholds = [self._kept.threshold(source) for source in set(data_sources or ())]
+        if not thresholds or any(threshold is None for threshold in thresholds):
+            return None, None
+        return max(threshold for threshold in thresholds if threshold is not None), None
 
     def held(self) -> int:
         """Generations kept and not settled yet."""
@@ -95,6 +122,8 @@ class LocalSample:
         """
         if not found:
             return [], 0
+        if self._kept.split and data_sources is not None:
+            found = _batch_cut(found, data_sources, self._kept.k)
         before = self._kept.kept()
         offered = []
         for index, prompt, order in found:

@@ -19,9 +19,16 @@ from fractions import Fraction
 from typing import Any
 
 from otel_valgen import contract
-from otel_valgen._sanitize import clean_score, clean_text
+from otel_valgen._sanitize import clean_text, score_stats
 
-__all__ = ["DataSourceFigures", "DataSourceTally", "data_source_of", "parse_figures", "step_figures"]
+__all__ = [
+    "DataSourceFigures",
+    "DataSourceTally",
+    "data_source_of",
+    "data_sources_of",
+    "parse_figures",
+    "step_figures",
+]
 
 MAX_DATA_SOURCE_BYTES = 1024
 """Longest data source name sent, in UTF-8 bytes."""
@@ -30,6 +37,27 @@ MAX_DATA_SOURCE_BYTES = 1024
 def data_source_of(value: object) -> str:
     """A generation's data source as its record carries it (``valgen.data_source``); ``""`` for none."""
     return "" if value is None else clean_text(value, MAX_DATA_SOURCE_BYTES).text
+
+
+def data_sources_of(values: Sequence[Any] | None, size: int) -> list[str]:
+    """``data_source_of`` of each of a call's ``size`` generations (all ``""`` without the column).
+
+    A call's data sources are a few values repeated, so each distinct one is cleaned once.
+    """
+    if values is None:
+        return [""] * size
+    cleaned: dict[Any, str] = {}
+    out = []
+    for value in values:
+        try:
+            text = cleaned.get(value)
+        except TypeError:  # unhashable: cleaned each time
+            out.append(data_source_of(value))
+            continue
+        if text is None:
+            text = cleaned[value] = data_source_of(value)
+        out.append(text)
+    return out
 
 
 @dataclass(frozen=True)
@@ -54,8 +82,9 @@ class DataSourceFigures:
         out: dict[str, Any] = {contract.FIGURE_DATA_SOURCE: self.data_source, contract.FIGURE_SEEN: self.seen}
         if self.kept is not None:
             out[contract.FIGURE_KEPT] = self.kept
-        if self.score_count is not None and self.score_sum is not None:
+        if self.score_count is not None:
             out[contract.FIGURE_SCORE_COUNT] = self.score_count
+        if self.score_count is not None and self.score_sum is not None:
             out[contract.FIGURE_SCORE_SUM] = self.score_sum
             if self.kept is not None and (mean := self.score_mean) is not None:
                 out[contract.FIGURE_SCORE_MEAN] = mean
@@ -72,15 +101,18 @@ class DataSourceTally:
 
     def add(self, data_sources: Sequence[str], scores: Sequence[Any] | None) -> None:
         """Count one call's generations (``data_sources`` one per generation) and their valid scores."""
+        indexes: dict[str, list[int]] = {}
         for index, source in enumerate(data_sources):
+            indexes.setdefault(source, []).append(index)
+        for source, members in indexes.items():
             figures = self._figures.get(source)
             if figures is None:
                 figures = self._figures[source] = [0, 0, 0.0]
-            figures[0] += 1
-            score = clean_score(scores[index]).value if scores is not None else None
-            if score is not None:
-                figures[1] += 1
-                figures[2] += score
+            figures[0] += len(members)
+            if scores is not None:
+                scored, total = score_stats([scores[index] for index in members])
+                figures[1] += scored
+                figures[2] += total
 
     def attribute(self) -> list[dict[str, Any]]:
         """The end record's ``valgen.data_sources``; a data source whose score sum overflowed sends none."""
@@ -112,7 +144,7 @@ def parse_figures(value: object) -> tuple[DataSourceFigures, ...] | None:
         total = entry.get(contract.FIGURE_SCORE_SUM)
         total = float(total) if isinstance(total, int | float) and not isinstance(total, bool) else None
         if count is None or total is None or not math.isfinite(total):
-            count, total = None, None
+            total = None  # a count without a sum: the sum did not fit a double
         out.append(DataSourceFigures(name, seen or 0, count, total, _int(entry.get(contract.FIGURE_KEPT))))
     return tuple(out)
 
@@ -132,7 +164,7 @@ def step_figures(
     for figures in per_source:
         for figure in figures:
             seen[figure.data_source] += figure.seen
-            if figure.score_count is not None and figure.score_sum is not None:
+            if figure.score_count is not None and figure.score_sum is not None:  # an end record sends both or none
                 counts[figure.data_source] = counts.get(figure.data_source, 0) + figure.score_count
                 sums[figure.data_source] = sums.get(figure.data_source, Fraction(0)) + Fraction(figure.score_sum)
     kept_by = Counter(source or "" for source in kept)

@@ -132,7 +132,7 @@ def test_malformed_figures_are_skipped_not_fatal() -> None:
     """An entry without a name, or with a bad count, is skipped or read without scores; a non-list is None."""
     assert parse_figures("nope") is None
     parsed = parse_figures([{"seen": 1}, {"data_source": "a", "seen": -3, "score.count": 1, "score.sum": "x"}, "junk"])
-    assert parsed == (DataSourceFigures("a", 0, None, None),)
+    assert parsed == (DataSourceFigures("a", 0, 1, None),), "a count without a usable sum keeps the count"
 
 
 def _part(sampler: str, figures: list[dict[str, Any]], **attributes: Any) -> dict[str, Any]:

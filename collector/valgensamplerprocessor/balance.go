@@ -82,11 +82,14 @@ func (g *group) balance() (seen int64, d dropCounts) {
 
 // keptBySource counts the group's kept records per source.
 func keptBySource(g *group) map[sourceID]int64 {
-	keptBy := make(map[sourceID]int64, len(g.sources))
+	return countKept(g, func(kept *keptRecord) sourceID { return sourceOf(kept.record.Attributes(), kept.resource) })
+}
+
+// countKept counts the group's kept records per keyOf.
+func countKept[K comparable](g *group, keyOf func(*keptRecord) K) map[K]int64 {
+	counts := make(map[K]int64)
 	if g.kept != nil {
-		g.kept.each(func(_ sortKey, e *entry[keptRecord]) {
-			keptBy[sourceOf(e.item.record.Attributes(), e.item.resource)]++
-		})
+		g.kept.each(func(_ sortKey, e *entry[keptRecord]) { counts[keyOf(&e.item)]++ })
 	}
-	return keptBy
+	return counts
 }

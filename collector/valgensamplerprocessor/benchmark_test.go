@@ -20,8 +20,9 @@ const benchBatchSize = 512
 
 // benchBatches builds 64 batches of 512 generations over 8 steps, each asking for k = 64, of
 // key version (0: no valgen.key_version, version 1), with their key when keyed (as the SDK
-// sends them) or without (the processor computes each).
-func benchBatches(version int64, keyed bool) []plog.Logs {
+// sends them) or without (the processor computes each); with dataSources > 0, spread over that
+// many data sources, each asking for k per data source.
+func benchBatches(version int64, keyed bool, dataSources int) []plog.Logs {
 	batches := make([]plog.Logs, 64)
 	for i := range batches {
 		records := make([]rec, 0, benchBatchSize)
@@ -29,6 +30,9 @@ func benchBatches(version int64, keyed bool) []plog.Logs {
 			r := rec{step: int64(i % 8), id: fmt.Sprintf("prompt-%d-%d/0", i, j), count: 64, keyVersion: version}
 			if keyed {
 				r.key, r.hasKey = int64(sampleKey(max(version, keyVersionHMAC), defaultSeed, r.id)), true
+			}
+			if dataSources > 0 {
+				r.dataSource, r.sampleBy = fmt.Sprintf("source-%d", j%dataSources), sampleByDataSource
 			}
 			records = append(records, r)
 		}
@@ -55,16 +59,18 @@ func runConsumeBenchmark(b *testing.B, p *samplerProcessor, batches []plog.Logs)
 
 // BenchmarkConsumeLogs measures sampling batches of 512 generations into 64-of-N groups:
 // records whose key the processor computes (version 1, no valgen.key_version; version 2), and
-// records that carry their key.
+// records that carry their key, per step or per (step, data source) over 4 data sources.
 func BenchmarkConsumeLogs(b *testing.B) {
 	for _, bench := range []struct {
-		name    string
-		version int64
-		keyed   bool
+		name        string
+		version     int64
+		keyed       bool
+		dataSources int
 	}{
-		{"v1-computed", 0, false},
-		{"v2-computed", keyVersionMix, false},
-		{"v2-keyed", keyVersionMix, true},
+		{"v1-computed", 0, false, 0},
+		{"v2-computed", keyVersionMix, false, 0},
+		{"v2-keyed", keyVersionMix, true, 0},
+		{"v2-keyed-by-data-source", keyVersionMix, true, 4},
 	} {
 		b.Run(bench.name, func(b *testing.B) {
 			cfg := createDefaultConfig().(*Config)
@@ -72,7 +78,7 @@ func BenchmarkConsumeLogs(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			runConsumeBenchmark(b, p, benchBatches(bench.version, bench.keyed))
+			runConsumeBenchmark(b, p, benchBatches(bench.version, bench.keyed, bench.dataSources))
 		})
 	}
 }
@@ -119,7 +125,7 @@ func BenchmarkConsumeLogsStorage(b *testing.B) {
 			if err := p.Start(context.Background(), storageHost{ext}); err != nil {
 				b.Fatal(err)
 			}
-			runConsumeBenchmark(b, p, benchBatches(keyVersionMix, false))
+			runConsumeBenchmark(b, p, benchBatches(keyVersionMix, false, 0))
 			_ = ext.Shutdown(context.Background())
 		})
 	}

@@ -62,8 +62,9 @@ type group struct {
 	attemptStart int64  // smallest record time seen (unix nanos), see recordTime
 	attemptLast  int64  // largest record time seen (unix nanos): with attemptStart, its span
 
-	k    int // the smallest k any record asked for (prompts of a rollout); -1 before the first generation
-	kept *groupView
+	k int // the smallest k any record asked for (prompts of a rollout); -1 before the first generation
+	// kept is nil before the first generation, which decides whether it is split (datasource.go).
+	kept *dataSourceViews
 	// rate is the smallest valgen.sample_rate of its records, 0 for none (groupview.go).
 	rate float64
 	// keyVersion is the key version of the group's first generation (0 before it): the keys
@@ -132,11 +133,12 @@ func (g *group) addGeneration(gen generation, lr plog.LogRecord, at origin, src 
 		gen = gen.inKeyVersion(g.keyVersion)
 		g.rekeyed++
 	}
-	switch {
-	case g.kept == nil:
+	if g.kept == nil {
 		g.k = gen.k
-		g.kept = newGroupView(gen.k)
-	case stepK(g.k, gen.k) < g.k:
+		g.kept = newDataSourceViews(gen.k, gen.byDataSource)
+	}
+	g.kept.ask(gen.byDataSource)
+	if stepK(g.k, gen.k) < g.k {
 		g.k = stepK(g.k, gen.k)
 		g.kept.shrink(g.k)
 	}
@@ -152,10 +154,12 @@ func (g *group) addInvalid(lr plog.LogRecord, src sourceID, now time.Time) {
 }
 
 // addEnd records a source's end of step; a repeated end record keeps the largest counts (and
-// the score statistics of the one with the largest score count, see scoreStats.larger).
+// the score statistics of the one with the largest score count, see scoreStats.larger, and the
+// data source figures of the one with the largest seen, see addDataSources).
 func (g *group) addEnd(end endInfo, lr plog.LogRecord, src sourceID, now time.Time) {
 	state := g.touch(lr, src, now)
 	state.ended = true
+	state.addDataSources(end)
 	state.end.seen = max(state.end.seen, end.seen)
 	state.end.emitted = max(state.end.emitted, end.emitted)
 	state.end.dropped = max(state.end.dropped, end.dropped)

@@ -108,6 +108,11 @@ type rec struct {
 	hasPromptKey bool
 	promptsSeen  int64
 	promptKeys   []int64 // valgen.prompt_keys on an end record, sent when not nil
+	// a generation's valgen.data_source and valgen.sample_by, each sent when not empty;
+	// valgen.data_sources on an end record (raw entries), sent when not nil
+	dataSource  string
+	sampleBy    string
+	dataSources []any
 }
 
 // logsOf builds one ResourceLogs per record, with service.instance.id as the resource.
@@ -165,6 +170,11 @@ func appendRec(lrs plog.LogRecordSlice, r rec) plog.LogRecord {
 		if r.promptKeys != nil {
 			putPromptKeys(attrs, attrPromptKeys, r.promptKeys)
 		}
+		if r.dataSources != nil {
+			if err := attrs.PutEmptySlice(attrDataSources).FromRaw(r.dataSources); err != nil {
+				panic(err)
+			}
+		}
 		return lr
 	}
 	if lr.EventName() == eventStart && r.expected > 0 {
@@ -184,6 +194,12 @@ func appendRec(lrs plog.LogRecordSlice, r rec) plog.LogRecord {
 	}
 	if r.keyVersion > 0 {
 		attrs.PutInt(attrKeyVersion, r.keyVersion)
+	}
+	if r.dataSource != "" {
+		attrs.PutStr(attrDataSource, r.dataSource)
+	}
+	if r.sampleBy != "" {
+		attrs.PutStr(attrSampleBy, r.sampleBy)
 	}
 	switch {
 	case r.count > 0:

@@ -92,6 +92,13 @@ const (
 	attrPromptsSeenEstimated = "valgen.prompts_seen_estimated"
 	attrPromptsSeenError     = "valgen.prompts_seen_error"
 	attrPromptsIncomplete    = "valgen.prompts_incomplete"
+	// k per (step, data source) (datasource.go): a generation's data source and what it asks
+	// for (valgen.sample_by: sampleByDataSource, else per step), and each data source's figures
+	// on end records and summaries.
+	attrDataSource     = "valgen.data_source"
+	attrSampleBy       = "valgen.sample_by"
+	sampleByDataSource = "data_source"
+	attrDataSources    = "valgen.data_sources"
 )
 
 // Reasons attached to the dropped-records metric.
@@ -131,6 +138,9 @@ type generation struct {
 	seed       uint64 // valgen.seed, else the configured seed: to recompute the key
 
 	rate float64 // valgen.sample_rate, 0 when absent (groupview.go)
+
+	dataSource   string // valgen.data_source, "" when absent or not a string (datasource.go)
+	byDataSource bool   // valgen.sample_by is sampleByDataSource: k per (step, data source)
 }
 
 // endInfo is what the sampler needs from a valgen.validation.end record; start records fill
@@ -139,11 +149,12 @@ type endInfo struct {
 	seen, emitted, dropped int64
 	sourcesExpected        int64 // 0 when the record does not say
 	scores                 scoreStats
-	unhooked               string  // why verl's own table ran in the source (unhookedOf), "" when it did not
-	promptsSeen            int64   // rollout end records: the prompts the source saw (valgen.prompts_seen)
-	promptsUnderRate       int64   // rollout end records: of those, the prompts under its rate (valgen.prompts_under_rate)
-	rate                   float64 // valgen.sample_rate, 0 when absent (groupview.go)
-	promptKeys             []int64 // rollout end records: the source's distinct prompt keys sketch (distinct.go)
+	unhooked               string              // why verl's own table ran in the source (unhookedOf), "" when it did not
+	promptsSeen            int64               // rollout end records: the prompts the source saw (valgen.prompts_seen)
+	promptsUnderRate       int64               // rollout end records: of those, the prompts under its rate (valgen.prompts_under_rate)
+	rate                   float64             // valgen.sample_rate, 0 when absent (groupview.go)
+	promptKeys             []int64             // rollout end records: the source's distinct prompt keys sketch (distinct.go)
+	dataSources            []dataSourceFigures // valgen.data_sources, nil when absent (datasource.go)
 }
 
 // checkCommon verifies the attributes that every sampled record must carry.
@@ -223,6 +234,7 @@ func parseGeneration(attrs pcommon.Map, cfg *Config) (generation, string) {
 	} else {
 		gen.order = sortKey{key: sampleKey(gen.keyVersion, gen.seed, id), id: id}
 	}
+	gen.dataSource, gen.byDataSource = parseSampleBy(attrs)
 	if reason = gen.parsePrompt(attrs); reason == "" && gen.rollout {
 		gen.rate, reason = parseRate(attrs) // the watch-list applies to rollouts
 	}
@@ -307,6 +319,7 @@ func parseEnd(attrs pcommon.Map) (endInfo, string) {
 	if end.rate, reason = parseRate(attrs); reason != "" {
 		return endInfo{}, reason
 	}
+	end.dataSources = parseEndDataSources(attrs)
 	return end, ""
 }
 

@@ -69,21 +69,52 @@ func (s scoreStats) larger(other scoreStats) scoreStats {
 	return s
 }
 
-// scoreTotals are the step's score statistics over its ended sources that reported them:
-// the count, and the sources' sums added exactly then rounded to the nearest float64 (so the
-// result does not depend on the order of the sources; otel_valgen.selection.score_totals adds
-// them exactly too). reported is false when no ended source reported statistics; fits is false
-// when the sum overflows a float64. testdata/sampling/score_stats.json holds the shared cases.
-func (g *group) scoreTotals() (count int64, sum float64, reported, fits bool) {
-	exact := new(big.Float).SetPrec(exactSumPrec)
-	for _, state := range g.sources {
-		if !state.ended || !state.end.scores.reported {
-			continue
-		}
-		reported = true
-		count += state.end.scores.count
-		exact.Add(exact, new(big.Float).SetFloat64(state.end.scores.sum))
+// scoreTotal adds score statistics up: the counts, and the sums added exactly then rounded to
+// the nearest float64 (so the result does not depend on the order of the addends;
+// otel_valgen.selection.score_totals adds them exactly too). The zero value is empty.
+type scoreTotal struct {
+	count int64
+	exact *big.Float // nil until statistics are reported
+}
+
+// add adds one source's statistics, when it reported them.
+func (t *scoreTotal) add(s scoreStats) {
+	if !s.reported {
+		return
 	}
-	sum, _ = exact.Float64()
-	return count, sum, reported, !math.IsInf(sum, 0)
+	if t.exact == nil {
+		t.exact = new(big.Float).SetPrec(exactSumPrec)
+	}
+	t.count += s.count
+	t.exact.Add(t.exact, new(big.Float).SetFloat64(s.sum))
+}
+
+// put writes the count (only when statistics were reported), the sum (unless it overflows a
+// float64) and the mean sum/count (with the sum, when the count is > 0) under the given keys:
+// the summary's, or one entry's of its valgen.data_sources.
+func (t *scoreTotal) put(m pcommon.Map, countKey, sumKey, meanKey string) {
+	if t.exact == nil {
+		return
+	}
+	m.PutInt(countKey, t.count)
+	sum, _ := t.exact.Float64()
+	if math.IsInf(sum, 0) {
+		return
+	}
+	m.PutDouble(sumKey, sum)
+	if t.count > 0 {
+		m.PutDouble(meanKey, sum/float64(t.count))
+	}
+}
+
+// scoreTotals are the step's score statistics over its ended sources that reported them.
+// testdata/sampling/score_stats.json holds the shared cases.
+func (g *group) scoreTotals() scoreTotal {
+	var total scoreTotal
+	for _, state := range g.sources {
+		if state.ended {
+			total.add(state.end.scores)
+		}
+	}
+	return total
 }

@@ -30,7 +30,9 @@ import (
 // score_count and score_sum are there when its end records carried score statistics; a source
 // stored before they existed loads without them. A source's invalid (generations dropped as
 // invalid) and the header's attempt_last (largest record time) are optional too: absent, they
-// are 0 and the last record's arrival.
+// are 0 and the last record's arrival. So are the header's sample_by ("data_source": the group
+// is split, its kept records go back to the views of their valgen.data_source; absent: one view,
+// as groups stored before it) and a source's data_sources (its end records' valgen.data_sources).
 // Open groups are written after every ConsumeLogs call that touched them, before it returns;
 // a group that closes is deleted in the same batch that puts its key in the closed ring.
 const (
@@ -85,6 +87,10 @@ const (
 	stateAttrSourcePromptKeys  = "prompt_keys"
 	stateAttrRate              = "rate"               // the watch-list's rate (groupview.go); absent: none
 	stateAttrSourceUnderRate   = "prompts_under_rate" // absent: 0
+	// "data_source" when the group is split (datasource.go), absent otherwise; each source's
+	// valgen.data_sources of its end records (absent: none).
+	stateAttrSampleBy          = "sample_by"
+	stateAttrSourceDataSources = "data_sources"
 )
 
 // Values of the operation attribute of the storage-errors metric.
@@ -165,6 +171,9 @@ func encodeGroup(g *group) ([]byte, error) {
 	}
 	if g.rate > 0 {
 		attrs.PutDouble(stateAttrRate, g.rate)
+	}
+	if g.kept != nil && g.kept.split {
+		attrs.PutStr(stateAttrSampleBy, sampleByDataSource)
 	}
 	if g.kept != nil {
 		keys := attrs.PutEmptySlice(stateAttrOrderKeys)

@@ -47,6 +47,9 @@ func encodeSources(attrs pcommon.Map, g *group) {
 			m.PutInt(stateAttrSourceScoreN, state.end.scores.count)
 			m.PutDouble(stateAttrSourceScoreSum, state.end.scores.sum)
 		}
+		if state.end.dataSources != nil {
+			putDataSourceFigures(m, stateAttrSourceDataSources, state.end.dataSources)
+		}
 	}
 }
 
@@ -131,6 +134,16 @@ func decodeSources(attrs pcommon.Map, g *group, version int64) error {
 			return corrupt("source %d: score statistics", i)
 		}
 		state.end.scores = scores
+		if v, ok := m.Get(stateAttrSourceDataSources); ok {
+			if v.Type() != pcommon.ValueTypeSlice {
+				return corrupt("source %d: %s", i, stateAttrSourceDataSources)
+			}
+			figures, malformed := readDataSourceFigures(v.Slice())
+			if malformed > 0 {
+				return corrupt("source %d: %s", i, stateAttrSourceDataSources)
+			}
+			state.end.dataSources = figures
+		}
 		if _, dup := g.sources[id]; dup {
 			return corrupt("source %d repeated", i)
 		}
@@ -220,12 +233,30 @@ func storedOrders(attrs pcommon.Map, keysAttr, idsAttr string, n int) ([]sortKey
 	return orders, nil
 }
 
+// decodeSplit reads whether a group is split (k per data source): sample_by is "data_source";
+// absent, it is not (no generation yet, or the group was kept per step, also by releases before
+// sample_by existed).
+func decodeSplit(attrs pcommon.Map) (bool, error) {
+	v, ok := attrs.Get(stateAttrSampleBy)
+	if !ok {
+		return false, nil
+	}
+	if v.Type() != pcommon.ValueTypeStr || v.Str() != sampleByDataSource {
+		return false, corrupt("header attribute %q", stateAttrSampleBy)
+	}
+	return true, nil
+}
+
 func decodeKept(attrs pcommon.Map, rls plog.ResourceLogsSlice, g *group) error {
 	records := rls.Len() - 1
+	split, err := decodeSplit(attrs)
+	if err != nil {
+		return err
+	}
 	if g.k < 0 {
 		_, hasKeys := attrs.Get(stateAttrOrderKeys)
 		_, hasIDs := attrs.Get(stateAttrOrderIDs)
-		if hasKeys || hasIDs || records != 0 {
+		if hasKeys || hasIDs || split || records != 0 {
 			return corrupt("kept records before the first generation")
 		}
 		return nil
@@ -239,10 +270,8 @@ func decodeKept(attrs pcommon.Map, rls plog.ResourceLogsSlice, g *group) error {
 		if prompts, err = storedOrders(attrs, stateAttrPromptKeys, stateAttrPromptIDs, records); err != nil {
 			return err
 		}
-	} else if records > g.k {
-		return corrupt("more kept records than k")
 	}
-	g.kept = newGroupView(g.k)
+	g.kept = newDataSourceViews(g.k, split)
 	for i := range records {
 		rl := rls.At(i + 1)
 		if rl.ScopeLogs().Len() != 1 || rl.ScopeLogs().At(0).LogRecords().Len() != 1 {
@@ -259,12 +288,12 @@ func decodeKept(attrs pcommon.Map, rls plog.ResourceLogsSlice, g *group) error {
 		sl.LogRecords().At(0).MoveTo(kept.record)
 		rl.Resource().MoveTo(kept.resource)
 		sl.Scope().MoveTo(kept.scope)
-		gen := generation{order: orders[i], prompt: prompts[i]}
+		gen := generation{order: orders[i], prompt: prompts[i], dataSource: dataSourceOf(kept.record.Attributes())}
 		if !g.kept.offer(gen, func() keptRecord { return kept }) {
 			return corrupt("kept record %d repeated", i)
 		}
 	}
-	if g.kept.len() != records { // a prompt evicted another: more prompts than k
+	if g.kept.len() != records { // a prompt evicted another: more prompts than k (in a view)
 		return corrupt("more kept prompts than k")
 	}
 	return nil

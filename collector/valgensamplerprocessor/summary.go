@@ -15,13 +15,15 @@ import (
 	"github.com/otel-valgen/otel-valgen/collector/valgensamplerprocessor/internal/metadata"
 )
 
-// appendClosed appends the group's kept records in ascending sort-key order, each ranked
-// from 1 and with its own resource and scope, then the group's step summary record
-// (concurrent: the other attempts of the step that ran at the same time with no common
-// source, see concurrent.go). It returns how many generation records it appended.
+// appendClosed appends the group's kept records ranked from 1 (dataSourceViews.sorted: in
+// ascending sort-key order, by data source when the group is split), each with its own resource
+// and scope, then the group's step summary record (concurrent: the other attempts of the step
+// that ran at the same time with no common source, see concurrent.go). It returns how many
+// generation records it appended.
 func appendClosed(out plog.Logs, g *group, reason string, concurrent int64, sampler string, now time.Time) int {
 	seen, dropped := g.balance() // before the kept records move out of the group
 	keptBy := keptBySource(g)
+	keptByDataSource := countKept(g, func(kept *keptRecord) string { return dataSourceOf(kept.record.Attributes()) })
 	var entries []entry[keptRecord]
 	if g.kept != nil {
 		entries = g.kept.sorted()
@@ -48,6 +50,7 @@ func appendClosed(out plog.Logs, g *group, reason string, concurrent int64, samp
 	lr.Attributes().PutInt(attrAttemptsConcurrent, concurrent)
 	lr.Attributes().PutStr(attrSampler, sampler)
 	putSourceFigures(lr.Attributes(), g, keptBy)
+	putDataSources(lr.Attributes(), g, keptByDataSource)
 	return len(entries)
 }
 
@@ -58,8 +61,9 @@ func sameOrigin(a, b *keptRecord) bool {
 		a.scope.Attributes().Equal(b.scope.Attributes())
 }
 
-// appendSummary appends the valgen.step.summary record of a closed group, without its
-// balance (putBalance) and split-launch mark.
+// appendSummary appends the valgen.step.summary record of a closed group, without what needs
+// its kept records (its balance, putBalance; source and data source figures) and its
+// split-launch mark.
 func appendSummary(out plog.Logs, g *group, kept int, reason string, now time.Time) plog.LogRecord {
 	rl := out.ResourceLogs().AppendEmpty()
 	g.resource.CopyTo(rl.Resource())
@@ -118,15 +122,8 @@ func appendSummary(out plog.Logs, g *group, kept int, reason string, now time.Ti
 	}
 	attrs.PutInt(attrLate, g.late) // 0: late records come after the close, see appendLateReports
 	attrs.PutStr(attrClosedReason, reason)
-	if count, sum, reported, fits := g.scoreTotals(); reported {
-		attrs.PutInt(attrScoreCount, count)
-		if fits {
-			attrs.PutDouble(attrScoreSum, sum)
-		}
-		if fits && count > 0 {
-			attrs.PutDouble(attrScoreMean, sum/float64(count))
-		}
-	}
+	total := g.scoreTotals()
+	total.put(attrs, attrScoreCount, attrScoreSum, attrScoreMean)
 	return lr
 }
 

@@ -30,6 +30,7 @@ from tests.support.ports import free_port
 from tests.support.require import require_or_skip
 
 from .conftest import ROLLOUT_KEY, wait_for, written
+from .emit_steps import DATA_SOURCES
 from .tensorboard_files import read_texts
 from .wandb_files import read_run
 
@@ -126,19 +127,21 @@ def summarized_steps(path: Path) -> set[int]:
     return steps
 
 
-def emit(endpoint: str, steps: str, *, rollouts: bool = False) -> str:
+def emit(endpoint: str, steps: str, *, rollouts: bool = False, env: dict[str, str] | None = None) -> str:
     """Two emitting processes (trainer and rollouter) of one launch send their parts of ``steps``.
 
     Plain processes (no launcher the library knows) share the fallback launch id ``run`` of their
     run; each launch here gets its own ``OTEL_VALGEN_LAUNCH_ID`` (one new value per launch, README
     *Launches*), so that the two launches' attempts differ. With ``rollouts`` each also sends the
-    steps' training rollouts. Returns the launch id.
+    steps' training rollouts; with ``OTEL_VALGEN_SAMPLE_BY`` in ``env``, its generations'
+    data sources. Returns the launch id.
     """
     launch = uuid.uuid4().hex[:12]
-    env = os.environ | {"OTEL_VALGEN_LAUNCH_ID": launch}
+    environment = os.environ | {"OTEL_VALGEN_LAUNCH_ID": launch, **(env or {})}
+    mode = "rollouts" if rollouts else "data_sources" if "OTEL_VALGEN_SAMPLE_BY" in environment else ""
     args = [sys.executable, "-m", "tests.exporter.emit_steps", endpoint, "e2e"]
     procs = [
-        subprocess.Popen([*args, source, steps, *(["rollouts"] if rollouts else [])], cwd=ROOT, env=env)
+        subprocess.Popen([*args, source, steps, *([mode] if mode else [])], cwd=ROOT, env=environment)
         for source in ("trainer", "rollouter")
     ]
     for proc in procs:
@@ -210,3 +213,41 @@ def test_collector_to_backends_a_steps_rollouts_beside_its_validation(
     ((_, validation),) = files.tables("val/generations")
     assert len(validation["data"]) == 3
     assert sorted(read_texts(boards / "otel-valgen" / "e2e", ROLLOUT_KEY)) == [40]
+
+
+@pytest.mark.timeout(150)
+def test_k_per_data_source_from_the_jobs_variable_to_the_offline_run(
+    wandb_dir: Path, tmp_path: Path, collector: tuple[str, int]
+) -> None:
+    """OTEL_VALGEN_SAMPLE_BY=data_source: k of each data source kept, and each one's figures in the run's history."""
+    endpoint, port = collector
+    output = tmp_path / "collector" / "valgen.jsonl"
+    exporter = Exporter(port, tmp_path / "exporter-state", tmp_path / "tensorboard")
+    emit(endpoint, "50", env={"OTEL_VALGEN_SAMPLE_BY": "data_source"})
+    wait_for(lambda: written(exporter.service) == 1, 60)
+    exporter.stop()
+
+    (selection,) = select_steps(read_paths([output], lambda _: None))
+    assert selection.by_data_source
+    names = ("gsm8k", "math", "")
+    kept = {name: sum(1 for g in selection.generations if (g.data_source or "") == name) for name in names}
+    assert kept == {"gsm8k": 3, "math": 3, "": 2}, "k = 3 of each data source, all of a smaller one"
+    sent = [(DATA_SOURCES[i] or "", i / 8) for _ in ("trainer", "rollouter") for i in range(8)]
+    figures = {figure.data_source: figure for figure in selection.data_sources or ()}
+    for name in ("gsm8k", "math", ""):
+        scores = [score for source, score in sent if source == name]
+        assert (figures[name].seen, figures[name].kept) == (len(scores), kept[name])
+        assert figures[name].score_mean == pytest.approx(sum(scores) / len(scores))
+
+    files = read_run(wandb_dir, "e2e")
+    ((step, table),) = files.tables("val/generations")
+    assert step == 50
+    column = table["columns"].index("data_source")
+    assert sorted(str(row[column]) for row in table["data"]) == sorted(
+        str(g.data_source) for g in selection.generations
+    )
+    for name, metric in (("gsm8k", "gsm8k"), ("math", "math"), ("", "none")):
+        prefix = f"val/generations/data_source/{metric}"
+        assert files.scalars(f"{prefix}/kept") == [(50, kept[name])]
+        assert files.scalars(f"{prefix}/seen") == [(50, figures[name].seen)]
+        assert files.scalars(f"{prefix}/score_mean") == [(50, pytest.approx(figures[name].score_mean))]
