@@ -8,7 +8,8 @@ Measures, for M generations of about 2.5 KB (k = 64):
      batch, so that only otel_valgen's own memory can grow with M;
   3. the cost of verl's full row (ground truth, data source, two reward columns, response length
      and truncation with every generation, as the verl integration sends them), the same with
-     k per data source (``sample_by = data_source``, four data sources), and of cutting a
+     k per data source (``sample_by = data_source``, four data sources), of keeping the 4
+     lowest- and 4 highest-scored beside the k keyed picks (``extremes = 4``), and of cutting a
      200 KB output to ``max_field_bytes`` (head and tail kept).
 
 Run: ``python bench/core_emit_bench.py`` (about a minute on 2 cores). Prints the figures.
@@ -38,6 +39,7 @@ VARIANTS = (
     "presample_on_uids",
     "presample_on_full_row",
     "full_row_k_per_source",
+    "presample_on_extremes",
     "presample_off",
 )
 DATA_SOURCES = ("openai/gsm8k", "math", "aime", "gpqa")  # the k-per-data-source variant's, in turn
@@ -105,18 +107,22 @@ def otel_valgen_run(
     uids: bool = False,
     row: bool = False,
     by_source: bool = False,
+    extremes: int = 0,
 ) -> tuple[float, float]:
     """log_generations per batch, then the end of the step (which flushes to the sink).
 
     With ``uids`` the calls pass dataset uids as sample ids (a job that has them; verl 0.9.1
     does not pass them to its hook), so no input is hashed. With ``row`` they pass verl's full
     row's columns (``full_row``); with ``by_source`` too, from four data sources, keeping k of
-    each. Returns the seconds spent in the log_generations calls and in the end of the step.
+    each; with ``extremes`` the n lowest- and highest-scored too. Returns the seconds spent in
+    the log_generations calls and in the end of the step.
     """
     import otel_valgen as vg
 
     sample_by = "data_source" if by_source else "step"
-    vg.configure(run_id="bench", count=K, presample=presample, directory=directory, sample_by=sample_by)
+    vg.configure(
+        run_id="bench", count=K, presample=presample, directory=directory, sample_by=sample_by, extremes=extremes
+    )
     vg.log_generations(["warm"], ["up"], [0.0], step=0)
     vg.end_step(0)
     # The dataset's uids exist before validation starts (verl keeps them in its batch).
@@ -157,6 +163,8 @@ def time_comparison(total: int, repeats: int) -> dict[str, float]:
             results["presample_on_full_row"].append(sum(row_run))
             by_source = otel_valgen_run(data, True, os.path.join(tmp, f"src{attempt}"), row=True, by_source=True)
             results["full_row_k_per_source"].append(sum(by_source))
+            extreme = otel_valgen_run(data, True, os.path.join(tmp, f"ext{attempt}"), extremes=4)
+            results["presample_on_extremes"].append(sum(extreme))
     return {name: statistics.median(values) for name, values in {**results, **parts}.items()}
 
 

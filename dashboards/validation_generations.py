@@ -89,6 +89,7 @@ CLOSED_REASON = loki_name(contract.CLOSED_REASON)
 ATTEMPT = loki_name(contract.ATTEMPT)
 KIND = loki_name(contract.KIND)
 PROMPT_ID = loki_name(contract.PROMPT_ID)
+SLOTS = loki_name(contract.SLOTS)  # keyed, lowest, highest: set on kept records of steps that keep extremes
 ADVANTAGE = loki_name(contract.ADVANTAGE)
 RESPONSE_LENGTH = loki_name(contract.RESPONSE_LENGTH)
 OUTPUT_LENGTH = loki_name(contract.OUTPUT_LENGTH)  # the output's UTF-8 bytes, set only when it was cut
@@ -345,6 +346,7 @@ GENERATION_COLUMNS = {
     STEP: "step",
     ATTEMPT: "attempt",
     RANK: "rank",
+    SLOTS: "slots",
     SAMPLE_ID: "sample id",
     contract.BODY_INPUT: "input",
     contract.BODY_OUTPUT: "output",
@@ -357,7 +359,7 @@ GENERATION_COLUMNS = {
     TRACE_ID: "trace id",
 }
 # Columns only some rows have: the response's tokens and whether it was cut (verl's rows, docs/verl.md).
-GENERATION_OPTIONAL = (RESPONSE_LENGTH, TRUNCATED)
+GENERATION_OPTIONAL = (RESPONSE_LENGTH, TRUNCATED, SLOTS)  # slots: only steps that keep extremes
 SUMMARY_COLUMNS = {
     RUN_ID: "run",
     STEP: "step",

@@ -27,6 +27,7 @@ def configure(
     rollout_count: int | None = None,
     rollout_rate: float | None = None,
     sample_by: str | None = None,
+    extremes: int | None = None,
     seed: int | None = None,
     presample: bool | None = None,
     endpoint: str | None = None,
@@ -53,6 +54,8 @@ def configure(
             same prompts every time they come back, at most ``rollout_count`` of them.
         sample_by: ``step`` or ``data_source``: keep k per step, or per (step, data source), for
             validation and rollouts (``OTEL_VALGEN_SAMPLE_BY``, ``step``).
+        extremes: n, keep the n lowest- and n highest-scored validation generations of each step
+            (of each data source) beside the k keyed picks (``OTEL_VALGEN_EXTREMES``, 0: off).
         seed: sampling seed (``OTEL_VALGEN_SEED``, 42).
         presample: keep only the local bottom-k per step (``OTEL_VALGEN_PRESAMPLE``, on).
         endpoint: OTLP base URL, like ``OTEL_EXPORTER_OTLP_ENDPOINT`` (HTTP appends ``/v1/logs``;
@@ -83,6 +86,7 @@ def configure(
         rollout_count=rollout_count,
         rollout_rate=rollout_rate,
         sample_by=sample_by,
+        extremes=extremes,
         seed=seed,
         presample=presample,
         endpoint=endpoint,

@@ -57,7 +57,7 @@ from otel_valgen._records import (
     rollout_candidates,
     rollout_prompts,
 )
-from otel_valgen._sanitize import score_stats
+from otel_valgen._sanitize import score_stats, valid_scores
 from otel_valgen._settings import Settings
 from otel_valgen._tracing import derived_context
 from otel_valgen.data_sources import DataSourceTally, data_sources_of
@@ -210,7 +210,8 @@ class Emitter:
         if by_data_source:
             state.by_source = DataSourceTally()
         if self.settings.presample:
-            state.kept = LocalSample(state.count, state.rate, by_data_source)
+            extremes = self.settings.extremes if kind == contract.KIND_VALIDATION else 0
+            state.kept = LocalSample(state.count, state.rate, by_data_source, extremes)
         return state
 
     # -- steps ---------------------------------------------------------------------------
@@ -529,6 +530,7 @@ class Emitter:
         try:
             scored, score_sum = score_stats(batch.scores)
             data_sources = data_sources_of(batch.data_sources, size) if state.by_source is not None else None
+            scores = valid_scores(batch.scores) if kept is not None and kept.extremes else None
             with self._lock:
                 # The k-th key only falls as items are offered, so an earlier read is a safe filter.
                 threshold, k = kept.prefilter(data_sources) if kept is not None else (None, None)
@@ -548,7 +550,7 @@ class Emitter:
                 state.prompts_under_rate += under_rate
                 if state.by_source is not None and data_sources is not None:
                     state.by_source.add(data_sources, batch.scores)
-                entered, evicted = kept.offer(found, data_sources) if kept is not None else ([], 0)
+                entered, evicted = kept.offer(found, data_sources, scores) if kept is not None else ([], 0)
         if ended:  # its block was ended by another thread after this call found it
             self.refuse(state, size)
             self._ended_meanwhile(state, size)

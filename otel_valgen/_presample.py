@@ -56,23 +56,36 @@ def prompts_under_rate(prompt_keys: Iterable[int], rate: float | None) -> int:
     return sum(1 for key in prompt_keys if key < limit)
 
 
-def _batch_cut(found: list[Candidate], data_sources: Sequence[str], k: int) -> list[Candidate]:
-    """The candidates whose prompt is among the batch's ``k`` smallest prompts of its data source.
+def _batch_cut(
+    found: list[Candidate],
+    data_sources: Sequence[str] | None,
+    k: int,
+    scores: Sequence[float | None] | None = None,
+    n: int = 0,
+) -> list[Candidate]:
+    """The candidates that can still be kept after the batch, of each data source (all one without them).
 
-    No other can be in its data source's bottom-k after the batch, so the cut saves offering
-    them one by one (what ``prefilter`` does for a step kept whole).
+    Those whose prompt is among the batch's ``k`` smallest prompts of its data source, and with
+    ``n`` extremes those among its ``n`` lowest- and ``n`` highest-scored (``scores`` by batch
+    index): no other can be in its data source's sample after the batch, so the cut saves
+    offering them one by one (what ``prefilter`` does for a step kept whole).
     """
     by_source: dict[str, list[Candidate]] = {}
     for candidate in found:
-        by_source.setdefault(data_sources[candidate[0]], []).append(candidate)
+        by_source.setdefault(data_sources[candidate[0]] if data_sources is not None else "", []).append(candidate)
     out: list[Candidate] = []
     for members in by_source.values():
         prompts = {prompt for _, prompt, _ in members}
-        if len(prompts) <= k:
-            out.extend(members)
-        elif k:
-            bound = heapq.nsmallest(k, prompts)[-1]
-            out.extend(candidate for candidate in members if candidate[1] <= bound)
+        bound = heapq.nsmallest(k, prompts)[-1] if 0 < k < len(prompts) else None
+        extreme: set[int] = set()
+        if n and scores is not None:
+            scored = [(score + 0.0, c[2], c[0]) for c in members if (score := scores[c[0]]) is not None]
+            extreme = {index for _, _, index in heapq.nsmallest(n, scored)}
+            extreme |= {index for _, _, index in heapq.nsmallest(n, scored, key=lambda e: (-e[0], e[1]))}
+        for candidate in members:
+            keyed = len(prompts) <= k or (bound is not None and candidate[1] <= bound)
+            if keyed or candidate[0] in extreme:
+                out.append(candidate)
     return out
 
 
@@ -80,12 +93,17 @@ class LocalSample:
     """The bottom-k of what this process saw of one step, held until the step (or part) ends.
 
     With ``rate`` only prompts whose key is below ``rate_threshold(rate)`` enter (the watch-list);
-    ``by_data_source`` keeps k per data source.
+    ``by_data_source`` keeps k per data source; ``extremes`` also the n lowest- and highest-scored.
     """
 
-    def __init__(self, k: int, rate: float | None = None, by_data_source: bool = False) -> None:
-        self._kept: DataSourceViews[Kept] = DataSourceViews(k, rate)
+    def __init__(self, k: int, rate: float | None = None, by_data_source: bool = False, extremes: int = 0) -> None:
+        self._kept: DataSourceViews[Kept] = DataSourceViews(k, rate, extremes)
         self._kept.ask(by_data_source)
+
+    @property
+    def extremes(self) -> int:
+        """The n lowest- and highest-scored kept beside the k keyed picks (0: none)."""
+        return self._kept.extremes
 
     @property
     def k(self) -> int:
@@ -102,7 +120,10 @@ class LocalSample:
         With k per data source (the batch's ``data_sources``) the batch's k smallest may leave out
         what another data source keeps: no k, and the largest threshold of the batch's data
         sources (None while one of them keeps fewer than k), below which each one's picks are.
+        With extremes none: a generation above every threshold may be among the lowest or highest.
         """
+        if self._kept.extremes:
+            return None, None
         if not self._kept.split:
             return self._kept.threshold(), self._kept.k
         thresholds = [self._kept.threshold(source) for source in set(data_sources or ())]
@@ -114,21 +135,30 @@ class LocalSample:
         """Generations kept and not settled yet."""
         return sum(not item.settled for item in self._kept.kept())
 
-    def offer(self, found: list[Candidate], data_sources: Sequence[str] | None = None) -> tuple[list[Entered], int]:
+    def offer(
+        self,
+        found: list[Candidate],
+        data_sources: Sequence[str] | None = None,
+        scores: Sequence[float | None] | None = None,
+    ) -> tuple[list[Entered], int]:
         """Offer a batch's candidates ``(index, prompt sort key, sort key)``, of ``data_sources[index]`` when split.
 
-        Returns those still kept after the whole batch (to build), and how many held
-        generations of earlier calls they evicted (now sampled out).
+        With extremes, ``scores[index]`` is each one's valid score (None: none). Returns those
+        still kept after the whole batch (to build), and how many held generations of earlier
+        calls they evicted (now sampled out).
         """
         if not found:
             return [], 0
-        if self._kept.split and data_sources is not None:
-            found = _batch_cut(found, data_sources, self._kept.k)
+        n = self._kept.extremes
+        if (self._kept.split and data_sources is not None) or n:
+            found = _batch_cut(found, data_sources if self._kept.split else None, self._kept.k, scores, n)
         before = self._kept.kept()
         offered = []
         for index, prompt, order in found:
             item = Kept()
-            if self._kept.offer(data_sources[index] if data_sources is not None else "", prompt, order, item):
+            source = data_sources[index] if data_sources is not None else ""
+            score = scores[index] if scores is not None else None
+            if self._kept.offer(source, prompt, order, item, score):
                 offered.append((index, prompt, order, item))
         if not offered:
             return [], 0
@@ -153,7 +183,7 @@ class LocalSample:
         """
         records: list[PendingRecord] = []
         unbuilt = 0
-        for _, _, item in self._kept.items():
+        for item, _ in self._kept.ranked():
             if item.settled or (item.record is None and not final):
                 continue
             item.settled = True

@@ -313,6 +313,14 @@ class RecordBuilder:
         seed = settings.seed % (1 << 64)
         # OTLP ints are int64: the seed travels as the same 64 bits read as signed.
         self._seed_attribute = seed - (1 << 64) if seed >= 1 << 63 else seed
+        # What each generation asks of its group's sampling beside k (valgen.sample_by, valgen.extremes).
+        rollout: dict[str, AnyValue] = {}
+        if settings.sample_by == contract.SAMPLE_BY_DATA_SOURCE:
+            rollout[contract.SAMPLE_BY] = contract.SAMPLE_BY_DATA_SOURCE
+        validation = dict(rollout)
+        if settings.extremes:
+            validation[contract.EXTREMES] = settings.extremes
+        self._asks = {contract.KIND_VALIDATION: validation, contract.KIND_ROLLOUT: rollout}
 
     def __call__(
         self, state: StepIdentity, batch: Batch, index: int, order: Order, prompt: Order | None = None
@@ -373,8 +381,7 @@ class RecordBuilder:
                 self.stats.add(_stats.COERCED_VALUES)
         if batch.data_sources is not None and batch.data_sources[index] is not None:
             attributes[contract.DATA_SOURCE] = data_source_of(batch.data_sources[index])
-        if self.settings.sample_by == contract.SAMPLE_BY_DATA_SOURCE:
-            attributes[contract.SAMPLE_BY] = contract.SAMPLE_BY_DATA_SOURCE
+        attributes.update(self._asks.get(state.kind, {}))
         return PendingRecord(time.time_ns(), body, attributes)
 
     def _add_rollout(self, columns: RolloutColumns, index: int, attributes: dict[str, AnyValue]) -> None:

@@ -202,6 +202,11 @@ def score_stats(scores: Sequence[Any] | None) -> tuple[int, float]:
         return len(valid), math.inf
 
 
+def valid_scores(scores: Sequence[Any] | None) -> list[float | None] | None:
+    """Each score as ``clean_score`` makes it (None: not valid); the record's own cleaning counts and warns."""
+    return [clean_score(value).value for value in scores] if scores is not None else None
+
+
 ExtraValue = bool | int | float | str
 
 

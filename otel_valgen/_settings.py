@@ -170,6 +170,16 @@ SETTINGS: Final[tuple[Setting, ...]] = (
         read=_sample_by,
         default=contract.SAMPLE_BY_STEP,
     ),
+    Setting(
+        (env.OTEL_VALGEN_EXTREMES,),
+        "extremes",
+        "`0` (off)",
+        "*n*: beside the *k* keyed picks, keep the *n* lowest- and *n* highest-scored validation generations "
+        "of each step (of each data source with `sample_by`); ties go to the smaller sample key, and each kept "
+        "record says which slots it fills in `valgen.slots` (docs/configuration.md).",
+        read=_count,
+        default=0,
+    ),
     Setting((env.OTEL_VALGEN_SEED,), "seed", "`42`", "Sampling seed.", read=env.env_int, default=DEFAULT_SEED),
     Setting(
         (env.OTEL_VALGEN_PRESAMPLE,),
@@ -382,6 +392,7 @@ class Settings:
     rollout_count: int = DEFAULT_ROLLOUT_COUNT
     rollout_rate: float | None = None  # the watch-list rate of rollouts (None: off, exactly k prompts)
     sample_by: str = contract.SAMPLE_BY_STEP  # contract.SAMPLE_BY_VALUES: k per step or per (step, data source)
+    extremes: int = 0  # n lowest- and n highest-scored validation generations kept beside the k keyed picks
     seed: int = DEFAULT_SEED
     presample: bool = True
     endpoint: str | None = None  # where logs go: the OTLP/HTTP logs URL or the gRPC target; None: files
@@ -488,6 +499,7 @@ def resolve_settings(
     rollout_count: int | None = None,
     rollout_rate: float | None = None,
     sample_by: str | None = None,
+    extremes: int | None = None,
     seed: int | None = None,
     presample: bool | None = None,
     endpoint: str | None = None,
@@ -514,6 +526,7 @@ def resolve_settings(
             _argument_or_env("rollout_rate", rollout_rate, lambda v: rate_of(v) is not None, warn=True)
         ),
         sample_by=_argument_or_env("sample_by", sample_by, lambda v: v in contract.SAMPLE_BY_VALUES, warn=True),
+        extremes=_argument_or_env("extremes", extremes, lambda v: v >= 0, warn=True),
         seed=int(_argument_or_env("seed", seed, lambda v: True)),
         presample=bool(_argument_or_env("presample", presample, lambda v: True)),
         endpoint=resolve_endpoint(endpoint, resolved_protocol),

@@ -117,6 +117,16 @@ FIGURE_SCORE_COUNT: Final = "score.count"
 FIGURE_SCORE_SUM: Final = "score.sum"
 FIGURE_SCORE_MEAN: Final = "score.mean"  # summary only, absent when the count is 0
 FIELD_DATA_SOURCES: Final = "data_sources"  # in an entry of valgen.source_figures: the source's end figures
+# The best and the worst (``extremes = n``; otel_valgen.sampling.ScoreExtremes): EXTREMES on each
+# validation generation asks for the n lowest- and n highest-scored beside the k keyed picks (the
+# smallest n asked wins, absent is 0), and on the summary; SLOTS on each kept record of such a step
+# lists the slots it fills, of SLOTS_ORDER.
+EXTREMES: Final = "valgen.extremes"  # int >= 0
+SLOTS: Final = "valgen.slots"  # str array, set by the sampler
+SLOT_KEYED: Final = "keyed"
+SLOT_LOWEST: Final = "lowest"
+SLOT_HIGHEST: Final = "highest"
+SLOTS_ORDER: Final = (SLOT_KEYED, SLOT_LOWEST, SLOT_HIGHEST)
 PROMPTS_UNDER_RATE: Final = "valgen.prompts_under_rate"  # int
 PROMPTS_OVER_CAP: Final = "valgen.prompts_over_cap"  # int, summary only
 SOURCES: Final = "valgen.sources"  # sources that sent anything for the step

@@ -38,7 +38,15 @@ from otel_valgen.distinct import PROMPTS_SEEN_ERROR, distinct_count, merge_keys,
 from otel_valgen.reader import Generation
 from otel_valgen.sampling import rate_of, rate_threshold
 
-__all__ = ["MergedFigures", "merge_figures", "merge_summaries", "parts_split", "sampler_of", "samplers_of"]
+__all__ = [
+    "MergedFigures",
+    "merge_figures",
+    "merge_summaries",
+    "parts_extremes",
+    "parts_split",
+    "sampler_of",
+    "samplers_of",
+]
 
 COMPLETE = "complete"
 
@@ -67,6 +75,11 @@ def parts_split(summaries: Sequence[Mapping[str, Any]]) -> bool:
     return bool(summaries) and all(
         summary.get(contract.SAMPLE_BY) == contract.SAMPLE_BY_DATA_SOURCE for summary in summaries
     )
+
+
+def parts_extremes(summaries: Sequence[Mapping[str, Any]]) -> int:
+    """The n of lowest- and highest-scored the parts of a group kept: the smallest of their summaries' (absent: 0)."""
+    return min((_int(summary, contract.EXTREMES) for summary in summaries), default=0)
 
 
 @dataclass
@@ -204,6 +217,10 @@ def merge_summaries(summaries: Sequence[Mapping[str, Any]], kept: Sequence[Gener
     ks = [k for summary in summaries if (k := _int(summary, contract.SAMPLE_COUNT, -1)) >= 0]
     if ks:
         out[contract.SAMPLE_COUNT] = min(ks)
+    if extremes := parts_extremes(summaries):
+        out[contract.EXTREMES] = extremes
+    else:
+        out.pop(contract.EXTREMES, None)
     _put_scores(out, [figures for figures in sources.values() if figures.ended])
     _put_data_sources(out, [figures for figures in sources.values() if figures.ended], kept)
     if out.get(contract.KIND) == contract.KIND_ROLLOUT:

@@ -68,6 +68,14 @@ class Generation:
     kind: str = contract.KIND_VALIDATION  # valgen.kind
     prompt_id: str | None = None  # a rollout's valgen.prompt_id and valgen.prompt_key
     prompt_key: int | None = None
+    # The slots a kept record fills (valgen.slots: keyed, lowest, highest), None when its step keeps
+    # no extremes; set by the sampler, or by otel_valgen.selection for files of the embedded sink.
+    slots: tuple[str, ...] | None = None
+
+    @property
+    def slots_text(self) -> str | None:
+        """The slots as one table cell (``keyed,lowest``), None when its step keeps no extremes."""
+        return ",".join(self.slots) if self.slots is not None else None
 
 
 @dataclass(frozen=True)
@@ -412,7 +420,15 @@ def _record(log: dict[str, Any], resource: dict[str, Any]) -> Record | None:  # 
         kind=kind,
         prompt_id=_prompt_id(kind, attrs),
         prompt_key=_opt_int(attrs.get(contract.PROMPT_KEY)),
+        slots=_slots(attrs.get(contract.SLOTS)),
     )
+
+
+def _slots(value: Any) -> tuple[str, ...] | None:
+    """A kept record's ``valgen.slots`` (the known ones, in ``contract.SLOTS_ORDER``), None without it."""
+    if not isinstance(value, list):
+        return None
+    return tuple(slot for slot in contract.SLOTS_ORDER if slot in value)
 
 
 def records_from_request(request: dict[str, Any]) -> Iterator[Record]:

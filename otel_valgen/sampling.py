@@ -75,6 +75,16 @@ it asks for it; the first that does not (a process with the default, a library b
 option) turns it back into one group view, which is exact: a prompt of the bottom-k of the
 whole group is in the bottom-k of its data source, so the bottom-k of the union of the data
 sources' views is the group's. The other way, splitting a view kept per step, would not be.
+
+*The best and the worst* (``extremes = n``, ``valgen.extremes``): beside the k keyed picks a
+validation group keeps the n lowest- and the n highest-scored generations (of each data source
+when split; ``ScoreExtremes``): two more bottom-n's, ordered by ``(score, sample key, sample id)``
+and ``(-score, sample key, sample id)``, over the generations with a finite score (-0.0 is 0.0).
+They are mergeable like the bottom-k, and the smallest n asked for wins, as for k (a record
+without ``valgen.extremes`` asks for 0). A kept record's slots (``valgen.slots``) say which of
+``keyed``, ``lowest`` and ``highest`` it fills; ranked, the keyed picks come first, as without
+extremes, so the same prompts keep their ranks at every step, then each data source's lowest
+ascending and highest descending that are not already listed (``DataSourceViews.ranked``).
 """
 
 from __future__ import annotations
@@ -83,6 +93,7 @@ import hashlib
 import heapq
 import hmac
 import math
+import struct
 from collections.abc import Iterable
 from typing import Final, Generic, NamedTuple, TypeVar
 
@@ -98,9 +109,13 @@ __all__ = [
     "NO_RATE_THRESHOLD",
     "SAMPLE_BY_DATA_SOURCE",
     "SAMPLE_BY_STEP",
+    "SLOT_HIGHEST",
+    "SLOT_KEYED",
+    "SLOT_LOWEST",
     "BottomK",
     "DataSourceViews",
     "GroupView",
+    "ScoreExtremes",
     "SortKey",
     "bottom_k",
     "group_view",
@@ -108,6 +123,7 @@ __all__ = [
     "mix64",
     "rate_threshold",
     "sample_key",
+    "score_rank",
     "seed_lane",
     "split_sample_id",
     "step_k",
@@ -467,20 +483,86 @@ def data_source_order(data_source: str) -> bytes:
     return data_source.encode("utf-8", "replace")
 
 
+SLOT_KEYED: Final = contract.SLOT_KEYED
+SLOT_LOWEST: Final = contract.SLOT_LOWEST
+SLOT_HIGHEST: Final = contract.SLOT_HIGHEST
+
+
+def score_rank(score: float) -> int:
+    """A finite score as a 64-bit int in the same order (its IEEE 754 bits made monotonic; -0.0 is 0.0)."""
+    bits: int = struct.unpack(">Q", struct.pack(">d", score + 0.0))[0]
+    return bits ^ MASK64 if bits >> 63 else bits | (1 << 63)
+
+
+class ScoreExtremes(Generic[T]):
+    """The ``n`` lowest- and ``n`` highest-scored items, ties broken by sort key: two bottom-n's.
+
+    An item's order is ``(score, sample key, sample id)`` for the lowest and ``(-score, sample
+    key, sample id)`` for the highest, each folded into a ``BottomK`` order as
+    ``(score_rank << 63 | sample key, sample id)`` (for the highest, ``MASK64 - score_rank``):
+    sample keys are below ``2**63``, so the int compares as the pair does.
+    """
+
+    def __init__(self, n: int) -> None:
+        self._lowest: BottomK[T] = BottomK(n)
+        self._highest: BottomK[T] = BottomK(n)
+
+    @property
+    def n(self) -> int:
+        """How many of each are kept at most."""
+        return self._lowest.k
+
+    def offer(self, score: float | None, order: Order, item: T) -> bool:
+        """Consider an item of ``score`` (None or not finite: not considered); return whether either keeps it."""
+        if score is None or not math.isfinite(score) or not self.n:
+            return False
+        rank = score_rank(score)
+        low = self._lowest.offer(((rank << 63) | order[0], order[1]), item)
+        high = self._highest.offer((((MASK64 - rank) << 63) | order[0], order[1]), item)
+        return low or high
+
+    def absorb(self, other: ScoreExtremes[T]) -> None:
+        """Offer what ``other`` keeps, with its orders: the extremes of the union (mergeable, as the bottom-k)."""
+        for order, item in other._lowest.items():
+            self._lowest.offer(order, item)
+        for order, item in other._highest.items():
+            self._highest.offer(order, item)
+
+    def shrink(self, n: int) -> None:
+        """Keep only the ``n`` lowest and ``n`` highest (exact, as ``BottomK.shrink``)."""
+        self._lowest.shrink(n)
+        self._highest.shrink(n)
+
+    def lowest(self) -> list[T]:
+        """The lowest-scored items, ascending."""
+        return [item for _, item in self._lowest.items()]
+
+    def highest(self) -> list[T]:
+        """The highest-scored items, descending."""
+        return [item for _, item in self._highest.items()]
+
+    def kept(self) -> list[T]:
+        """Every item either keeps (one entry per item kept by both)."""
+        return list({id(item): item for item in (*self._lowest.kept(), *self._highest.kept())}.values())
+
+
 class DataSourceViews(Generic[T]):
     """A group's sample with k per data source: one ``GroupView`` per data source while split.
 
     The group splits when its first generation asks for k per data source, and turns back into
     one view, for good, at the first generation that does not (module docstring): a group is
     split when every generation of it asked. Ranked, a split group lists its data sources in
-    ``data_source_order``, each one's view ranked.
+    ``data_source_order``, each one's view ranked. With ``extremes`` (validation) each view has
+    its ``ScoreExtremes`` of that many, and ``ranked`` lists them after the keyed picks.
     """
 
-    def __init__(self, k: int, rate: float | None = None) -> None:
+    def __init__(self, k: int, rate: float | None = None, extremes: int = 0) -> None:
         self._k = k
         self.rate = rate
         self.split: bool | None = None  # None until the first generation
         self._views: dict[str, GroupView[T]] = {}
+        self._n = extremes
+        self._extremes: dict[str, ScoreExtremes[T]] = {}
 
     @property
     def k(self) -> int:
@@ -500,23 +582,52 @@ class DataSourceViews(Generic[T]):
         for view in self._views.values():
             for prompt, order, item in view.items():
                 joined.offer(prompt, order, item)
+        extremes: ScoreExtremes[T] = ScoreExtremes(self._n)
+        for part in self._extremes.values():
+            extremes.absorb(part)
         self._views = {"": joined}
+        self._extremes = {"": extremes}
         self.split = False
 
-    def ask(self, by_data_source: bool) -> list[T]:
-        """Apply a generation's ``valgen.sample_by``; return the items the join sampled out."""
+    def _gone(self, before: list[T]) -> list[T]:
+        """The items of ``before`` that nothing keeps now."""
+        alive = {id(item) for item in self.kept()}
+        return [item for item in before if id(item) not in alive]
+
+    @property
+    def extremes(self) -> int:
+        """How many lowest- and highest-scored generations each view keeps beside its k (0: none)."""
+        return self._n
+
+    def ask(self, by_data_source: bool, extremes: int | None = None) -> list[T]:
+        """Apply a generation's ``valgen.sample_by`` and ``valgen.extremes`` (the smallest n wins).
+
+        Returns the items that the join or a smaller n sampled out.
+        """
+        before = self.kept()
         if self.split is None:
             self.split = by_data_source
         elif self.split and not by_data_source:
-            before = self.kept()
             self._join()
-            alive = {id(item) for item in self.kept()}
-            return [item for item in before if id(item) not in alive]
-        return []
+        if extremes is not None and extremes < self._n:
+            self._n = extremes
+            for part in self._extremes.values():
+                part.shrink(extremes)
+        return self._gone(before) if before else []
 
-    def offer(self, data_source: str, prompt: Order, order: Order, item: T) -> bool:
-        """Consider one response of ``prompt`` of ``data_source`` (after ``ask``); return whether it is kept."""
-        return self._view(data_source).offer(prompt, order, item)
+    def offer(self, data_source: str, prompt: Order, order: Order, item: T, score: float | None = None) -> bool:
+        """Consider one response of ``prompt`` of ``data_source`` (after ``ask``); return whether it is kept.
+
+        With extremes, ``score`` (None: no valid score) also offers it to its data source's lowest and highest.
+        """
+        kept = self._view(data_source).offer(prompt, order, item)
+        if self._n and score is not None:
+            key = data_source if self.split else ""
+            part = self._extremes.get(key)
+            if part is None:
+                part = self._extremes[key] = ScoreExtremes(self._n)
+            kept = part.offer(score, order, item) or kept
+        return kept
 
     def would_keep(self, data_source: str, prompt: Order) -> bool:
         """Whether a response of ``prompt`` of ``data_source`` would be kept if offered now."""
@@ -529,9 +640,10 @@ class DataSourceViews(Generic[T]):
         return view.threshold() if view is not None else None
 
     def shrink(self, k: int) -> list[T]:
-        """Keep only the ``k`` smallest prompts of each view; return the responses no longer kept."""
+        """Keep only the ``k`` smallest prompts of each view; return the responses nothing keeps now."""
         self._k = k
-        return [item for view in self._views.values() for item in view.shrink(k)]
+        removed = [item for view in self._views.values() for item in view.shrink(k)]
+        return self._gone(removed) if removed and self._extremes else removed
 
     def lower_rate(self, rate: float | None) -> list[T]:
         """Apply a record's rate (``step_rate``) to every view; return the responses no longer eligible."""
@@ -546,11 +658,41 @@ class DataSourceViews(Generic[T]):
         return sum(len(view) for view in self._views.values())
 
     def kept(self) -> list[T]:
-        """The kept responses, in no particular order."""
-        return [item for view in self._views.values() for item in view.kept()]
+        """The kept responses (keyed or extreme, each once), in no particular order."""
+        keyed = [item for view in self._views.values() for item in view.kept()]
+        if not self._extremes:
+            return keyed
+        extreme = [item for part in self._extremes.values() for item in part.kept()]
+        return list({id(item): item for item in (*keyed, *extreme)}.values())
+
+    def ranked(self) -> list[tuple[T, tuple[str, ...]]]:
+        """Every kept item once, ranked, with its slots (``SLOT_KEYED``, ``SLOT_LOWEST``, ``SLOT_HIGHEST``).
+
+        The keyed picks first, as ``items`` ranks them; then, data source by data source, its
+        lowest ascending and its highest descending that are not listed yet.
+        """
+        keyed = [item for _, _, item in self.items()]
+        sources = sorted(self._extremes, key=data_source_order)
+        lowest = {id(item) for source in sources for item in self._extremes[source].lowest()}
+        highest = {id(item) for source in sources for item in self._extremes[source].highest()}
+        keyed_ids = {id(item) for item in keyed}
+
+        def slots(item: T) -> tuple[str, ...]:
+            members = ((SLOT_KEYED, keyed_ids), (SLOT_LOWEST, lowest), (SLOT_HIGHEST, highest))
+            return tuple(slot for slot, ids in members if id(item) in ids)
+
+        out = [(item, slots(item)) for item in keyed]
+        listed = set(keyed_ids)
+        for source in sources:
+            part = self._extremes[source]
+            for item in (*part.lowest(), *part.highest()):
+                if id(item) not in listed:
+                    listed.add(id(item))
+                    out.append((item, slots(item)))
+        return out
 
     def items(self) -> list[tuple[SortKey, SortKey, T]]:
-        """``(prompt, response, item)`` ranked: data sources in order, each one's view ranked."""
+        """``(prompt, response, item)`` of the keyed picks, ranked: data sources in order, each one's view ranked."""
         return [entry for source in sorted(self._views, key=data_source_order) for entry in self._views[source].items()]
 
     def by_data_source(self) -> dict[str, list[T]]:

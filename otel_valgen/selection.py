@@ -66,7 +66,7 @@ from otel_valgen._settings import DEFAULT_COUNT, DEFAULT_SEED
 from otel_valgen.balance import SourceFigures, step_balance, summary_dropped
 from otel_valgen.data_sources import DataSourceFigures, parse_figures, step_figures
 from otel_valgen.distinct import DistinctCount, distinct_count, merge_keys
-from otel_valgen.partials import merge_summaries, parts_split, sampler_of
+from otel_valgen.partials import merge_summaries, parts_extremes, parts_split, sampler_of
 from otel_valgen.reader import EndRecord, Generation, LateReport, ProgressRecord, Record, StartRecord, Summary
 from otel_valgen.sampling import (
     LEGACY_KEY_VERSION,
@@ -154,6 +154,7 @@ class StepSelection:
     prompts_incomplete: int = 0  # rollouts: kept prompts that a source that never ended may lack responses of
     prompts_kept: int | None = None  # rollouts: prompts kept (k is in prompts too)
     by_data_source: bool = False  # k per (step, data source) (valgen.sample_by)
+    extremes: int = 0  # the n lowest- and highest-scored kept beside the keyed picks (valgen.extremes)
     data_sources: list[DataSourceFigures] | None = None  # per data source (None: none reported, not split)
 
     @property
@@ -254,7 +255,7 @@ def _offer(group: _Attempt, record: Generation, count: int | None, max_count: in
     k = min(k, max_count) if max_count is not None else k
     k = step_k(group.k, k)
     if group.selector is None:
-        group.selector = DataSourceViews(k)
+        group.selector = DataSourceViews(k, extremes=extremes_of(record, group.kind))
     elif k < group.selector.k:
         group.selector.shrink(k)
     group.k = k
@@ -268,6 +269,13 @@ def asks_data_source(generation: Generation) -> bool:
     return generation.attributes.get(contract.SAMPLE_BY) == contract.SAMPLE_BY_DATA_SOURCE
 
 
+def extremes_of(generation: Generation, kind: str) -> int:
+    """The n a validation generation asks for (``valgen.extremes``; absent, not an int >= 0, or a rollout: 0)."""
+    value = generation.attributes.get(contract.EXTREMES)
+    usable = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    return value if usable and kind == contract.KIND_VALIDATION else 0  # type: ignore[return-value]
+
+
 def _offer_to(
     views: DataSourceViews[Generation],
     record: Generation,
@@ -278,17 +286,17 @@ def _offer_to(
 ) -> None:
     """Offer one generation: its own prompt (validation) or its prompt's (rollouts), in its data source's view.
 
-    Its ``valgen.sample_by`` applies unless the split is ``decided`` already.
+    Its ``valgen.sample_by`` and ``valgen.extremes`` apply unless they are ``decided`` already.
     """
     if not decided:
-        views.ask(asks_data_source(record))
+        views.ask(asks_data_source(record), extremes_of(record, kind))
     order = sort_key_of(record, seed, key_version)
     if kind == contract.KIND_ROLLOUT:
         views.lower_rate(record_rate(record))  # the watch-list: the smallest rate wins
         prompt = prompt_key_of(record, seed, key_version or LEGACY_KEY_VERSION)
     else:
         prompt = order
-    views.offer(record.data_source or "", prompt, order, record)
+    views.offer(record.data_source or "", prompt, order, record, record.score)
 
 
 def record_rate(generation: Generation) -> float | None:
@@ -310,27 +318,41 @@ def cut_kept(
     seed: int,
     key_version: int | None = None,
     by_data_source: bool | None = None,
+    extremes: int = 0,
 ) -> list[Generation]:
     """The bottom-``k`` of kept records (of one group's parts): by sort key, or for rollouts ``k`` prompts whole.
 
     ``k`` of each data source when ``by_data_source`` (the parts' summaries all say
-    ``valgen.sample_by``: a part's kept records no longer show the generation that joined it);
-    None decides by the records, as a group does. ``k`` None keeps all.
+    ``valgen.sample_by``: a part's kept records no longer show the generation that joined it),
+    with the ``extremes`` lowest- and highest-scored; None decides both by the records, as a
+    group does. ``k`` None keeps all. A record kept only as an extreme of a part cannot enter
+    the keyed picks of the union (its part's keyed picks are smaller), nor a keyed one the
+    extremes, so every record is offered to both.
     """
     generations = list(generations)
     if kind == contract.KIND_ROLLOUT:
         key_version = key_version or LEGACY_KEY_VERSION
-    views: DataSourceViews[Generation] = DataSourceViews(k if k is not None else len(generations))
+    decided = by_data_source is not None
+    if not decided:
+        extremes = extremes_of(generations[0], kind) if generations else 0
+    views: DataSourceViews[Generation] = DataSourceViews(k if k is not None else len(generations), extremes=extremes)
     if by_data_source is not None:
         views.ask(by_data_source)
     for g in generations:
-        _offer_to(views, g, kind, seed, key_version, decided=by_data_source is not None)
+        _offer_to(views, g, kind, seed, key_version, decided=decided)
     return _selected(views)
 
 
 def _selected(selector: DataSourceViews[Generation] | None) -> list[Generation]:
-    """The kept generations in rank order (by data source when split; a rollout's by prompt, then response)."""
-    return [item for _, _, item in selector.items()] if selector is not None else []
+    """The kept generations in rank order (by data source when split; a rollout's by prompt, then response).
+
+    With extremes, each carries its slots (``DataSourceViews.ranked``).
+    """
+    if selector is None:
+        return []
+    if not selector.extremes:  # no slots, also on records a part marked before the merge turned extremes off
+        return [item if item.slots is None else replace(item, slots=None) for _, _, item in selector.items()]
+    return [replace(item, slots=slots) for item, slots in selector.ranked()]
 
 
 def _prompts_seen(ends: Mapping[tuple[str, str], EndRecord]) -> DistinctCount | None:
@@ -502,8 +524,8 @@ def _finish(group: _Attempt, collector: bool, count: int | None, seed: int) -> S
         # group.k is the k rule over the records and --count (_offer).
         # Parts of the group closed by other samplers (an agent re-routed the step) merge the same way.
         parts = [part.attributes for _, part in sorted(group.parts.items())]
-        split = parts_split(parts)
-        kept = cut_kept(group.ranked.values(), parts_k(group.k, parts), group.kind, seed, group.key_version, split)
+        k, split, extremes = parts_k(group.k, parts), parts_split(parts), parts_extremes(parts)
+        kept = cut_kept(group.ranked.values(), k, group.kind, seed, group.key_version, split, extremes)
         if len(parts) > 1:
             summary = Summary(group.run_id, group.step, merge_summaries(parts, kept))
         late = group.late
@@ -536,6 +558,7 @@ def _finish(group: _Attempt, collector: bool, count: int | None, seed: int) -> S
             by_data_source=summary is not None
             and summary.attributes.get(contract.SAMPLE_BY) == contract.SAMPLE_BY_DATA_SOURCE,
             data_sources=_summary_figures(summary),
+            extremes=extremes,
         )
     ended = set(group.ends)
     scores = score_totals(group.ends)
@@ -575,6 +598,7 @@ def _finish(group: _Attempt, collector: bool, count: int | None, seed: int) -> S
         prompts_kept=prompts_kept,
         by_data_source=split,
         data_sources=step_figures(reported, (g.data_source for g in generations)) if split or reported else None,
+        extremes=group.selector.extremes if group.selector is not None else 0,
     )
 
 

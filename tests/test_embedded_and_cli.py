@@ -76,10 +76,12 @@ def test_show_json_prints_bottom_k_per_step_in_key_order(tmp_path: Path) -> None
             "ground_truth",
             "data_source",
             "source",
+            "slots",
             "extra",
             "response_length",
             "truncated",
         }
+        assert obj["generations"][0]["slots"] is None, "no extremes asked: no slots"
 
 
 def test_show_filters_run_and_step_and_reads_zstd(tmp_path: Path) -> None:

@@ -393,11 +393,11 @@ def test_the_reader_gives_each_generation_its_extra_columns(tmp_path: Path) -> N
 def test_a_generation_without_extra_columns_has_an_empty_mapping() -> None:
     """The field defaults to empty, after every earlier field (old positional construction still works).
 
-    Only the rollout fields (issue 23) come after it.
+    Only the rollout fields (issue 23) and the slots (issue 34) come after it.
     """
     generation = Generation("r", 1, "s/0", 5, "in", "out")
     assert generation.extra == {}
-    assert list(Generation.__dataclass_fields__)[-4:] == ["extra", "kind", "prompt_id", "prompt_key"]
+    assert list(Generation.__dataclass_fields__)[-5:] == ["extra", "kind", "prompt_id", "prompt_key", "slots"]
 
 
 def test_show_json_lists_the_union_of_extra_columns(tmp_path: Path) -> None:

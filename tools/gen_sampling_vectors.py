@@ -7,6 +7,7 @@ both suites then fail until each implementation agrees with the new vectors.
 from __future__ import annotations
 
 import json
+import math
 import random
 from collections import Counter
 from fractions import Fraction
@@ -502,6 +503,121 @@ def data_source_cases() -> dict[str, object]:
     }
 
 
+def _score_of(record: dict[str, object]) -> float | None:
+    """A record's finite score: numbers, and the strings "nan", "inf", "-inf" that stand for doubles JSON lacks."""
+    value = record.get("score")
+    score = float(value) if isinstance(value, int | float | str) else None
+    return score if score is not None and math.isfinite(score) else None
+
+
+def _sorted_extremes(records: list[dict[str, object]], k: int, seed: int) -> tuple[list[list[object]], int]:
+    """The keyed picks and the extremes by sorting (an oracle apart from ``DataSourceViews``).
+
+    Returns ``[sample id, slots]`` ranked, and the group's n (the smallest asked, absent is 0).
+    """
+    n = min(int(str(r.get("extremes", 0))) for r in records)
+    split = all(r.get("sample_by") == SAMPLE_BY_DATA_SOURCE for r in records)
+    unique = {str(r["sample_id"]): r for r in records}  # a record delivered twice is one
+
+    def key(r: dict[str, object]) -> tuple[int, bytes]:
+        sid, own = str(r["sample_id"]), r.get("sample_key")
+        return (int(str(own)) if own is not None else sample_key(seed, sid), sid.encode())
+
+    def source(r: dict[str, object]) -> str:
+        return str(r.get("data_source", "")) if split else ""
+
+    sources = sorted({source(r) for r in unique.values()}, key=lambda s: s.encode())
+    members = {s: [r for r in unique.values() if source(r) == s] for s in sources}
+    keyed = [str(r["sample_id"]) for s in sources for r in sorted(members[s], key=key)[:k]]
+    lowest: dict[str, list[str]] = {}
+    highest: dict[str, list[str]] = {}
+    for s in sources:
+        scored = [(score + 0.0, key(r), str(r["sample_id"])) for r in members[s] if (score := _score_of(r)) is not None]
+        lowest[s] = [sid for _, _, sid in sorted(scored)[:n]]
+        highest[s] = [sid for _, _, sid in sorted(scored, key=lambda e: (-e[0], e[1]))[:n]]
+    low_ids = {sid for ids in lowest.values() for sid in ids}
+    high_ids = {sid for ids in highest.values() for sid in ids}
+
+    def slots(sid: str) -> list[str]:
+        if not n:
+            return []
+        members_of = (("keyed", set(keyed)), ("lowest", low_ids), ("highest", high_ids))
+        return [slot for slot, ids in members_of if sid in ids]
+
+    ranked = list(keyed)
+    for s in sources:
+        for sid in (*lowest[s], *highest[s]):
+            if sid not in ranked:
+                ranked.append(sid)
+    return [[sid, slots(sid)] for sid in ranked], n
+
+
+def extremes_cases() -> dict[str, object]:
+    """The best and the worst: n lowest- and n highest-scored generations beside the k keyed picks."""
+    rng = random.Random(20261206)
+    cases: list[dict[str, object]] = []
+
+    def case(name: str, k: int, records: list[dict[str, object]], seed: int = 42) -> None:
+        expected, n = _sorted_extremes(records, k, seed)
+        first = records[0]
+        views: DataSourceViews[str] = DataSourceViews(k, extremes=int(str(first.get("extremes", 0))))
+        for r in records:  # the implementation must agree with the oracle
+            views.ask(r.get("sample_by") == SAMPLE_BY_DATA_SOURCE, int(str(r.get("extremes", 0))))
+            sid = str(r["sample_id"])
+            own = r.get("sample_key")
+            order = SortKey.of(int(str(own)) if own is not None else sample_key(seed, sid), sid)
+            views.offer(str(r.get("data_source", "")), order, order, sid, _score_of(r))
+        got = [[sid, list(slots) if views.extremes else []] for sid, slots in views.ranked()]
+        assert got == expected, (name, got, expected)
+        cases.append({"name": name, "k": k, "n": n, "seed": str(seed), "records": records, "expected": expected})
+
+    def plain(i: int, score: object, **more: object) -> dict[str, object]:
+        return {"sample_id": f"g{i:02d}/0", "score": score, "extremes": 2, **more}
+
+    scores = [round(rng.uniform(0, 1), 1) for _ in range(20)]  # one decimal: ties in score
+    records = [plain(i, score) for i, score in enumerate(scores)]
+    for k in (0, 3, 20):
+        case(f"k{k}_n2", k, records)
+    case("ties_in_score_break_by_sample_key", 2, [plain(i, 0.5, sample_key=str(90 - i)) for i in range(6)])
+    signed = [plain(0, -0.0, sample_key="5"), plain(1, 0.0, sample_key="3"), plain(2, 0.0, sample_key="9")]
+    case("minus_zero_is_zero", 0, [*signed, plain(3, 1.0, sample_key="1")])
+    invalid = [plain(i, value) for i, value in enumerate(["nan", "inf", "-inf", None, 0.25, 0.75, 0.5])]
+    case("scores_that_are_not_finite_or_absent_are_left_out", 1, invalid)
+    case("fewer_scored_than_n_fill_both_slots", 1, [plain(0, 0.3), plain(1, 0.9), plain(2, None)])
+    asked = [dict(r) for r in records]
+    asked[7]["extremes"] = 1
+    case("the_smallest_n_asked_wins", 3, asked)
+    off = [dict(r) for r in records]
+    del off[-1]["extremes"]
+    case("a_record_without_extremes_turns_them_off", 3, off)
+    case("a_record_delivered_twice_is_one", 2, [*records, dict(records[4])])
+    by_source = [
+        plain(i, scores[i], data_source=("gsm8k", "math", "aime")[i % 3], sample_by=SAMPLE_BY_DATA_SOURCE)
+        for i in range(20)
+    ]
+    case("split_by_data_source_each_keeps_its_own", 2, by_source)
+    joined = [dict(r) for r in by_source]
+    del joined[11]["sample_by"]
+    case("joined_by_one_generation_per_step", 2, joined)
+    return {
+        "description": (
+            "The best and the worst (valgen.extremes = n) of validation groups. n is the smallest "
+            "valgen.extremes of the group's generations (absent is 0). Beside the k keyed picks "
+            "(bottom_k.json; k per data source when split, data_source.json) each data source "
+            "keeps the n lowest by (score, sample_key, UTF-8 bytes of sample_id) and the n highest "
+            "by (-score, sample_key, sample_id) of its generations with a finite score (-0.0 is "
+            "0.0; the strings nan, inf and -inf stand for those doubles, which are not finite, and "
+            "are left out, as an absent score). expected lists [sample id, slots] ranked: the keyed "
+            "picks first, as without extremes, then, data source by data source, its lowest "
+            "ascending and its highest descending not listed yet; slots is the subset of keyed, "
+            "lowest, highest the record fills, in that order (empty when n is 0: no valgen.slots). "
+            "A record delivered twice is one. Records without sample_key get sample_key(2, seed, "
+            "sample_id). Keys and seeds are decimal strings."
+        ),
+        "cases": cases,
+    }
+
+
 def _distinct_oracle(sketches: list[list[int]], m: int) -> tuple[list[int], int, bool]:
     """The merged sketch, count and whether it is estimated, by sorting the union."""
     union = sorted(set().union(*map(set, sketches)))[:m]
@@ -681,6 +797,7 @@ def main() -> None:
         ("rate.json", rate_cases()),
         ("distinct_prompts.json", distinct_prompts_cases()),
         ("data_source.json", data_source_cases()),
+        ("extremes.json", extremes_cases()),
     ):
         path = OUT / name
         path.write_text(json.dumps(payload, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")

@@ -28,7 +28,7 @@ from otel_valgen import contract
 from otel_valgen._settings import DEFAULT_SEED
 from otel_valgen.data_sources import parse_figures
 from otel_valgen.exporter.ledger import ShownAttempt
-from otel_valgen.partials import merge_summaries, parts_split, samplers_of
+from otel_valgen.partials import merge_summaries, parts_extremes, parts_split, samplers_of
 from otel_valgen.reader import Generation, Record, Summary
 from otel_valgen.sampling import LEGACY_KEY_VERSION, SortKey
 from otel_valgen.selection import COMPLETE, cut_kept, parts_k, prompt_key_of, sort_key_of
@@ -325,7 +325,8 @@ def merge_parts(parts: list[ClosedStep]) -> ClosedStep:
     summaries = [part.summary for part in parts if part.summary is not None]
     first = parts[0]
     k = parts_k(None, summaries)
-    kept = cut_kept(union.values(), k, first.kind, DEFAULT_SEED, by_data_source=parts_split(summaries))
+    split, extremes = parts_split(summaries), parts_extremes(summaries)
+    kept = cut_kept(union.values(), k, first.kind, DEFAULT_SEED, by_data_source=split, extremes=extremes)
     kept = [replace(generation, rank=rank) for rank, generation in enumerate(kept, start=1)]
     summary = merge_summaries(summaries, kept) if summaries else None
     start, attempt_complete = attempt_facts(summary, kept)

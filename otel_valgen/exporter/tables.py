@@ -82,8 +82,13 @@ def extra_names(step: ClosedStep) -> list[str]:
     return sorted({name for generation in step.generations for name in generation.extra})
 
 
-ROW_FIELDS: Final = ("ground_truth", "data_source", "response_length", "truncated")
+ROW_FIELDS: Final = ("ground_truth", "data_source", "response_length", "truncated", "slots")
 """A row's own fields beyond verl's input, output and score; the ``verl`` layout adds those a step has."""
+
+
+def has_slots(step: ClosedStep) -> bool:
+    """Whether the step kept extremes: its rows get a ``slots`` column."""
+    return any(generation.slots is not None for generation in step.generations)
 
 
 def row_fields(generation: Generation) -> dict[str, Any]:
@@ -94,6 +99,7 @@ def row_fields(generation: Generation) -> dict[str, Any]:
         "data_source": generation.data_source,
         "response_length": attributes.get(contract.RESPONSE_LENGTH),
         "truncated": attributes.get(contract.TRUNCATED),
+        "slots": generation.slots_text,
     }
 
 
@@ -143,13 +149,14 @@ def wide_table(rows: list[Any]) -> tuple[list[str], list[list[Any]]]:
 
 
 def row_columns(step: ClosedStep) -> list[str]:
-    """The ``rows`` layout's columns for a step."""
-    return [*ROW_COLUMNS, *extra_names(step), "attempt"]
+    """The ``rows`` layout's columns for a step (``slots`` after ``ROW_COLUMNS`` when it kept extremes)."""
+    return [*ROW_COLUMNS, *(["slots"] if has_slots(step) else []), *extra_names(step), "attempt"]
 
 
 def generation_rows(step: ClosedStep, skip: set[str] | frozenset[str] = frozenset()) -> list[list[Any]]:
     """The ``rows`` layout's rows of a step, leaving out the sample ids in ``skip``."""
     names = extra_names(step)
+    slots = has_slots(step)
     return [
         [
             step.step,
@@ -162,6 +169,7 @@ def generation_rows(step: ClosedStep, skip: set[str] | frozenset[str] = frozense
             generation.score,
             generation.attributes.get(contract.RESPONSE_LENGTH),
             generation.attributes.get(contract.TRUNCATED),
+            *([generation.slots_text] if slots else []),
             *(generation.extra.get(name) for name in names),
             step.attempt,
         ]

@@ -68,7 +68,8 @@ def _write_csv(selections: Sequence[StepSelection], extras: Sequence[str], kind:
     writer = csv.writer(sys.stdout)
     kind_names = list(ROLLOUT_COLUMNS if kind == contract.KIND_ROLLOUT else LENGTH_COLUMNS)
     writer.writerow(
-        ["run_id", "step", "rank", "sample_id", "source", "data_source", "input", "output", "score", "ground_truth"]
+        ["run_id", "step", "rank", "slots", "sample_id", "source", "data_source", "input", "output", "score"]
+        + ["ground_truth"]
         + kind_names
         + [f"extra.{name}" for name in extras]
     )
@@ -79,6 +80,7 @@ def _write_csv(selections: Sequence[StepSelection], extras: Sequence[str], kind:
                     selection.run_id,
                     selection.step,
                     rank,
+                    g.slots_text,
                     g.sample_id,
                     g.source,
                     g.data_source,

@@ -150,6 +150,7 @@ def step_json(selection: StepSelection, extras: Sequence[str]) -> dict[str, obje
         "prompts_under_rate": selection.prompts_under_rate,
         "prompts_kept": selection.prompts_kept,
         "sample_by": contract.SAMPLE_BY_DATA_SOURCE if selection.by_data_source else contract.SAMPLE_BY_STEP,
+        "extremes": selection.extremes,
         "data_sources": (
             [
                 {
@@ -175,6 +176,7 @@ def step_json(selection: StepSelection, extras: Sequence[str]) -> dict[str, obje
                 "ground_truth": g.ground_truth,
                 "data_source": g.data_source,
                 "source": g.source,
+                "slots": list(g.slots) if g.slots is not None else None,
                 "extra": {name: g.extra.get(name) for name in extras},
                 **kind_columns(g),
             }
@@ -189,17 +191,21 @@ def render_tables(selections: Sequence[StepSelection], console: Console, width: 
     Rollout steps add the prompt id (after the rank) and the advantage, response length,
     truncated flag and param version (after the score); validation steps add the response length
     and truncated flag when a shown generation has them. The data source (after the source) and the
-    ground truth (after the output) are shown when a shown generation has one.
+    ground truth (after the output) are shown when a shown generation has one, and the slots
+    (after the rank: keyed, lowest, highest) when a shown step keeps extremes.
     """
     extras = extra_names(selections)
     lengths = has_lengths(selections)
     shown = [g for selection in selections for g in selection.generations]
     sources = any(g.data_source is not None for g in shown)
     truths = any(g.ground_truth is not None for g in shown)
+    slots = any(g.slots is not None for g in shown)
     for selection in selections:
         rollout = selection.kind == contract.KIND_ROLLOUT
         table = Table(title=step_title(selection), caption=data_source_caption(selection), show_lines=False)
         table.add_column("#", justify="right", min_width=2, no_wrap=True)
+        if slots:
+            table.add_column("slot", no_wrap=True)
         if rollout:
             table.add_column("prompt", overflow="ellipsis", no_wrap=True, max_width=width // 3)
         table.add_column("source", overflow="ellipsis", no_wrap=True, max_width=14)
@@ -225,6 +231,7 @@ def render_tables(selections: Sequence[StepSelection], console: Console, width: 
             prompt = rollout_cells[:1]
             table.add_row(
                 str(rank),
+                *([cell(g.slots_text)] if slots else []),
                 *prompt,
                 g.source or "",
                 *([cell(g.data_source)] if sources else []),
