@@ -48,6 +48,8 @@ def _value(value: dict[str, Any]) -> Any:
             return convert(value[kind])
     if "arrayValue" in value:
         return [_value(item) for item in value["arrayValue"].get("values", [])]
+    if "kvlistValue" in value:
+        return _attributes(value["kvlistValue"].get("values", []))
     return value
 
 
