@@ -204,7 +204,11 @@ def score_stats(scores: Sequence[Any] | None) -> tuple[int, float]:
 
 def valid_scores(scores: Sequence[Any] | None) -> list[float | None] | None:
     """Each score as ``clean_score`` makes it (None: not valid); the record's own cleaning counts and warns."""
-    return [clean_score(value).value for value in scores] if scores is not None else None
+    if scores is None:
+        return None
+    if all(type(value) is float for value in scores):  # the usual column: no conversion to make
+        return [value if math.isfinite(value) else None for value in scores]
+    return [clean_score(value).value for value in scores]
 
 
 ExtraValue = bool | int | float | str
