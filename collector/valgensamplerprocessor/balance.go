@@ -11,8 +11,9 @@ package valgensamplerprocessor // import "github.com/otel-valgen/otel-valgen/col
 // dropCounts says where the seen generations of a step (or one source) went, other than into
 // the kept sample.
 type dropCounts struct {
-	// sampled: not among the k. Left out by a source's presampler (its seen minus emitted
-	// minus dropped), or ranked out (or delivered twice) at the sampler.
+	// sampled: not among the k (nor the extremes, extremes.go). Left out by a source's
+	// presampler (its seen minus emitted minus dropped), or ranked out (or delivered twice) at
+	// the sampler.
 	sampled int64
 	// source: dropped by the source itself (bad input, calls after shutdown): its end
 	// records' valgen.dropped.

@@ -21,8 +21,9 @@ const benchBatchSize = 512
 // benchBatches builds 64 batches of 512 generations over 8 steps, each asking for k = 64, of
 // key version (0: no valgen.key_version, version 1), with their key when keyed (as the SDK
 // sends them) or without (the processor computes each); with dataSources > 0, spread over that
-// many data sources, each asking for k per data source.
-func benchBatches(version int64, keyed bool, dataSources int) []plog.Logs {
+// many data sources, each asking for k per data source; with extremes > 0, each asking for that
+// many lowest- and highest-scored, with a score.
+func benchBatches(version int64, keyed bool, dataSources int, extremes int64) []plog.Logs {
 	batches := make([]plog.Logs, 64)
 	for i := range batches {
 		records := make([]rec, 0, benchBatchSize)
@@ -33,6 +34,9 @@ func benchBatches(version int64, keyed bool, dataSources int) []plog.Logs {
 			}
 			if dataSources > 0 {
 				r.dataSource, r.sampleBy = fmt.Sprintf("source-%d", j%dataSources), sampleByDataSource
+			}
+			if extremes > 0 {
+				r.extremes, r.score = extremes, float64((i*benchBatchSize+j)*7919%1000)/1000
 			}
 			records = append(records, r)
 		}
@@ -59,18 +63,21 @@ func runConsumeBenchmark(b *testing.B, p *samplerProcessor, batches []plog.Logs)
 
 // BenchmarkConsumeLogs measures sampling batches of 512 generations into 64-of-N groups:
 // records whose key the processor computes (version 1, no valgen.key_version; version 2), and
-// records that carry their key, per step or per (step, data source) over 4 data sources.
+// records that carry their key, per step or per (step, data source) over 4 data sources, or
+// per step with the 4 lowest- and highest-scored beside k (valgen.extremes = 4).
 func BenchmarkConsumeLogs(b *testing.B) {
 	for _, bench := range []struct {
 		name        string
 		version     int64
 		keyed       bool
 		dataSources int
+		extremes    int64
 	}{
-		{"v1-computed", 0, false, 0},
-		{"v2-computed", keyVersionMix, false, 0},
-		{"v2-keyed", keyVersionMix, true, 0},
-		{"v2-keyed-by-data-source", keyVersionMix, true, 4},
+		{"v1-computed", 0, false, 0, 0},
+		{"v2-computed", keyVersionMix, false, 0, 0},
+		{"v2-keyed", keyVersionMix, true, 0, 0},
+		{"v2-keyed-by-data-source", keyVersionMix, true, 4, 0},
+		{"v2-keyed-extremes", keyVersionMix, true, 0, 4},
 	} {
 		b.Run(bench.name, func(b *testing.B) {
 			cfg := createDefaultConfig().(*Config)
@@ -78,7 +85,7 @@ func BenchmarkConsumeLogs(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			runConsumeBenchmark(b, p, benchBatches(bench.version, bench.keyed, bench.dataSources))
+			runConsumeBenchmark(b, p, benchBatches(bench.version, bench.keyed, bench.dataSources, bench.extremes))
 		})
 	}
 }
@@ -125,7 +132,7 @@ func BenchmarkConsumeLogsStorage(b *testing.B) {
 			if err := p.Start(context.Background(), storageHost{ext}); err != nil {
 				b.Fatal(err)
 			}
-			runConsumeBenchmark(b, p, benchBatches(keyVersionMix, false, 0))
+			runConsumeBenchmark(b, p, benchBatches(keyVersionMix, false, 0, 0))
 			_ = ext.Shutdown(context.Background())
 		})
 	}

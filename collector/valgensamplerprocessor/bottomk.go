@@ -8,47 +8,62 @@ import (
 	"sort"
 )
 
-type entry[T any] struct {
-	order sortKey
+// ordered is an order a bottomK keeps by: comparable (a record delivered twice has the same
+// order) and totally ordered by less. sortKey is the keyed picks' order, scoreOrder the extremes'.
+type ordered[O any] interface {
+	comparable
+	less(O) bool
+}
+
+// orderedEntry is one kept item with its order.
+type orderedEntry[O, T any] struct {
+	order O
 	item  T
 }
 
-// maxHeap orders entries so that the largest sort key kept sits at index 0.
-type maxHeap[T any] []entry[T]
+// entry is an item kept by sort key (the keyed picks).
+type entry[T any] = orderedEntry[sortKey, T]
 
-func (h maxHeap[T]) Len() int           { return len(h) }
-func (h maxHeap[T]) Less(i, j int) bool { return h[j].order.less(h[i].order) }
-func (h maxHeap[T]) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *maxHeap[T]) Push(x any)        { *h = append(*h, x.(entry[T])) }
-func (h *maxHeap[T]) Pop() any {
+// maxHeap orders entries so that the largest order kept sits at index 0.
+type maxHeap[O ordered[O], T any] []orderedEntry[O, T]
+
+func (h maxHeap[O, T]) Len() int           { return len(h) }
+func (h maxHeap[O, T]) Less(i, j int) bool { return h[j].order.less(h[i].order) }
+func (h maxHeap[O, T]) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *maxHeap[O, T]) Push(x any)        { *h = append(*h, x.(orderedEntry[O, T])) }
+func (h *maxHeap[O, T]) Pop() any {
 	old := *h
 	last := old[len(old)-1]
-	var zero entry[T]
+	var zero orderedEntry[O, T]
 	old[len(old)-1] = zero
 	*h = old[:len(old)-1]
 	return last
 }
 
-// bottomK keeps the k items with the smallest sort keys offered so far, in O(k) memory.
-// Offering a sort key that is already kept is a no-op, so a record delivered twice is kept once.
-type bottomK[T any] struct {
+// bottomK keeps the k items with the smallest orders offered so far, in O(k) memory.
+// Offering an order that is already kept is a no-op, so a record delivered twice is kept once.
+type bottomK[O ordered[O], T any] struct {
 	k    int
-	heap maxHeap[T]
-	kept map[sortKey]T
+	heap maxHeap[O, T]
+	kept map[O]T
 }
 
-func newBottomK[T any](k int) *bottomK[T] {
-	return &bottomK[T]{k: max(k, 0), kept: make(map[sortKey]T)}
+// newBottomK is a bottom-k by sort key.
+func newBottomK[T any](k int) *bottomK[sortKey, T] { return newBottomKBy[sortKey, T](k) }
+
+// newBottomKBy is a bottom-k by any order.
+func newBottomKBy[O ordered[O], T any](k int) *bottomK[O, T] {
+	return &bottomK[O, T]{k: max(k, 0), kept: make(map[O]T)}
 }
 
-// get returns the kept item with this sort key.
-func (b *bottomK[T]) get(order sortKey) (T, bool) {
+// get returns the kept item with this order.
+func (b *bottomK[O, T]) get(order O) (T, bool) {
 	item, ok := b.kept[order]
 	return item, ok
 }
 
-// wouldKeep reports whether an item with this sort key would be kept if offered now.
-func (b *bottomK[T]) wouldKeep(order sortKey) bool {
+// wouldKeep reports whether an item with this order would be kept if offered now.
+func (b *bottomK[O, T]) wouldKeep(order O) bool {
 	if b.k == 0 {
 		return false
 	}
@@ -58,24 +73,24 @@ func (b *bottomK[T]) wouldKeep(order sortKey) bool {
 	return len(b.heap) < b.k || order.less(b.heap[0].order)
 }
 
-// offer keeps the item built by makeItem when its sort key belongs to the bottom k; makeItem
+// offer keeps the item built by makeItem when its order belongs to the bottom k; makeItem
 // is called only then, so rejected records cost no copy.
-func (b *bottomK[T]) offer(order sortKey, makeItem func() T) bool {
+func (b *bottomK[O, T]) offer(order O, makeItem func() T) bool {
 	if !b.wouldKeep(order) {
 		return false
 	}
 	if len(b.heap) == b.k {
-		evicted := heap.Pop(&b.heap).(entry[T])
+		evicted := heap.Pop(&b.heap).(orderedEntry[O, T])
 		delete(b.kept, evicted.order)
 	}
 	item := makeItem()
-	heap.Push(&b.heap, entry[T]{order: order, item: item})
+	heap.Push(&b.heap, orderedEntry[O, T]{order: order, item: item})
 	b.kept[order] = item
 	return true
 }
 
 // shrink lowers k, dropping the largest kept items; the bottom-k' of a bottom-k is exact.
-func (b *bottomK[T]) shrink(k int) {
+func (b *bottomK[O, T]) shrink(k int) {
 	if k < 0 {
 		k = 0
 	}
@@ -84,25 +99,25 @@ func (b *bottomK[T]) shrink(k int) {
 	}
 	b.k = k
 	for len(b.heap) > k {
-		evicted := heap.Pop(&b.heap).(entry[T])
+		evicted := heap.Pop(&b.heap).(orderedEntry[O, T])
 		delete(b.kept, evicted.order)
 	}
 }
 
-// cut drops the kept items whose key is bound or more. Exact like shrink: the keys below a
+// cut drops the kept items whose order is bound or more. Exact like shrink: the orders below a
 // bound are a prefix of the order, so the bottom-k of those seen below it are the kept ones below it.
-func (b *bottomK[T]) cut(bound uint64) {
-	for len(b.heap) > 0 && b.heap[0].order.key >= bound {
-		evicted := heap.Pop(&b.heap).(entry[T])
+func (b *bottomK[O, T]) cut(bound O) {
+	for len(b.heap) > 0 && !b.heap[0].order.less(bound) {
+		evicted := heap.Pop(&b.heap).(orderedEntry[O, T])
 		delete(b.kept, evicted.order)
 	}
 }
 
-func (b *bottomK[T]) len() int { return len(b.heap) }
+func (b *bottomK[O, T]) len() int { return len(b.heap) }
 
-// sorted returns the kept entries in ascending sort-key order.
-func (b *bottomK[T]) sorted() []entry[T] {
-	out := make([]entry[T], len(b.heap))
+// sorted returns the kept entries in ascending order.
+func (b *bottomK[O, T]) sorted() []orderedEntry[O, T] {
+	out := make([]orderedEntry[O, T], len(b.heap))
 	copy(out, b.heap)
 	sort.Slice(out, func(i, j int) bool { return out[i].order.less(out[j].order) })
 	return out

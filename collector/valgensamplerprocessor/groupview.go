@@ -22,7 +22,7 @@ import (
 // rateThreshold(rate) are eligible: the view keeps the eligible prompts, the k smallest when more
 // are eligible. testdata/sampling/rate.json holds the cases both suites check.
 type groupView struct {
-	prompts *bottomK[*keptPrompt]
+	prompts *bottomK[sortKey, *keptPrompt]
 	rate    float64 // the smallest rate applied (stepRate), 0 for none
 	limit   uint64  // rateThreshold(rate): prompts whose key is this or more are not eligible
 }
@@ -97,7 +97,7 @@ func (v *groupView) lowerRate(rate float64) {
 		return
 	}
 	v.rate, v.limit = lowered, rateThreshold(lowered)
-	v.prompts.cut(v.limit)
+	v.prompts.cut(sortKey{key: v.limit}) // the smallest sort key of that key: cuts the keys >= limit
 }
 
 // applyRate lowers the group's rate by a record's (0: none) and cuts its view to it. The

@@ -5,6 +5,7 @@ package valgensamplerprocessor
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -113,6 +114,11 @@ type rec struct {
 	dataSource  string
 	sampleBy    string
 	dataSources []any
+	// a generation's valgen.score: nil leaves it out, a float64 is sent as a double (NaN, ±Inf and
+	// -0.0 included), an int64 as an int, anything else (a string, a bool) as that type; and its
+	// valgen.extremes, sent when not 0 (a negative value too)
+	score    any
+	extremes int64
 }
 
 // logsOf builds one ResourceLogs per record, with service.instance.id as the resource.
@@ -200,6 +206,22 @@ func appendRec(lrs plog.LogRecordSlice, r rec) plog.LogRecord {
 	}
 	if r.sampleBy != "" {
 		attrs.PutStr(attrSampleBy, r.sampleBy)
+	}
+	if r.extremes != 0 {
+		attrs.PutInt(attrExtremes, r.extremes)
+	}
+	switch v := r.score.(type) {
+	case nil:
+	case float64:
+		attrs.PutDouble(attrScore, v)
+	case int64:
+		attrs.PutInt(attrScore, v)
+	case string:
+		attrs.PutStr(attrScore, v)
+	case bool:
+		attrs.PutBool(attrScore, v)
+	default:
+		panic(fmt.Sprintf("score of type %T", v))
 	}
 	switch {
 	case r.count > 0:

@@ -99,6 +99,11 @@ const (
 	attrSampleBy       = "valgen.sample_by"
 	sampleByDataSource = "data_source"
 	attrDataSources    = "valgen.data_sources"
+	// The best and the worst (extremes.go): what a validation generation asks for (valgen.extremes,
+	// also on the summary), its score, and on each kept record the slots it fills.
+	attrExtremes = "valgen.extremes"
+	attrScore    = "valgen.score"
+	attrSlots    = "valgen.slots"
 )
 
 // Reasons attached to the dropped-records metric.
@@ -141,6 +146,12 @@ type generation struct {
 
 	dataSource   string // valgen.data_source, "" when absent or not a string (datasource.go)
 	byDataSource bool   // valgen.sample_by is sampleByDataSource: k per (step, data source)
+
+	// The best and the worst (extremes.go), validation generations only: the n asked for
+	// (valgen.extremes, 0 when absent or not usable), and when n > 0 its finite valgen.score.
+	extremes int
+	score    float64
+	scored   bool
 }
 
 // endInfo is what the sampler needs from a valgen.validation.end record; start records fill
@@ -237,6 +248,11 @@ func parseGeneration(attrs pcommon.Map, cfg *Config) (generation, string) {
 	gen.dataSource, gen.byDataSource = parseSampleBy(attrs)
 	if reason = gen.parsePrompt(attrs); reason == "" && gen.rollout {
 		gen.rate, reason = parseRate(attrs) // the watch-list applies to rollouts
+	}
+	if reason == "" && !gen.rollout { // rollout groups ignore valgen.extremes
+		if gen.extremes = parseExtremes(attrs); gen.extremes > 0 {
+			gen.score, gen.scored = parseScore(attrs) // with n = 0 (the group's too) no score is needed
+		}
 	}
 	return gen, reason
 }

@@ -33,6 +33,9 @@ import (
 // are 0 and the last record's arrival. So are the header's sample_by ("data_source": the group
 // is split, its kept records go back to the views of their valgen.data_source; absent: one view,
 // as groups stored before it) and a source's data_sources (its end records' valgen.data_sources).
+// So is the header's extremes (the n of valgen.extremes, when > 0; absent: 0, as groups stored
+// before it): the lowest- and highest-scored are among the kept records, which keep their
+// valgen.score, and come back by offering them again (extremes.go).
 // Open groups are written after every ConsumeLogs call that touched them, before it returns;
 // a group that closes is deleted in the same batch that puts its key in the closed ring.
 const (
@@ -91,6 +94,8 @@ const (
 	// valgen.data_sources of its end records (absent: none).
 	stateAttrSampleBy          = "sample_by"
 	stateAttrSourceDataSources = "data_sources"
+	// The n lowest- and highest-scored a validation group keeps beside k (extremes.go), when > 0.
+	stateAttrExtremes = "extremes"
 )
 
 // Values of the operation attribute of the storage-errors metric.
@@ -174,6 +179,9 @@ func encodeGroup(g *group) ([]byte, error) {
 	}
 	if g.kept != nil && g.kept.split {
 		attrs.PutStr(stateAttrSampleBy, sampleByDataSource)
+	}
+	if g.kept != nil && g.kept.n > 0 {
+		attrs.PutInt(stateAttrExtremes, int64(g.kept.n))
 	}
 	if g.kept != nil {
 		keys := attrs.PutEmptySlice(stateAttrOrderKeys)

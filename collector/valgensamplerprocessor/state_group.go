@@ -247,16 +247,36 @@ func decodeSplit(attrs pcommon.Map) (bool, error) {
 	return true, nil
 }
 
+// decodeExtremes reads the n lowest- and highest-scored a validation group keeps: absent is 0
+// (none, also in groups stored before extremes existed).
+func decodeExtremes(attrs pcommon.Map, g *group) (int, error) {
+	v, ok := attrs.Get(stateAttrExtremes)
+	if !ok {
+		return 0, nil
+	}
+	if v.Type() != pcommon.ValueTypeInt || v.Int() < 0 || v.Int() > 1<<31 || (v.Int() > 0 && g.kind == kindRollout) {
+		return 0, corrupt("header attribute %q", stateAttrExtremes)
+	}
+	return int(v.Int()), nil
+}
+
+// decodeKept rebuilds the group's sample by offering its stored records again: the keyed picks
+// of a set that holds them are the same (they are the bottom-k of all the group saw), and so are
+// the extremes, from each record's valgen.score.
 func decodeKept(attrs pcommon.Map, rls plog.ResourceLogsSlice, g *group) error {
 	records := rls.Len() - 1
 	split, err := decodeSplit(attrs)
 	if err != nil {
 		return err
 	}
+	extremes, err := decodeExtremes(attrs, g)
+	if err != nil {
+		return err
+	}
 	if g.k < 0 {
 		_, hasKeys := attrs.Get(stateAttrOrderKeys)
 		_, hasIDs := attrs.Get(stateAttrOrderIDs)
-		if hasKeys || hasIDs || split || records != 0 {
+		if hasKeys || hasIDs || split || extremes > 0 || records != 0 {
 			return corrupt("kept records before the first generation")
 		}
 		return nil
@@ -271,7 +291,7 @@ func decodeKept(attrs pcommon.Map, rls plog.ResourceLogsSlice, g *group) error {
 			return err
 		}
 	}
-	g.kept = newDataSourceViews(g.k, split)
+	g.kept = newDataSourceViews(g.k, split).withExtremes(extremes)
 	for i := range records {
 		rl := rls.At(i + 1)
 		if rl.ScopeLogs().Len() != 1 || rl.ScopeLogs().At(0).LogRecords().Len() != 1 {
@@ -289,11 +309,14 @@ func decodeKept(attrs pcommon.Map, rls plog.ResourceLogsSlice, g *group) error {
 		rl.Resource().MoveTo(kept.resource)
 		sl.Scope().MoveTo(kept.scope)
 		gen := generation{order: orders[i], prompt: prompts[i], dataSource: dataSourceOf(kept.record.Attributes())}
+		if extremes > 0 {
+			gen.score, gen.scored = parseScore(kept.record.Attributes())
+		}
 		if !g.kept.offer(gen, func() keptRecord { return kept }) {
 			return corrupt("kept record %d repeated", i)
 		}
 	}
-	if g.kept.len() != records { // a prompt evicted another: more prompts than k (in a view)
+	if g.kept.keptCount() != records { // a prompt evicted another: more prompts than k (in a view), or than n
 		return corrupt("more kept prompts than k")
 	}
 	return nil

@@ -15,18 +15,21 @@ import (
 	"github.com/otel-valgen/otel-valgen/collector/valgensamplerprocessor/internal/metadata"
 )
 
-// appendClosed appends the group's kept records ranked from 1 (dataSourceViews.sorted: in
-// ascending sort-key order, by data source when the group is split), each with its own resource
-// and scope, then the group's step summary record (concurrent: the other attempts of the step
-// that ran at the same time with no common source, see concurrent.go). It returns how many
+// appendClosed appends the group's kept records ranked from 1 (dataSourceViews.ranked: the
+// keyed picks in ascending sort-key order, by data source when the group is split, then the
+// extremes not among them), each with its own resource and scope (and with extremes its
+// valgen.slots), then the group's step summary record (concurrent: the other attempts of the
+// step that ran at the same time with no common source, see concurrent.go). It returns how many
 // generation records it appended.
 func appendClosed(out plog.Logs, g *group, reason string, concurrent int64, sampler string, now time.Time) int {
 	seen, dropped := g.balance() // before the kept records move out of the group
 	keptBy := keptBySource(g)
 	keptByDataSource := countKept(g, func(kept *keptRecord) string { return dataSourceOf(kept.record.Attributes()) })
-	var entries []entry[keptRecord]
+	var entries []rankedRecord
+	withSlots := false
 	if g.kept != nil {
-		entries = g.kept.sorted()
+		entries = g.kept.ranked()
+		withSlots = g.kept.n > 0
 	}
 	var sl plog.ScopeLogs
 	var prev *keptRecord
@@ -44,6 +47,12 @@ func appendClosed(out plog.Logs, g *group, reason string, concurrent int64, samp
 		lr := sl.LogRecords().AppendEmpty()
 		kept.record.MoveTo(lr)
 		lr.Attributes().PutInt(attrRank, int64(i+1))
+		if withSlots {
+			slots := lr.Attributes().PutEmptySlice(attrSlots)
+			for _, name := range entries[i].slots.names() {
+				slots.AppendEmpty().SetStr(name)
+			}
+		}
 	}
 	lr := appendSummary(out, g, len(entries), reason, now)
 	putBalance(lr.Attributes(), seen, dropped)
@@ -87,6 +96,9 @@ func appendSummary(out plog.Logs, g *group, kept int, reason string, now time.Ti
 	attrs.PutInt(attrKept, int64(kept))
 	if g.k >= 0 { // the k the group kept to (prompts for rollouts): what a merge of partials cuts to
 		attrs.PutInt(attrSampleCount, int64(g.k))
+	}
+	if g.kept != nil && g.kept.n > 0 { // the n of lowest- and highest-scored it kept beside k
+		attrs.PutInt(attrExtremes, int64(g.kept.n))
 	}
 	if g.kind == kindRollout { // valgen.seen and valgen.kept count responses
 		prompts := 0
