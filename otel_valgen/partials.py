@@ -78,8 +78,12 @@ def parts_split(summaries: Sequence[Mapping[str, Any]]) -> bool:
 
 
 def parts_extremes(summaries: Sequence[Mapping[str, Any]]) -> int:
-    """The n of lowest- and highest-scored the parts of a group kept: the smallest of their summaries' (absent: 0)."""
-    return min((_int(summary, contract.EXTREMES) for summary in summaries), default=0)
+    """The n of lowest- and highest-scored the parts of a group kept: the smallest of their summaries' (absent: 0).
+
+    A part that received no generation (no ``valgen.sample_count``) asked for nothing, as ``parts_k`` reads it.
+    """
+    asked = [_int(summary, contract.EXTREMES) for summary in summaries if contract.SAMPLE_COUNT in summary]
+    return min(asked, default=0)
 
 
 @dataclass

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from otel_valgen import contract
-from otel_valgen.partials import merge_summaries
+from otel_valgen.partials import merge_summaries, parts_extremes
 from otel_valgen.reader import Generation
 
 
@@ -164,3 +164,12 @@ def test_a_rollout_sources_prompts_seen_take_the_largest() -> None:
     merged = merge_summaries([part("s1", a1, **rollout), part("s2", a2, b, **rollout)], kept("a", 0, 1))
     assert by_source(merged)["a@i-a"]["prompts_seen"] == 4
     assert merged[contract.PROMPTS_SEEN] == 5
+
+
+def test_the_merged_extremes_are_the_smallest_n_of_the_parts_that_kept_generations() -> None:
+    """A part without generations (no sample_count) asks for no n; one that kept some without extremes asks for 0."""
+    with_n = {contract.SAMPLE_COUNT: 4, contract.EXTREMES: 2}
+    empty: dict[str, object] = {}
+    assert parts_extremes([with_n, empty]) == 2
+    assert parts_extremes([with_n, {contract.SAMPLE_COUNT: 4}]) == 0
+    assert parts_extremes([with_n, {contract.SAMPLE_COUNT: 4, contract.EXTREMES: 1}]) == 1

@@ -25,7 +25,7 @@ from otel_valgen.exporter.server import ExporterServer
 from otel_valgen.exporter.service import ExporterService, ServiceConfig
 from otel_valgen.reader import read_paths
 from otel_valgen.selection import select_steps
-from tests.e2e.harness import records_of_json
+from tests.e2e.harness import records_of_file, records_of_json
 from tests.support.ports import free_port
 from tests.support.require import require_or_skip
 
@@ -215,17 +215,22 @@ def test_collector_to_backends_a_steps_rollouts_beside_its_validation(
     assert sorted(read_texts(boards / "otel-valgen" / "e2e", ROLLOUT_KEY)) == [40]
 
 
+def _one_step_to_the_run(collector: tuple[str, int], tmp_path: Path, step: str, env: dict[str, str]) -> Path:
+    """Both processes send ``step`` with ``env`` added; once the service wrote it, the collector's output file."""
+    endpoint, port = collector
+    exporter = Exporter(port, tmp_path / "exporter-state", tmp_path / "tensorboard")
+    emit(endpoint, step, env=env)
+    wait_for(lambda: written(exporter.service) == 1, 60)
+    exporter.stop()
+    return tmp_path / "collector" / "valgen.jsonl"
+
+
 @pytest.mark.timeout(150)
 def test_k_per_data_source_from_the_jobs_variable_to_the_offline_run(
     wandb_dir: Path, tmp_path: Path, collector: tuple[str, int]
 ) -> None:
     """OTEL_VALGEN_SAMPLE_BY=data_source: k of each data source kept, and each one's figures in the run's history."""
-    endpoint, port = collector
-    output = tmp_path / "collector" / "valgen.jsonl"
-    exporter = Exporter(port, tmp_path / "exporter-state", tmp_path / "tensorboard")
-    emit(endpoint, "50", env={"OTEL_VALGEN_SAMPLE_BY": "data_source"})
-    wait_for(lambda: written(exporter.service) == 1, 60)
-    exporter.stop()
+    output = _one_step_to_the_run(collector, tmp_path, "50", {"OTEL_VALGEN_SAMPLE_BY": "data_source"})
 
     (selection,) = select_steps(read_paths([output], lambda _: None))
     assert selection.by_data_source
@@ -251,3 +256,33 @@ def test_k_per_data_source_from_the_jobs_variable_to_the_offline_run(
         assert files.scalars(f"{prefix}/kept") == [(50, kept[name])]
         assert files.scalars(f"{prefix}/seen") == [(50, figures[name].seen)]
         assert files.scalars(f"{prefix}/score_mean") == [(50, pytest.approx(figures[name].score_mean))]
+
+
+@pytest.mark.timeout(150)
+def test_the_best_and_the_worst_from_the_jobs_variable_to_the_offline_run(
+    wandb_dir: Path, tmp_path: Path, collector: tuple[str, int]
+) -> None:
+    """OTEL_VALGEN_EXTREMES=1: the keyed picks keep their ranks, then the lowest and highest, marked in every output."""
+    output = _one_step_to_the_run(collector, tmp_path, "60", {"OTEL_VALGEN_EXTREMES": "1"})
+
+    records = [r for r in records_of_file(output) if r.event == contract.EVENT_GENERATION]
+    ranked = sorted(records, key=lambda r: r.attributes[contract.RANK])
+    slots = [tuple(r.attributes[contract.SLOTS]) for r in ranked]
+    assert [s[0] for s in slots[:3]] == ["keyed"] * 3, "k = 3 keyed picks first, ranked by key"
+    lowest = [r for r in ranked if "lowest" in r.attributes[contract.SLOTS]]
+    highest = [r for r in ranked if "highest" in r.attributes[contract.SLOTS]]
+    # Both sources score their eight generations 0/8 .. 7/8: the ties go to the smaller sample key.
+    assert [r.attributes[contract.SCORE] for r in lowest] == [0.0]
+    assert [r.attributes[contract.SCORE] for r in highest] == [7 / 8]
+    summary = next(r.attributes for r in records_of_file(output) if r.event == contract.EVENT_STEP_SUMMARY)
+    assert summary[contract.EXTREMES] == 1
+    assert summary[contract.KEPT] == len(ranked)
+
+    # otel-valgen show recomputes the choice from the kept records and agrees with the sampler.
+    (selection,) = select_steps(read_paths([output], lambda _: None))
+    assert [(g.sample_id, g.slots) for g in selection.generations] == [
+        (r.attributes[contract.SAMPLE_ID], tuple(r.attributes[contract.SLOTS])) for r in ranked
+    ]
+    ((_, table),) = read_run(wandb_dir, "e2e").tables("val/generations")
+    column = table["columns"].index("slots")
+    assert [row[column] for row in table["data"]] == [",".join(s) for s in slots]
