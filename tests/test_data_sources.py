@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 import otel_valgen
 from otel_valgen import contract
 from otel_valgen.data_sources import DataSourceFigures, DataSourceTally, parse_figures, step_figures
-from otel_valgen.partials import merge_summaries
+from otel_valgen.partials import merge_summaries, parts_split
 from otel_valgen.reader import Generation
 from otel_valgen.sampling import DataSourceViews, SortKey, sample_key
 from otel_valgen.selection import cut_kept
@@ -208,3 +208,11 @@ def test_a_job_keeps_k_of_each_data_source_and_show_gives_each_ones_figures(tmp_
         "score_mean": 12.0,
     }
     assert sum(f["seen"] for f in figures.values()) == step["seen"] == 26
+
+
+def test_merged_parts_keep_k_per_data_source_only_when_every_part_was_split() -> None:
+    """A part joined by a per-step generation kept the bottom-k of the whole: the merge then keeps k per step."""
+    split = {contract.SAMPLE_BY: contract.SAMPLE_BY_DATA_SOURCE}
+    assert parts_split([split, split])
+    assert not parts_split([split, {contract.SAMPLE_COUNT: 3}])
+    assert not parts_split([])

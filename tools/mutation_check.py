@@ -70,6 +70,46 @@ def _go(path: str) -> str:
 
 
 MUTATIONS: tuple[Mutation, ...] = (
+    Mutation(
+        "py.sampling.join_on_a_step_generation",
+        "a split group is joined by the first generation that asks for k per step",
+        "otel_valgen/sampling.py",
+        "elif self.split and not by_data_source:",
+        "elif self.split and by_data_source is None:",
+        ("tests/test_data_sources.py",),
+    ),
+    Mutation(
+        "py.sampling.minus_zero_is_zero",
+        "-0.0 is 0.0 in the score order (ties then go by sample key)",
+        "otel_valgen/sampling.py",
+        'struct.pack(">d", score + 0.0)',
+        'struct.pack(">d", score)',
+        ("tests/test_extremes.py",),
+    ),
+    Mutation(
+        "py.sampling.extremes_smallest_n",
+        "the smallest n asked for wins",
+        "otel_valgen/sampling.py",
+        "if extremes is not None and extremes < self._n:",
+        "if extremes is not None and extremes > self._n:",
+        ("tests/test_extremes.py",),
+    ),
+    Mutation(
+        "py.partials.parts_split",
+        "merged parts keep k per data source only when every part's summary says so",
+        "otel_valgen/partials.py",
+        "return bool(summaries) and all(",
+        "return bool(summaries) and any(",
+        ("tests/test_data_sources.py", "tests/exporter/test_parts.py"),
+    ),
+    Mutation(
+        "py.presample.batch_cut_extremes",
+        "presampling keeps a call's lowest- and highest-scored generations, not only its keyed candidates",
+        "otel_valgen/_presample.py",
+        "if keyed or candidate[0] in extreme:",
+        "if keyed:",
+        ("tests/test_extremes.py",),
+    ),
     # --- Go: the close rules --------------------------------------------------------------
     Mutation(
         "go.complete.received",

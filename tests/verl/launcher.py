@@ -486,6 +486,18 @@ def generations(collector_file: Path, step: int, kind: str = contract.KIND_VALID
     ]
 
 
+def validation_summary(collector_file: Path, step: int) -> dict[str, Any]:
+    """The attributes of the one validation summary the collector wrote for ``step``."""
+    (summary,) = [
+        r
+        for r in records_of_file(collector_file)
+        if r.event == contract.EVENT_STEP_SUMMARY
+        and r.attributes[contract.STEP] == step
+        and _kind(r) == contract.KIND_VALIDATION
+    ]
+    return summary.attributes
+
+
 def closed_steps(collector_file: Path, kind: str = contract.KIND_VALIDATION) -> set[int]:
     """The steps the collector wrote a summary of ``kind`` of."""
     records = records_of_file(collector_file)
@@ -572,12 +584,6 @@ def assert_validation_sampled(
     assert [untagged(r.attributes[contract.SAMPLE_ID]) for r in kept] == expected_bottom_k(validation.dumped, k)
     assert {r.attributes[contract.SOURCE] for r in kept} == {source}
     assert len({r.trace_id for r in kept}) == 1
-    (summary,) = [
-        r
-        for r in records_of_file(collector_file)
-        if r.event == contract.EVENT_STEP_SUMMARY
-        and r.attributes[contract.STEP] == validation.trainer_step
-        and _kind(r) == contract.KIND_VALIDATION
-    ]
-    assert summary.attributes[contract.SEEN] == len(validation.dumped)
-    assert summary.attributes[contract.KEPT] == min(k, len(validation.dumped))
+    summary = validation_summary(collector_file, validation.trainer_step)
+    assert summary[contract.SEEN] == len(validation.dumped)
+    assert summary[contract.KEPT] == min(k, len(validation.dumped))

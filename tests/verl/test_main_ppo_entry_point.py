@@ -50,11 +50,17 @@ TRAINERS = ("legacy", "v1")  # trainer.use_v1=False / True (main_ppo's default)
 
 
 def _launch(
-    verl_files: VerlFiles, root_factory: pytest.TempPathFactory, trainer: str, *, hook: bool = True
+    verl_files: VerlFiles,
+    root_factory: pytest.TempPathFactory,
+    trainer: str,
+    *,
+    hook: bool = True,
+    options: dict[str, str] | None = None,
 ) -> Iterator[Job]:
     """The collector, then ``python -m verl.trainer.main_ppo`` with ``trainer`` run to its end.
 
-    ``hook=False`` leaves ``RAY_RUNTIME_ENV_HOOK`` out of the environment (what a user who forgot it runs).
+    ``hook=False`` leaves ``RAY_RUNTIME_ENV_HOOK`` out of the environment (what a user who forgot it runs);
+    ``options`` adds documented ``OTEL_VALGEN_*`` variables.
     """
     assert e2e.COLLECTOR_BIN.is_file(), "build/otelcol-valgen is missing: `make collector` builds it"
     root = root_factory.mktemp(f"main_ppo_{trainer}")
@@ -80,6 +86,7 @@ def _launch(
             user_env = launcher.user_env(collector.http_endpoint)
             if not hook:
                 del user_env["RAY_RUNTIME_ENV_HOOK"]
+            user_env |= options or {}
             job_env = {**user_env, **launcher.stand_in_env(run_root, ROLLOUT_K)}
             overrides = launcher.main_ppo_overrides(
                 run_root, files, model_dir, K, use_v1=trainer == "v1", prompts=PROMPTS, n=N, dump=True
@@ -178,3 +185,50 @@ def test_records_carry_the_trainers_wandb_run_id(job: Job) -> None:
         assert {r.attributes[contract.RUN_ID] for r in launcher.generations(job.collector.file_path, step)} == {
             run_id
         }, f"step {step}"
+
+
+EXTREMES = 1  # OTEL_VALGEN_EXTREMES of the options job
+
+
+@pytest.fixture(scope="module")
+def options_job(verl_files: VerlFiles, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Job]:
+    """``main_ppo`` (v1, its default) with k per data source and the best and the worst turned on by variables."""
+    options = {"OTEL_VALGEN_SAMPLE_BY": "data_source", "OTEL_VALGEN_EXTREMES": str(EXTREMES)}
+    yield from _launch(verl_files, tmp_path_factory, "v1", options=options)
+
+
+def test_the_best_and_the_worst_and_each_data_sources_figures_follow_verls_own_dump(options_job: Job) -> None:
+    """With the two variables and no code: k keyed picks, then verl's lowest and highest, and the data source's figures.
+
+    The oracle is verl's ``validation_data_dir`` dump of each validation: every kept row equals one of its
+    rows; the keyed picks are its bottom-k and keep the first ranks; the lowest and highest are rows of its
+    smallest and largest score; the summary's figures of the data source count every dumped row and
+    average their scores.
+    """
+    job = options_job
+    validations = job.launch.validations()
+    launcher.wait_for_steps(job.collector.file_path, [v.trainer_step for v in validations])
+    for validation in validations:
+        step = validation.trainer_step
+        launcher.assert_rows_equal_dump(job.collector.file_path, validation, cut_at_limit=True)
+        ranked = sorted(launcher.generations(job.collector.file_path, step), key=lambda r: r.attributes[contract.RANK])
+        slots = [tuple(r.attributes[contract.SLOTS]) for r in ranked]
+        keyed = [untagged(r.attributes[contract.SAMPLE_ID]) for r, s in zip(ranked, slots, strict=True) if "keyed" in s]
+        assert keyed == launcher.expected_bottom_k(validation.dumped, K)
+        assert all("keyed" in s for s in slots[:K]), "the keyed picks keep the first ranks"
+        assert all(r.attributes[contract.SAMPLE_BY] == "data_source" for r in ranked)
+        # A row of the smallest (largest) score of the dump; of several, verl's order of a prompt's responses
+        # may differ from the order they were logged in, so the tie is checked on the prompt's ids.
+        scores = [float(row["score"]) for row in validation.dumped]
+        ids = launcher.dumped_ids(validation.dumped)
+        for slot, extreme in (("lowest", min(scores)), ("highest", max(scores))):
+            (chosen,) = [r for r, s in zip(ranked, slots, strict=True) if slot in s]
+            assert chosen.attributes[contract.SCORE] == extreme, slot
+            tied = {i.rpartition("/")[0] for i, score in zip(ids, scores, strict=True) if score == extreme}
+            assert untagged(chosen.attributes[contract.SAMPLE_ID]).rpartition("/")[0] in tied, slot
+        summary = launcher.validation_summary(job.collector.file_path, step)
+        assert summary[contract.EXTREMES] == EXTREMES
+        (figure,) = summary[contract.DATA_SOURCES]
+        assert figure["data_source"] == harness.DATA_SOURCE
+        assert (figure["seen"], figure["kept"]) == (len(validation.dumped), len(ranked))
+        assert figure["score.mean"] == pytest.approx(sum(scores) / len(scores))
