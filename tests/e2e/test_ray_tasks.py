@@ -59,8 +59,9 @@ def collector(start_collector: StartCollector, monkeypatch: pytest.MonkeyPatch) 
             "VALGEN_LOKI_OTLP_ENDPOINT": "http://127.0.0.1:9/otlp",
             # Block-less parts of a step more than decision_wait apart may find it closed (README): the
             # wait must cover Ray's gaps between tasks on a loaded machine (1 s did not, with two CI
-            # runs on 2 cores: 49 of 120 generations made the step).
-            "VALGEN_DECISION_WAIT": "5s",
+            # runs on 2 cores: 49 of 120 generations made the step; 5 s did not either, with a CI run
+            # and Go benchmarks on 2 cores: 77 of 120).
+            "VALGEN_DECISION_WAIT": "10s",
             "VALGEN_MAX_STEP_DURATION": "60s",
         },
     )
