@@ -76,11 +76,14 @@ def records_of_request(request: logs_service_pb2.ExportLogsServiceRequest) -> li
 
 
 def records_of_file(path: Path) -> list[Record]:
-    """Flatten every line the collector's file exporter wrote (format: json)."""
+    """Flatten every line the collector's file exporter wrote (format: json).
+
+    A last line without its newline is still being written: it is left for the next read.
+    """
     if not path.exists():
         return []
     lines = path.read_text(encoding="utf-8").split("\n")  # not splitlines(): U+2028 etc. stay inside JSON strings
-    return [r for line in lines if line.strip() for r in records_of_json(json.loads(line))]
+    return [r for line in lines[:-1] if line.strip() for r in records_of_json(json.loads(line))]
 
 
 @dataclass

@@ -437,7 +437,7 @@ def kept_rows(collector_file: Path, step: int, kind: str) -> list[tuple[dict[str
     """
     rows = []
     lines = collector_file.read_text(encoding="utf-8").split("\n") if collector_file.exists() else []
-    for line in filter(str.strip, lines):
+    for line in filter(str.strip, lines[:-1]):  # the last, without its newline, is still being written
         for resource_logs in json.loads(line).get("resourceLogs", []):
             for scope_logs in resource_logs.get("scopeLogs", []):
                 for log in scope_logs.get("logRecords", []):
