@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -21,6 +19,7 @@ from otel_valgen.partials import merge_summaries, parts_split
 from otel_valgen.reader import Generation
 from otel_valgen.sampling import DataSourceViews, SortKey, sample_key
 from otel_valgen.selection import cut_kept
+from tests.support.process import run_show
 
 VECTORS = Path(__file__).resolve().parent.parent / "testdata" / "sampling"
 CASES = json.loads((VECTORS / "data_source.json").read_text(encoding="utf-8"))["cases"]
@@ -185,13 +184,8 @@ def test_a_job_keeps_k_of_each_data_source_and_show_gives_each_ones_figures(tmp_
         )
     otel_valgen.end_step(3)
     otel_valgen.flush()
-    shown = subprocess.run(
-        [str(Path(sys.executable).parent / "otel-valgen"), "show", str(directory), "--format", "json"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    (step,) = [json.loads(line) for line in shown.stdout.splitlines() if line.strip()]
+    shown = run_show(directory, "json")
+    (step,) = [json.loads(line) for line in shown.splitlines() if line.strip()]
     kept = Counter(g["data_source"] or "" for g in step["generations"])
     assert kept == {"gsm8k": 2, "math": 2, "": 2, "tiny": 2}
     assert step["sample_by"] == "data_source"

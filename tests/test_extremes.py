@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import math
 import random
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +17,7 @@ from otel_valgen import contract
 from otel_valgen.reader import Generation
 from otel_valgen.sampling import sample_key, score_rank
 from otel_valgen.selection import cut_kept
+from tests.support.process import run_show
 
 VECTORS = Path(__file__).resolve().parent.parent / "testdata" / "sampling"
 CASES = json.loads((VECTORS / "extremes.json").read_text(encoding="utf-8"))["cases"]
@@ -128,13 +127,8 @@ def test_a_job_keeps_the_best_and_the_worst_and_show_marks_their_slots(tmp_path:
         sent |= {q: _score(s) for q, s in zip(inputs, scores, strict=True)}
     otel_valgen.end_step(5)
     otel_valgen.flush()
-    shown = subprocess.run(
-        [str(Path(sys.executable).parent / "otel-valgen"), "show", str(directory), "--format", "json"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    (step,) = [json.loads(line) for line in shown.stdout.splitlines() if line.strip()]
+    shown = run_show(directory, "json")
+    (step,) = [json.loads(line) for line in shown.splitlines() if line.strip()]
     assert step["extremes"] == 2
     rows = step["generations"]
     assert [row["slots"][0] for row in rows[:3]] == ["keyed"] * 3, "the keyed picks come first"
@@ -147,12 +141,7 @@ def test_a_job_keeps_the_best_and_the_worst_and_show_marks_their_slots(tmp_path:
     assert 99.0 in highest
     assert -99.0 in lowest
     assert step["seen"] == 200
-    table = subprocess.run(
-        [str(Path(sys.executable).parent / "otel-valgen"), "show", str(directory), "--format", "csv"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    header, *lines = table.stdout.splitlines()
+    table = run_show(directory, "csv")
+    header, *lines = table.splitlines()
     assert header.split(",")[3] == "slots"
     assert len(lines) == len(rows)

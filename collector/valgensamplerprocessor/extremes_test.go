@@ -150,20 +150,7 @@ func TestExtremesVectors(t *testing.T) {
 
 			for _, split := range []bool{false, true} {
 				h := newHarness(t, func(cfg *Config) { cfg.Seed = seed; cfg.MaxCount = max(cfg.MaxCount, c.K) })
-				if split {
-					var a, b []rec
-					for _, r := range records {
-						if r.source == "s0" {
-							a = append(a, r)
-						} else {
-							b = append(b, r)
-						}
-					}
-					h.consume(t, logsOf(b...))
-					h.consume(t, logsOf(a...))
-				} else {
-					h.consume(t, logsOf(records...))
-				}
+				h.consumeWholeOrSplit(t, records, split)
 				require.NoError(t, h.p.Shutdown(context.Background()))
 				out := collect(h.sink)
 				require.Equal(t, expectedWithSlots(c.Expected), rankedIDsAndSlots(t, out.kept), "processor, split %v", split)

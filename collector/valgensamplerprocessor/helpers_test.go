@@ -122,6 +122,26 @@ type rec struct {
 }
 
 // logsOf builds one ResourceLogs per record, with service.instance.id as the resource.
+// consumeWholeOrSplit sends records in one batch, or with split as two batches by source (the
+// records of source "s0" last), so that a test sees the same choice whichever way they arrive.
+func (h *harness) consumeWholeOrSplit(t *testing.T, records []rec, split bool) {
+	t.Helper()
+	if !split {
+		h.consume(t, logsOf(records...))
+		return
+	}
+	var a, b []rec
+	for _, r := range records {
+		if r.source == "s0" {
+			a = append(a, r)
+		} else {
+			b = append(b, r)
+		}
+	}
+	h.consume(t, logsOf(b...))
+	h.consume(t, logsOf(a...))
+}
+
 func logsOf(records ...rec) plog.Logs {
 	ld := plog.NewLogs()
 	for _, r := range records {

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -72,3 +73,12 @@ def run_in_a_terminal(script: str, env: Mapping[str, str], timeout_s: float = 12
     )
     assert done.returncode == 0, done.stderr
     return done.stdout
+
+
+def run_show(folder: Path, output_format: str) -> str:
+    """``otel-valgen show FOLDER --format FORMAT`` run as users run it (the installed script); its standard output."""
+    script = Path(sys.executable).parent / "otel-valgen"
+    shown = subprocess.run(
+        [str(script), "show", str(folder), "--format", output_format], capture_output=True, text=True, check=True
+    )
+    return shown.stdout
