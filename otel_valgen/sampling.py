@@ -602,14 +602,19 @@ class DataSourceViews(Generic[T]):
     def ask(self, by_data_source: bool, extremes: int | None = None) -> list[T]:
         """Apply a generation's ``valgen.sample_by`` and ``valgen.extremes`` (the smallest n wins).
 
-        Returns the items that the join or a smaller n sampled out.
+        Returns the items that the join or a smaller n sampled out. Called for every generation, so
+        the kept items are listed only when one of those happens.
         """
-        before = self.kept()
         if self.split is None:
             self.split = by_data_source
-        elif self.split and not by_data_source:
+        joins = self.split and not by_data_source
+        shrinks = extremes is not None and extremes < self._n
+        if not (joins or shrinks):
+            return []
+        before = self.kept()
+        if joins:
             self._join()
-        if extremes is not None and extremes < self._n:
+        if extremes is not None and shrinks:
             self._n = extremes
             for part in self._extremes.values():
                 part.shrink(extremes)

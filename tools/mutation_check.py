@@ -74,8 +74,8 @@ MUTATIONS: tuple[Mutation, ...] = (
         "py.sampling.join_on_a_step_generation",
         "a split group is joined by the first generation that asks for k per step",
         "otel_valgen/sampling.py",
-        "elif self.split and not by_data_source:",
-        "elif self.split and by_data_source is None:",
+        "joins = self.split and not by_data_source",
+        "joins = self.split and by_data_source is None",
         ("tests/test_data_sources.py",),
     ),
     Mutation(
@@ -90,8 +90,8 @@ MUTATIONS: tuple[Mutation, ...] = (
         "py.sampling.extremes_smallest_n",
         "the smallest n asked for wins",
         "otel_valgen/sampling.py",
-        "if extremes is not None and extremes < self._n:",
-        "if extremes is not None and extremes > self._n:",
+        "shrinks = extremes is not None and extremes < self._n",
+        "shrinks = extremes is not None and extremes > self._n",
         ("tests/test_extremes.py",),
     ),
     Mutation(
