@@ -173,3 +173,50 @@ def test_the_merged_extremes_are_the_smallest_n_of_the_parts_that_kept_generatio
     assert parts_extremes([with_n, empty]) == 2
     assert parts_extremes([with_n, {contract.SAMPLE_COUNT: 4}]) == 0
     assert parts_extremes([with_n, {contract.SAMPLE_COUNT: 4, contract.EXTREMES: 1}]) == 1
+
+
+def responses(source: str, *prompts: str) -> list[Generation]:
+    """Kept rollout responses of ``source`` (instance ``i-<source>``), one to each of ``prompts``."""
+    return [
+        Generation(
+            "r",
+            1,
+            f"{prompt}/0@{source}",
+            100 + i,
+            "",
+            "",
+            source=source,
+            instance=f"i-{source}",
+            rank=i + 1,
+            kind=contract.KIND_ROLLOUT,
+            prompt_id=prompt,
+        )
+        for i, prompt in enumerate(prompts)
+    ]
+
+
+@pytest.mark.parametrize("announced", [True, False], ids=["announced", "records only"])
+def test_a_source_that_ended_in_no_part_makes_every_kept_prompt_incomplete(announced: bool) -> None:
+    """A source that sent records but ended in no part makes every kept prompt of the merged step incomplete.
+
+    A rollout step in two parts, no ``sources_expected`` anywhere: source b sent responses to s1
+    (with or without a start record) and its end record reached no sampler, so each kept prompt
+    may lack b's responses and ``valgen.prompts_incomplete`` is the kept prompts (2, not the 3
+    kept responses). Once b's end record reaches s2, none is.
+    """
+    rollout = {contract.KIND: contract.KIND_ROLLOUT}
+    a_before, a_ended = figure("a@i-a", received=2), figure("a@i-a", ended=True, seen=3, emitted=3, received=1)
+    b_silent = figure("b@i-b", announced=announced, received=1)
+    b_ended = figure("b@i-b", announced=announced, ended=True, seen=1, emitted=1)
+    kept_responses = responses("a", "p", "q") + responses("b", "p")
+
+    silent = merge_summaries(
+        [part("s1", a_before, b_silent, **rollout), part("s2", a_ended, **rollout)], kept_responses
+    )
+    assert contract.SOURCES_EXPECTED not in silent
+    assert (silent[contract.SOURCES], silent[contract.SOURCES_ENDED]) == (2, 1)
+    assert (silent[contract.PROMPTS_KEPT], silent[contract.PROMPTS_INCOMPLETE]) == (2, 2)
+
+    whole = [part("s1", a_before, b_silent, **rollout), part("s2", a_ended, b_ended, **rollout)]
+    merged = merge_summaries(whole, kept_responses)
+    assert (merged[contract.PROMPTS_KEPT], merged[contract.PROMPTS_INCOMPLETE]) == (2, 0)
