@@ -35,6 +35,7 @@ def configure(
     directory: str | None = None,
     source: str | None = None,
     max_field_bytes: int | None = None,
+    max_messages_bytes: int | None = None,
     flush_timeout_s: float | None = None,
     spool: bool | None = None,
     spool_max_mb: int | None = None,
@@ -64,6 +65,8 @@ def configure(
         directory: embedded sink folder (``OTEL_VALGEN_DIR``, ``./valgen-data``).
         source: default name of the emitting part (``OTEL_VALGEN_SOURCE``, ``main``).
         max_field_bytes: longest text field sent (``OTEL_VALGEN_MAX_FIELD_BYTES``, 65536).
+        max_messages_bytes: budget of a record's conversation texts together
+            (``OTEL_VALGEN_MAX_MESSAGES_BYTES``, 131072; README, *Conversations*).
         flush_timeout_s: longest a step end, block-less call or flush waits for the endpoint
             (``OTEL_VALGEN_FLUSH_TIMEOUT``, 2); past it the endpoint counts as away until it answers again.
         spool: while the endpoint is away, keep records in ``<directory>/spool`` and send them by
@@ -94,6 +97,7 @@ def configure(
         directory=directory,
         source=source,
         max_field_bytes=max_field_bytes,
+        max_messages_bytes=max_messages_bytes,
         flush_timeout_s=flush_timeout_s,
         spool=spool,
         spool_max_mb=spool_max_mb,

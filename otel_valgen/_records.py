@@ -19,7 +19,7 @@ from typing import Any, Final, NamedTuple, Protocol
 import xxhash
 from opentelemetry.util.types import AnyValue
 
-from otel_valgen import _stats, contract
+from otel_valgen import _stats, contract, conversations
 from otel_valgen._keys import BatchKeyer
 from otel_valgen._sanitize import CleanText, clean_extra, clean_score, clean_text
 from otel_valgen._settings import Settings
@@ -99,11 +99,17 @@ def _utf8(value: object) -> bytes:
 
 
 def base_sample_id(sample_id: object, raw_input: object) -> str:
-    """The id of a prompt: the caller's id, else the 16 hex digits of the XXH64 of the input's UTF-8."""
+    """The id of a prompt: the caller's id, else the 16 hex digits of the XXH64 of the input's UTF-8.
+
+    A message prompt hashes its ``conversations.prompt_text``, so whatever the chat format
+    spelled, the same messages give the same id.
+    """
     if sample_id is not None:
         text = sample_id if type(sample_id) is str else clean_text(sample_id, 1024).text
         if text:
             return text if type(sample_id) is not str else _utf8(text).decode()
+    if type(raw_input) is not str and conversations.is_conversation(raw_input):
+        return xxhash.xxh64_hexdigest(conversations.prompt_text(raw_input).encode())
     return xxhash.xxh64_hexdigest(_utf8(raw_input))
 
 
@@ -331,8 +337,12 @@ class RecordBuilder:
         """
         max_bytes = self.settings.max_field_bytes
         key, sample_id = order[0], order[1].decode()
-        input_text = clean_text(batch.inputs[index], max_bytes)
-        output_text = clean_text(batch.outputs[index], max_bytes)
+        messages: dict[str, AnyValue] = {}
+        raw_input, raw_output, replaced = self._conversation(
+            batch.inputs[index], batch.outputs[index], messages, sample_id
+        )
+        input_text = clean_text(raw_input, max_bytes)
+        output_text = clean_text(raw_output, max_bytes)
         body: dict[str, AnyValue] = {contract.BODY_INPUT: input_text.text, contract.BODY_OUTPUT: output_text.text}
         attributes: dict[str, AnyValue] = {
             contract.RUN_ID: self.settings.run_id,
@@ -359,7 +369,8 @@ class RecordBuilder:
             truth = clean_text(batch.ground_truths[index], max_bytes)
             body[contract.BODY_GROUND_TRUTH] = truth.text
             texts.append((contract.GROUND_TRUTH_LENGTH, truth))
-        replaced = self._add_extra(batch, index, attributes, sample_id)
+        attributes.update(messages)
+        replaced += self._add_extra(batch, index, attributes, sample_id)
         for length_key, text in texts:
             replaced += text.replaced_chars
             if text.original_length is not None:
@@ -383,6 +394,54 @@ class RecordBuilder:
             attributes[contract.DATA_SOURCE] = data_source_of(batch.data_sources[index])
         attributes.update(self._asks.get(state.kind, {}))
         return PendingRecord(time.time_ns(), body, attributes)
+
+    def _conversation(
+        self, raw_input: object, raw_output: object, attributes: dict[str, AnyValue], sample_id: str
+    ) -> tuple[object, object, int]:
+        """A generation's input and output as the body's texts, their messages put in ``attributes``.
+
+        An input or output that is a list of chat messages is converted to GenAI messages
+        (``gen_ai.input.messages`` / ``gen_ai.output.messages``), its texts cut to the record's
+        budget, and rendered as the body's text; every repair and cut is counted and warned about.
+        Returns the texts to send and the characters replaced.
+        """
+        converted: dict[str, conversations.Converted] = {}
+        for key, value in ((contract.GEN_AI_INPUT_MESSAGES, raw_input), (contract.GEN_AI_OUTPUT_MESSAGES, raw_output)):
+            if type(value) is not str and conversations.is_conversation(value):
+                converted[key] = conversations.to_messages(value)
+        if not converted:
+            return raw_input, raw_output, 0
+        settings = self.settings
+        cut = conversations.fit(
+            [c.messages for c in converted.values()], settings.max_field_bytes, settings.max_messages_bytes
+        )
+        if cut:
+            self.stats.add(_stats.TRUNCATED_FIELDS, cut)
+            self.stats.warn(
+                "truncated_messages",
+                "%d text(s) of the conversation of %s cut to fit %d bytes each, %d in all",
+                cut,
+                sample_id,
+                settings.max_field_bytes,
+                settings.max_messages_bytes,
+            )
+        repairs: Counter[str] = Counter()
+        replaced = 0
+        for key, value in converted.items():
+            attributes[key] = value.messages  # type: ignore[assignment]  # an array of maps (AnyValue)
+            repairs += value.repairs
+            replaced += value.replaced_chars
+        if repairs:
+            self.stats.add(_stats.MESSAGES_REPAIRED, sum(repairs.values()))
+            reasons = ", ".join(f"{reason}: {n}" for reason, n in sorted(repairs.items()))
+            self.stats.warn("messages_repaired", "the conversation of %s was repaired (%s)", sample_id, reasons)
+        input_messages = converted.get(contract.GEN_AI_INPUT_MESSAGES)
+        output_messages = converted.get(contract.GEN_AI_OUTPUT_MESSAGES)
+        return (
+            conversations.render(input_messages.messages) if input_messages is not None else raw_input,
+            conversations.render(output_messages.messages) if output_messages is not None else raw_output,
+            replaced,
+        )
 
     def _add_rollout(self, columns: RolloutColumns, index: int, attributes: dict[str, AnyValue]) -> None:
         """A rollout's advantage (a finite double), response length, truncated flag (a bool) and param version (an int).

@@ -47,6 +47,7 @@ DEFAULT_SEED: Final = 42
 DEFAULT_DIR: Final = "./valgen-data"
 DEFAULT_SOURCE: Final = "main"
 DEFAULT_MAX_FIELD_BYTES: Final = 64 * 1024
+DEFAULT_MAX_MESSAGES_BYTES: Final = 128 * 1024
 DEFAULT_FLUSH_TIMEOUT_S: Final = 2.0
 DEFAULT_SPOOL_MAX_MB: Final = 1024
 DEFAULT_PROGRESS_INTERVAL_S: Final = 5.0
@@ -213,6 +214,15 @@ SETTINGS: Final[tuple[Setting, ...]] = (
         "Longest input/output/ground truth, in UTF-8 bytes.",
         read=_positive,
         default=DEFAULT_MAX_FIELD_BYTES,
+    ),
+    Setting(
+        (env.OTEL_VALGEN_MAX_MESSAGES_BYTES,),
+        "max_messages_bytes",
+        "`131072`",
+        "Budget of a record's conversation texts together (input and output messages), in UTF-8 "
+        "bytes; each text is also cut at `max_field_bytes`. Past it, only the longest texts are cut.",
+        read=_positive,
+        default=DEFAULT_MAX_MESSAGES_BYTES,
     ),
     Setting(
         (env.OTEL_VALGEN_FLUSH_TIMEOUT,),
@@ -400,6 +410,7 @@ class Settings:
     directory: str = DEFAULT_DIR
     source: str = DEFAULT_SOURCE
     max_field_bytes: int = DEFAULT_MAX_FIELD_BYTES
+    max_messages_bytes: int = DEFAULT_MAX_MESSAGES_BYTES
     flush_timeout_s: float = DEFAULT_FLUSH_TIMEOUT_S
     spool: bool = True
     spool_max_mb: int = DEFAULT_SPOOL_MAX_MB
@@ -507,6 +518,7 @@ def resolve_settings(
     directory: str | None = None,
     source: str | None = None,
     max_field_bytes: int | None = None,
+    max_messages_bytes: int | None = None,
     flush_timeout_s: float | None = None,
     spool: bool | None = None,
     spool_max_mb: int | None = None,
@@ -534,6 +546,7 @@ def resolve_settings(
         directory=_argument_or_env("directory", directory, bool),
         source=_argument_or_env("source", source, bool),
         max_field_bytes=_argument_or_env("max_field_bytes", max_field_bytes, lambda v: v > 0),
+        max_messages_bytes=_argument_or_env("max_messages_bytes", max_messages_bytes, lambda v: v > 0),
         flush_timeout_s=_argument_or_env("flush_timeout_s", flush_timeout_s, lambda v: v >= 0),
         spool=bool(_argument_or_env("spool", spool, lambda v: True)),
         spool_max_mb=_argument_or_env("spool_max_mb", spool_max_mb, lambda v: v > 0, warn=True),

@@ -41,6 +41,7 @@ REPLACED_CHARS: Final = "replaced_chars"
 TRUNCATED_FIELDS: Final = "truncated_fields"
 INVALID_SCORES: Final = "invalid_scores"
 COERCED_VALUES: Final = "coerced_values"
+MESSAGES_REPAIRED: Final = "messages_repaired"  # chat messages or parts repaired (otel_valgen.conversations)
 EXTRA_VALUES_INVALID: Final = "extra_values_invalid"  # extra values omitted from their record
 EXTRA_COLUMNS_DROPPED: Final = "extra_columns_dropped"  # extra columns dropped whole (bad name, too many)
 # verl's own validation table ran in this process instead of otel-valgen (integrations.verl)

@@ -45,6 +45,11 @@ INPUT_LENGTH: Final = "valgen.input.original_length"  # int: set when input was 
 OUTPUT_LENGTH: Final = "valgen.output.original_length"
 GROUND_TRUTH_LENGTH: Final = "valgen.ground_truth.original_length"
 REPLACED_CHARS: Final = "valgen.replaced_chars"  # int: undecodable chars replaced by U+FFFD
+# Conversations (otel_valgen.conversations): a generation whose input or output is a list of chat
+# messages carries them under the OpenTelemetry GenAI names, an array of maps ({role, parts,
+# name?}); the body's input/output texts are then their readable rendering.
+GEN_AI_INPUT_MESSAGES: Final = "gen_ai.input.messages"
+GEN_AI_OUTPUT_MESSAGES: Final = "gen_ai.output.messages"
 # The stream a record belongs to, on every record: absent means KIND_VALIDATION (records of
 # earlier releases). A step's validation and its rollouts never share a group.
 KIND: Final = "valgen.kind"  # str, one of KINDS

@@ -73,9 +73,26 @@ class Generation:
     slots: tuple[str, ...] | None = None
 
     @property
+    def input_messages(self) -> list[dict[str, Any]] | None:
+        """The prompt's chat messages (``gen_ai.input.messages``), None when the input was a text."""
+        return _messages(self.attributes.get(contract.GEN_AI_INPUT_MESSAGES))
+
+    @property
+    def output_messages(self) -> list[dict[str, Any]] | None:
+        """The generated turns (``gen_ai.output.messages``), None when the output was a text."""
+        return _messages(self.attributes.get(contract.GEN_AI_OUTPUT_MESSAGES))
+
+    @property
     def slots_text(self) -> str | None:
         """The slots as one table cell (``keyed,lowest``), None when its step keeps no extremes."""
         return ",".join(self.slots) if self.slots is not None else None
+
+
+def _messages(value: object) -> list[dict[str, Any]] | None:
+    """GenAI messages read from an attribute: a list of maps, else None."""
+    if isinstance(value, list | tuple) and all(isinstance(message, dict) for message in value):
+        return list(value)
+    return None
 
 
 @dataclass(frozen=True)

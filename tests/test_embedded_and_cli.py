@@ -78,10 +78,13 @@ def test_show_json_prints_bottom_k_per_step_in_key_order(tmp_path: Path) -> None
             "source",
             "slots",
             "extra",
+            "input_messages",
+            "output_messages",
             "response_length",
             "truncated",
         }
         assert obj["generations"][0]["slots"] is None, "no extremes asked: no slots"
+        assert obj["generations"][0]["output_messages"] is None, "a text output has no messages"
 
 
 def test_show_filters_run_and_step_and_reads_zstd(tmp_path: Path) -> None:

@@ -13,6 +13,9 @@ from collections import Counter
 from fractions import Fraction
 from pathlib import Path
 
+import xxhash
+
+from otel_valgen.conversations import prompt_text
 from otel_valgen.reader import EndRecord
 from otel_valgen.sampling import (
     KEY_VERSIONS,
@@ -107,6 +110,65 @@ SPLITS = [
 # 32-byte stripes too.
 HASHED_BASES = ["", "a", "abc", "uid", "uid-7f3a", "数学题", "emoji 🎲", "x" * 31, "x" * 32, "x" * 33, "y" * 500]
 MIX_INPUTS = [0, 1, 2, 0x9E3779B97F4A7C15, 2**63, 2**64 - 1, 0x0123456789ABCDEF]
+# Message prompts, each spelled in the chat formats that must give it one id (otel_valgen.conversations).
+_CALL = {"id": "call_1", "type": "function", "function": {"name": "calc", "arguments": '{"expr": "2+2"}'}}
+MESSAGE_PROMPTS: list[tuple[str, list[list[dict[str, object]]]]] = [
+    (
+        "system_and_user",
+        [
+            [{"role": "system", "content": "You are a calculator."}, {"role": "user", "content": "What is 2+2?"}],
+            [
+                {"role": "system", "content": [{"type": "text", "text": "You are a calculator."}]},
+                {"role": "user", "content": [{"type": "text", "text": "What is 2+2?"}], "tool_calls": None},
+            ],
+        ],
+    ),
+    ("user_only_non_ascii", [[{"role": "user", "content": "数学题: 🎲 + 1 = ?"}]]),
+    (
+        "tool_history",
+        [
+            [
+                {"role": "user", "content": "2+2?"},
+                {"role": "assistant", "content": "", "tool_calls": [_CALL]},
+                {"role": "tool", "tool_call_id": "call_1", "content": "4"},
+            ],
+            [
+                {"role": "user", "content": "2+2?"},
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [{"id": "call_1", "function": {"name": "calc", "arguments": {"expr": "2+2"}}}],
+                },
+                {"role": "tool", "tool_call_id": "call_1", "content": [{"type": "text", "text": "4"}]},
+            ],
+        ],
+    ),
+    (
+        "image_reference",
+        [[{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "https://x/a.png"}}, "Describe."]}]],
+    ),
+]
+
+
+def message_prompt_vectors() -> list[dict[str, object]]:
+    """Each message prompt's spellings, its canonical text, its id and the key of its first response."""
+    vectors = []
+    for name, spellings in MESSAGE_PROMPTS:
+        canonical = prompt_text(spellings[0])
+        assert all(prompt_text(spelling) == canonical for spelling in spellings), name
+        base = xxhash.xxh64_hexdigest(canonical.encode())
+        vectors.append(
+            {
+                "name": name,
+                "spellings": spellings,
+                "canonical": canonical,
+                "base": base,
+                "seed": "42",
+                "sample_id": f"{base}/0",
+                "sample_key": str(sample_key(42, f"{base}/0")),
+            }
+        )
+    return vectors
 
 
 def key_vectors() -> dict[str, object]:
@@ -126,13 +188,17 @@ def key_vectors() -> dict[str, object]:
             "hex digits, mix64 the SplitMix64 finaliser's values and seed_lane the lanes "
             "(n = 0 .. 3) of each seed, split how version 2 reads an id: base and n (1 + the "
             "response index of '<base>/<index>' or '<base>/<index>@<tag>', else 0). seeds, words, "
-            "keys and n are decimal strings (uint64)."
+            "keys and n are decimal strings (uint64). message_prompts: chat-message prompts, each "
+            "in 'spellings' that must give it one id: 'canonical' is the compact JSON (keys "
+            "sorted) of its GenAI messages, 'base' the 16 hex digits of XXH64 (seed 0) of its "
+            "UTF-8, and 'sample_key' the version 2 key of 'sample_id' (its first response)."
         ),
         "vectors": vectors,
         "id_hash": [{"base": base, "hash": str(id_hash(base))} for base in HASHED_BASES],
         "mix64": [{"in": str(word), "out": str(mix64(word))} for word in MIX_INPUTS],
         "seed_lane": [{"seed": str(seed), "n": n, "lane": str(seed_lane(seed, n))} for seed in SEEDS for n in range(4)],
         "split": [{"sample_id": sid, "base": base, "n": str(n)} for sid, base, n in SPLITS],
+        "message_prompts": message_prompt_vectors(),
     }
 
 

@@ -47,6 +47,14 @@ type keyVectors struct {
 		Base     string `json:"base"`
 		N        string `json:"n"`
 	} `json:"split"`
+	MessagePrompts []struct {
+		Name      string `json:"name"`
+		Canonical string `json:"canonical"`
+		Base      string `json:"base"`
+		Seed      string `json:"seed"`
+		SampleID  string `json:"sample_id"`
+		SampleKey string `json:"sample_key"`
+	} `json:"message_prompts"`
 }
 
 type bottomKCases struct {
@@ -103,6 +111,23 @@ func TestSampleKeyVectors(t *testing.T) {
 	require.NotEmpty(t, vectors.IDHash)
 	for _, v := range vectors.IDHash {
 		require.Equalf(t, parseUint(t, v.Hash), idHash(v.Base), "base=%q", v.Base)
+	}
+}
+
+// TestMessagePromptVectors checks the ids of chat-message prompts: a prompt's id is the 16 hex
+// digits of XXH64 of its canonical text, and its first response's key is the version 2 key of
+// that id, whichever process (Python SDK or this processor) computes it.
+func TestMessagePromptVectors(t *testing.T) {
+	var vectors keyVectors
+	readJSON(t, "key_vectors.json", &vectors)
+	require.NotEmpty(t, vectors.MessagePrompts)
+	for _, v := range vectors.MessagePrompts {
+		digest := xxhash.Sum64String(v.Canonical)
+		require.Equalf(t, fmt.Sprintf("%016x", digest), v.Base, "prompt %s", v.Name)
+		require.Equalf(t, digest, idHash(v.Base), "prompt %s", v.Name)
+		require.Equalf(t, v.Base+"/0", v.SampleID, "prompt %s", v.Name)
+		got := sampleKey(keyVersionMix, parseUint(t, v.Seed), v.SampleID)
+		require.Equalf(t, parseUint(t, v.SampleKey), got, "prompt %s", v.Name)
 	}
 }
 

@@ -28,6 +28,7 @@ from otel_valgen.tools.render import (
     ROLLOUT_COLUMNS,
     extra_names,
     kind_columns,
+    render_conversations,
     render_tables,
     step_json,
 )
@@ -102,6 +103,11 @@ def _write_csv(selections: Sequence[StepSelection], extras: Sequence[str], kind:
     "--prompt",
     help="Only this prompt, at every step: a sample id (with or without /<i> and @<tag>) or a rollout prompt id.",
 )
+@click.option(
+    "--conversations",
+    is_flag=True,
+    help="After each table, print every kept generation that has chat messages as a conversation.",
+)
 @_COUNT_OPTION
 @_SEED_OPTION
 @_FORMAT_OPTION
@@ -111,6 +117,7 @@ def show(
     run_id: str | None,
     step: int | None,
     prompt: str | None,
+    conversations: bool,
     count: int | None,
     seed: int,
     output_format: str,
@@ -123,6 +130,9 @@ def show(
 
     ``--prompt ID`` prints one prompt's kept rows at every step, in step order, with score and
     length, of both kinds unless ``--kind`` names one (otel_valgen/tools/history.py).
+
+    ``--conversations`` prints each kept agentic trajectory turn by turn (role, tool calls with
+    their arguments, tool results, cut marks); ``--format json`` always gives the messages.
 
     Reads OTLP/JSON lines, plain or zstd, and the collector file exporter's length-prefixed
     messages. Of a step validated more than once (resume, retry), the latest complete attempt
@@ -144,6 +154,8 @@ def show(
         _show_prompt(prompt, selections, output_format)
     else:
         _show_steps(selections, output_format, kinds[0])
+    if conversations and output_format == "table":
+        render_conversations(selections, Console())
     if not selections:
         filters = {"run": run_id, "step": step}
         runs = {run_id} if run_id is not None else None

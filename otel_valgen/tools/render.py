@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from otel_valgen import contract
+from otel_valgen.conversations import ORIGINAL_LENGTH
 from otel_valgen.distinct import PROMPTS_SEEN_ERROR
 from otel_valgen.partials import samplers_of
 from otel_valgen.reader import Generation
@@ -178,6 +181,8 @@ def step_json(selection: StepSelection, extras: Sequence[str]) -> dict[str, obje
                 "source": g.source,
                 "slots": list(g.slots) if g.slots is not None else None,
                 "extra": {name: g.extra.get(name) for name in extras},
+                "input_messages": g.input_messages,
+                "output_messages": g.output_messages,
                 **kind_columns(g),
             }
             for g in selection.generations
@@ -244,3 +249,58 @@ def render_tables(selections: Sequence[StepSelection], console: Console, width: 
                 *(cell(g.extra.get(n)) for n in extras),
             )
         console.print(table)
+
+
+def _part_lines(part: dict[str, object]) -> list[Text]:
+    """One message part as lines: text, thinking, a tool call (name and arguments), a tool result, a cut mark."""
+    kind = part.get("type")
+    if kind == "tool_call":
+        arguments = part.get("arguments")
+        shown = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
+        line = Text("  → ", style="bold cyan").append(f"{part.get('name', '')}", style="bold").append(f"({shown})")
+        lines = [line.append(f"  #{part.get('id', '')}", style="dim")]
+    elif kind == "tool_call_response":
+        response = part.get("response")
+        shown = response if isinstance(response, str) else json.dumps(response, ensure_ascii=False)
+        lines = [Text("  ← ", style="bold cyan").append(shown)]
+    elif kind == "reasoning":
+        lines = [Text(f"  (thinking) {part.get('content', '')}", style="dim italic")]
+    elif kind == "uri":
+        lines = [Text(f"  <{part.get('modality', 'media')}: {part.get('uri', part.get('mime_type', 'inline data'))}>")]
+    else:
+        content = part.get("content", "")
+        lines = [Text("  " + (content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)))]
+    if isinstance(part.get(ORIGINAL_LENGTH), int):
+        lines.append(Text(f"  ✂ cut from {part[ORIGINAL_LENGTH]} bytes (head and tail kept)", style="red"))
+    return lines
+
+
+def conversation_lines(messages: Sequence[dict[str, object]]) -> list[Text]:
+    """A conversation turn by turn: ``[turn n] role`` (an assistant message starts a turn), then its parts."""
+    lines: list[Text] = []
+    turn = 0
+    for message in messages:
+        role = str(message.get("role", "unknown"))
+        turn += role == "assistant"
+        header = Text(f"[turn {turn}] " if role == "assistant" else "", style="dim").append(role, style="bold magenta")
+        parts = message.get("parts")
+        calls = [p for p in parts if isinstance(p, dict)] if isinstance(parts, list) else []
+        if role == "tool" and calls and calls[0].get("id"):
+            header.append(f" #{calls[0]['id']}", style="dim")
+        lines.append(header)
+        for part in calls:
+            lines.extend(_part_lines(part))
+    return lines
+
+
+def render_conversations(selections: Sequence[StepSelection], console: Console) -> None:
+    """Print every shown generation that carries chat messages as a conversation, prompt then turns."""
+    for selection in selections:
+        for rank, g in enumerate(selection.generations, start=1):
+            if g.input_messages is None and g.output_messages is None:
+                continue
+            score = "" if g.score is None else f" · score {g.score:.3g}"
+            console.rule(f"run {selection.run_id} · step {selection.step} · #{rank} · {g.sample_id}{score}")
+            for messages, text in ((g.input_messages, g.input), (g.output_messages, g.output)):
+                for line in conversation_lines(messages) if messages is not None else [Text(text)]:
+                    console.print(line, soft_wrap=True)

@@ -40,6 +40,7 @@ class Record:
     attributes: dict[str, Any]
     trace_id: str
     resource: dict[str, Any]
+    body: Any = None
 
 
 def _value(value: dict[str, Any]) -> Any:
@@ -66,7 +67,8 @@ def records_of_json(data: dict[str, Any]) -> list[Record]:
             for log in scope_logs.get("logRecords", []):
                 trace_id = log.get("traceId", "")
                 attributes = _attributes(log.get("attributes", []))
-                out.append(Record(log.get("eventName", ""), attributes, trace_id, resource))
+                body = _value(log["body"]) if "body" in log else None
+                out.append(Record(log.get("eventName", ""), attributes, trace_id, resource, body))
     return out
 
 
