@@ -217,6 +217,81 @@ def test_a_launch_folder_another_user_could_write_is_not_used(tmp_path: Path) ->
         assert launch == "run"
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root can give a folder to another user")
+def test_a_private_launch_folder_another_user_owns_is_refused(tmp_path: Path) -> None:
+    """A launch folder owned by another user is refused even with private permissions (0700).
+
+    The process falls back to one launch per run (`run`) with one warning naming the folder, and
+    writes no launch file there (root could: only the owner check stops it).
+    """
+    runtime = tmp_path / "runtime"
+    folder = runtime / "otel-valgen"
+    folder.mkdir(parents=True)
+    os.chown(folder, 65534, 65534)  # nobody
+    os.chmod(folder, 0o700)
+    errors = tmp_path / "stderr"
+    env = _subprocess_env({"XDG_RUNTIME_DIR": str(runtime)})
+    (launch,) = _in_a_terminal(f"{_PROBE} 0 2>{shlex.quote(str(errors))}", env)
+    assert launch == "run"
+    warning = errors.read_text(encoding="utf-8")
+    assert warning.count("cannot tell this process group's launch") == 1, warning
+    assert f"{folder} is not a private folder of this user" in warning
+    assert list(folder.iterdir()) == []
+    found = os.lstat(folder)
+    assert (found.st_uid, found.st_mode & 0o777) == (65534, 0o700)
+
+
+# One process of a script that runs them one after another: it configures no sooner than argv[2]
+# seconds after the previous one did (the log argv[1]'s last line), then appends
+# "<launch id> <monotonic time before configuring> <after>" to the log.
+_PACED = textwrap.dedent(
+    """
+    import sys, time
+    import otel_valgen as vg
+    log, spacing = sys.argv[1], float(sys.argv[2])
+    with open(log) as lines:
+        previous = [float(line.split()[2]) for line in lines]
+    if previous:
+        time.sleep(max(0.0, previous[-1] + spacing - time.monotonic()))
+    before = time.monotonic()
+    launch = vg.configure(run_id="r").launch_id
+    after = time.monotonic()
+    with open(log, "a") as out:
+        out.write(f"{launch} {before} {after}\\n")
+    """
+)
+
+
+def test_a_plain_launch_is_joined_within_2_s_of_its_last_process(tmp_path: Path) -> None:
+    """A plain launch is joined within 2 s of its last process, not its first: each process that joins moves it on.
+
+    A script runs five short processes one after another, each ended before the next starts,
+    about 0.8 s apart: the last configures more than 2 s after the first, yet within 2 s of the
+    one before it, and all five are one launch. A window counted from the first process would
+    split them. A machine too slow to start a process within 2 s of the last one ended cannot
+    show the rule: the script is run once more, then the test is skipped.
+    """
+    window = _launch_group.STARTED_TOGETHER_S
+    env = _subprocess_env({"XDG_RUNTIME_DIR": str(tmp_path)})
+    probe = f"{shlex.quote(sys.executable)} -c {shlex.quote(_PACED)}"
+    for run in range(2):
+        log = tmp_path / f"run-{run}.log"
+        log.touch()
+        _in_a_terminal(f"for i in 1 2 3 4 5; do {probe} {shlex.quote(str(log))} 0.8; done", env)
+        lines = [line.split() for line in log.read_text(encoding="utf-8").splitlines()]
+        ids = [launch for launch, _, _ in lines]
+        before, after = ([float(line[i]) for line in lines] for i in (1, 2))
+        longest_gap = max(b - a for a, b in zip(before, after[1:], strict=False))
+        if longest_gap < window - 0.2:
+            break
+    else:
+        pytest.skip(f"processes started more than {window - 0.2:.1f} s apart in 2 runs: the machine is too slow")
+    assert len(ids) == 5
+    assert before[-1] - after[0] > window + 0.5, "the five processes must span more than the window"
+    assert len(set(ids)) == 1, ids
+    assert re.fullmatch(r"pg[0-9]+-[0-9a-f]{8}", ids[0])
+
+
 _VALIDATE_PART = textwrap.dedent(
     """
     import sys
