@@ -57,7 +57,7 @@ def pytest_configure(config: pytest.Config) -> None:
 # here: it renames node ids, which pytest 9 no longer lets a plugin do.)
 SERIAL_GROUPS = {
     # tests/test_ray_launch_styles.py's `ray start --head` timed out starting its node while verl's
-    # entry points (16 prompts x 4 responses since issue 33) ran their own Ray on the 2 cores (both
+    # entry points (16 prompts x 4 responses) ran their own Ray on the 2 cores (both
     # clean-clone CI runs at 23396e4): they share one worker, and the head is started again when it
     # gives up (tests/support/ray_cluster.py).
     "verl": ("tests/verl/", "tests/test_ray_launch_styles.py"),

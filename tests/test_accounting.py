@@ -313,7 +313,7 @@ def _ends(records: CapturedRecords) -> list[dict[str, Any]]:
 def test_a_hashing_failure_drops_the_batch_counted_in_stats_and_the_end_record(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Issue 22: ids that cannot be hashed drop the call's batch as internal_error, warned with the cause."""
+    """Ids that cannot be hashed drop the call's batch as internal_error, warned with the cause."""
 
     def unhashable(inputs: object) -> None:
         raise TypeError("Strings must be encoded before hashing")

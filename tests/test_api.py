@@ -218,7 +218,7 @@ def test_public_api_is_stable() -> None:
 
 @pytest.mark.parametrize("sink", ["embedded", "otlp_http"])
 def test_shutdown_returns_true_after_a_clean_export(sink: str, otlp_http: OtlpHttpReceiver, tmp_path: Path) -> None:
-    """A step delivered, then shutdown(): True, with every record exported and none failed (issue 10, item 2)."""
+    """A step delivered, then shutdown(): True, with every record exported and none failed."""
     endpoint = otlp_http.endpoint if sink == "otlp_http" else None
     vg.configure(run_id="clean", count=1, endpoint=endpoint, directory=str(tmp_path), progress_interval_s=0)
     with vg.validation(step=1) as block:

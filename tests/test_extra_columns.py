@@ -393,7 +393,7 @@ def test_the_reader_gives_each_generation_its_extra_columns(tmp_path: Path) -> N
 def test_a_generation_without_extra_columns_has_an_empty_mapping() -> None:
     """The field defaults to empty, after every earlier field (old positional construction still works).
 
-    Only the rollout fields (issue 23) and the slots (issue 34) come after it.
+    Only the rollout fields and the slots come after it.
     """
     generation = Generation("r", 1, "s/0", 5, "in", "out")
     assert generation.extra == {}

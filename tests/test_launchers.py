@@ -305,7 +305,7 @@ _VALIDATE_PART = textwrap.dedent(
 
 
 def test_two_plain_processes_validating_one_step_form_one_attempt(tmp_path: Path) -> None:
-    """Issue 22's story: two plain processes started by one script, one run id, each half of step 1: one attempt."""
+    """A split launch: two plain processes started by one script, one run id, each half of step 1: one attempt."""
     sink = tmp_path / "sink"
     env = _subprocess_env({"OTEL_VALGEN_RUN_ID": "plain", "OTEL_VALGEN_COUNT": "5", "OTEL_VALGEN_DIR": str(sink)})
     validate = f"{shlex.quote(sys.executable)} -c {shlex.quote(_VALIDATE_PART)}"

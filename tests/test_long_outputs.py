@@ -1,4 +1,4 @@
-"""User story: a long output keeps its final answer (issue 34): a text over the limit loses its middle."""
+"""User story: a long output keeps its final answer: a text over the limit loses its middle."""
 
 from __future__ import annotations
 

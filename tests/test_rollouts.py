@@ -1,4 +1,4 @@
-"""Training rollouts (issue 23): the group view, log_rollouts, and kinds kept apart everywhere."""
+"""Training rollouts: the group view, log_rollouts, and kinds kept apart everywhere."""
 
 from __future__ import annotations
 

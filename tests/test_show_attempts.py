@@ -629,7 +629,7 @@ def test_show_passes_the_samplers_unhooked_sources_through(tmp_path: Path) -> No
     assert (step["sources_unhooked"], stderr) == ([], [])
 
 
-# -- rules of show that no vector pins (issue 26) -----------------------------------------------
+# -- rules of show that no vector pins ------------------------------------------------------------
 
 
 def test_late_generations_are_never_a_steps_sample_even_without_its_summary(tmp_path: Path) -> None:

@@ -652,7 +652,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         '"missing_step",\n            1,',
         ("tests/test_api.py", "tests/test_verl.py"),
     ),
-    # --- Python: attempts, id lanes, seeds, sources and tracker runs in the emitter (issue 26) ---
+    # --- Python: attempts, id lanes, seeds, sources and tracker runs in the emitter ------------
     Mutation(
         "py.emitter.attempt_counts_every_end",
         "validating a step a third (fourth...) time in one process gives a new attempt each time",
@@ -1035,7 +1035,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "    if False:  # a fully-async trainer validating by itself",
         ("tests/verl/test_sync.py", "tests/test_verl.py"),
     ),
-    # --- Python: verl's full validation row, read from _validate (issue 34) ------------------------
+    # --- Python: verl's full validation row, read from _validate ------------------------------------
     Mutation(
         "py.verl_rows.score_column_left_out",
         "reward_extra_infos_dict's reward column (the score) is not sent again as an extra column",
@@ -1060,7 +1060,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "        sources = list(sources)",
         ("tests/verl/test_sync.py",),
     ),
-    # ===== Issue 35: last round's modules, each rule killed by the fast tests next to its module =====
+    # ===== Partial groups, rollouts, launches and Ray: each rule killed by the fast tests next to its module =====
     # --- Python: parts of one step closed by different samplers (otel_valgen/partials.py) ----------
     Mutation(
         "py.partials.end_seen_largest",
@@ -1388,7 +1388,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "first: g.attemptStart, last: g.attemptStart}",
         GO,
     ),
-    # --- Python: log_rollouts (issue 35) ------------------------------------------------------------
+    # --- Python: log_rollouts -----------------------------------------------------------------------
     Mutation(
         "py.rollouts.advantage_column",
         "each response's valgen.advantage is its own advantages value (not its reward)",
@@ -1728,7 +1728,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "    if not chained:\n        return",
         ("tests/test_ray_runtime_env_hook.py",),
     ),
-    # --- Python and Go: distinct generations (issue 35) -------------------------------------------
+    # --- Python and Go: distinct generations ----------------------------------------------------
     Mutation(
         "py.records.part_tag",
         "two parts answering one prompt are two records: a validation id carries its part's tag",

@@ -1,1 +1,1 @@
-"""Fault, bad-input and security tests across the whole pipeline (issue 6)."""
+"""Fault, bad-input and security tests across the whole pipeline."""

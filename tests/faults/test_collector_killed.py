@@ -187,7 +187,7 @@ def test_sigkill_keeps_an_open_steps_acknowledged_part_and_the_summary_counts_it
 def test_sigkill_mid_step_still_delivers_the_step_complete(
     collectors: Collectors, loki_stand_in: StandIn, wandb_stand_in: StandIn
 ) -> None:
-    """Issue 6's promise: a step whose first source ended before the SIGKILL still arrives complete."""
+    """The promise of a collector restart: a step whose first source ended before the SIGKILL still arrives complete."""
     collector = _kill_after_one_source_ended(collectors, loki_stand_in, wandb_stand_in)
     want = _bottom_k(_ids("A", 5) + _ids("B", 5))
     _assert_once("file", file_records(collector.file_path), 5, want, "complete", 2)
