@@ -63,6 +63,7 @@ from otel_valgen._tracing import derived_context
 from otel_valgen.data_sources import DataSourceTally, data_sources_of
 from otel_valgen.distinct import DistinctKeys
 from otel_valgen.sampling import Order, step_k
+from otel_valgen.trajectories import TrajectoryFigures
 
 _logger = logging.getLogger("otel_valgen")
 
@@ -90,6 +91,7 @@ class StepState:
     dropped: int = 0
     score_count: int = 0  # generations seen with a valid score, and their sum (valgen.score.*)
     score_sum: float = 0.0
+    trajectories: TrajectoryFigures = field(default_factory=TrajectoryFigures)
     # Rollouts: the part's distinct prompt keys (valgen.prompt_keys, valgen.prompts_seen).
     prompts: DistinctKeys = field(default_factory=DistinctKeys, repr=False, compare=False)
     # The ``@<tag>`` of the part's sample ids, and its responses numbered per prompt over its calls.
@@ -379,6 +381,9 @@ class Emitter:
             with self._lock:
                 attributes[contract.SAMPLE_BY] = contract.SAMPLE_BY_DATA_SOURCE
                 attributes[contract.DATA_SOURCES] = state.by_source.attribute()  # type: ignore[assignment]
+        figures = state.trajectories.attribute()
+        if figures is not None:
+            attributes[contract.TRAJECTORIES] = figures  # type: ignore[assignment]  # a map (AnyValue)
         if math.isfinite(state.score_sum):
             attributes[contract.SCORE_COUNT] = state.score_count
             attributes[contract.SCORE_SUM] = state.score_sum
@@ -540,12 +545,14 @@ class Emitter:
             self.refuse(state, size)
             self.stats.failed("computing sample ids and keys", error, size)
             return 0
+        trajectories = self._trajectories(batch)
         with self._lock:
             ended = state.finished
             if not ended:
                 state.seen += size
                 state.score_count += scored
                 state.score_sum += score_sum
+                state.trajectories.absorb(trajectories)
                 state.prompts.add(prompts)
                 state.prompts_under_rate += under_rate
                 if state.by_source is not None and data_sources is not None:
@@ -566,6 +573,16 @@ class Emitter:
         except Exception as error:
             self.stats.failed("reporting invalid extra values", error)
         return size - dropped
+
+    def _trajectories(self, batch: Batch) -> TrajectoryFigures:
+        """The figures of a call's trajectories; a failure costs the figures only, counted."""
+        figures = TrajectoryFigures()
+        try:
+            figures.add(batch.outputs, batch.rollout.truncated if batch.rollout is not None else None)
+        except Exception as error:
+            self.stats.failed("counting trajectory figures", error)
+            return TrajectoryFigures()
+        return figures
 
     def refuse(self, state: StepState, generations: int) -> None:
         """Count generations that reach ``state`` only to be dropped whole (the caller counts the reason).

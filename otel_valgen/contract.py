@@ -50,6 +50,9 @@ REPLACED_CHARS: Final = "valgen.replaced_chars"  # int: undecodable chars replac
 # name?}); the body's input/output texts are then their readable rendering.
 GEN_AI_INPUT_MESSAGES: Final = "gen_ai.input.messages"
 GEN_AI_OUTPUT_MESSAGES: Final = "gen_ai.output.messages"
+# map: figures over every trajectory a source saw (end record, cumulative like valgen.seen) and,
+# merged over the ended sources with means and shares, on the summary (otel_valgen.trajectories).
+TRAJECTORIES: Final = "valgen.trajectories"
 # The stream a record belongs to, on every record: absent means KIND_VALIDATION (records of
 # earlier releases). A step's validation and its rollouts never share a group.
 KIND: Final = "valgen.kind"  # str, one of KINDS
@@ -122,6 +125,7 @@ FIGURE_SCORE_COUNT: Final = "score.count"
 FIGURE_SCORE_SUM: Final = "score.sum"
 FIGURE_SCORE_MEAN: Final = "score.mean"  # summary only, absent when the count is 0
 FIELD_DATA_SOURCES: Final = "data_sources"  # in an entry of valgen.source_figures: the source's end figures
+FIELD_TRAJECTORIES: Final = "trajectories"  # in an entry of valgen.source_figures: the source's valgen.trajectories
 # The best and the worst (``extremes = n``; otel_valgen.sampling.ScoreExtremes): EXTREMES on each
 # validation generation asks for the n lowest- and n highest-scored beside the k keyed picks (the
 # smallest n asked wins, absent is 0), and on the summary; SLOTS on each kept record of such a step

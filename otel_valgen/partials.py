@@ -31,7 +31,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from otel_valgen import contract
+from otel_valgen import contract, trajectories
 from otel_valgen.balance import SourceFigures, step_balance
 from otel_valgen.data_sources import DataSourceFigures, parse_figures, step_figures
 from otel_valgen.distinct import PROMPTS_SEEN_ERROR, distinct_count, merge_keys, parse_keys
@@ -104,6 +104,7 @@ class MergedFigures:
     unhooked: str = ""
     data_sources: tuple[DataSourceFigures, ...] | None = None  # from the part with the largest end counts
     raw_data_sources: list[Any] | None = None  # the same, as the part's entry carried it
+    trajectories: dict[str, Any] | None = None  # from the part with the largest end counts
 
     def add(self, figure: Mapping[str, Any]) -> None:
         """Add one part's figures of the source."""
@@ -117,6 +118,8 @@ class MergedFigures:
                 raw = figure.get(contract.FIELD_DATA_SOURCES)
                 if (parsed := parse_figures(raw)) is not None:
                     self.data_sources, self.raw_data_sources = parsed, list(raw or ())
+                if isinstance(figures := figure.get(contract.FIELD_TRAJECTORIES), dict):
+                    self.trajectories = figures
             self.ended = True
             self.seen = max(self.seen, _int(figure, "seen"))
             self.emitted = max(self.emitted, _int(figure, "emitted"))
@@ -164,6 +167,8 @@ class MergedFigures:
             figure["unhooked"] = self.unhooked
         if self.raw_data_sources is not None:
             figure[contract.FIELD_DATA_SOURCES] = self.raw_data_sources
+        if self.trajectories is not None:
+            figure[contract.FIELD_TRAJECTORIES] = self.trajectories
         return figure
 
 
@@ -227,6 +232,7 @@ def merge_summaries(summaries: Sequence[Mapping[str, Any]], kept: Sequence[Gener
         out.pop(contract.EXTREMES, None)
     _put_scores(out, [figures for figures in sources.values() if figures.ended])
     _put_data_sources(out, [figures for figures in sources.values() if figures.ended], kept)
+    _put_trajectories(out, [figures for figures in sources.values() if figures.ended])
     if out.get(contract.KIND) == contract.KIND_ROLLOUT:
         _put_prompts_seen(out, summaries, [figures for figures in sources.values() if figures.ended])
         out[contract.PROMPTS_KEPT] = len({g.prompt_id for g in kept})
@@ -246,6 +252,15 @@ def _put_data_sources(out: dict[str, Any], ended: list[MergedFigures], kept: Seq
     if reported or out.get(contract.SAMPLE_BY) == contract.SAMPLE_BY_DATA_SOURCE:
         figures = step_figures(reported, (g.data_source for g in kept))
         out[contract.DATA_SOURCES] = [figure.attribute() for figure in figures]
+
+
+def _put_trajectories(out: dict[str, Any], ended: list[MergedFigures]) -> None:
+    """The merged step's figures over every trajectory, from its ended sources' (none: no attribute)."""
+    merged = trajectories.summary(trajectories.merge(figures.trajectories for figures in ended))
+    if merged is not None:
+        out[contract.TRAJECTORIES] = merged
+    else:
+        out.pop(contract.TRAJECTORIES, None)
 
 
 def _complete_sources(summary: Mapping[str, Any], expected: int) -> bool:

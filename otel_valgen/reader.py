@@ -88,6 +88,10 @@ class Generation:
         return ",".join(self.slots) if self.slots is not None else None
 
 
+def _map(value: object) -> dict[str, Any] | None:
+    return value if isinstance(value, dict) else None
+
+
 def _messages(value: object) -> list[dict[str, Any]] | None:
     """GenAI messages read from an attribute: a list of maps, else None."""
     if isinstance(value, list | tuple) and all(isinstance(message, dict) for message in value):
@@ -120,6 +124,8 @@ class EndRecord:
     prompt_keys: tuple[int, ...] | None = None  # its sketch of distinct prompt keys (otel_valgen.distinct)
     # valgen.data_sources: its figures per data source (k per data source; cumulative, like seen).
     data_sources: tuple[DataSourceFigures, ...] | None = None
+    # valgen.trajectories: figures over every trajectory the source saw (cumulative, like seen).
+    trajectories: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -397,6 +403,7 @@ def _record(log: dict[str, Any], resource: dict[str, Any]) -> Record | None:  # 
             prompts_seen=_opt_int(attrs.get(contract.PROMPTS_SEEN)),
             prompt_keys=parse_keys(attrs.get(contract.PROMPT_KEYS)),
             data_sources=parse_figures(attrs.get(contract.DATA_SOURCES)),
+            trajectories=_map(attrs.get(contract.TRAJECTORIES)),
         )
     if event != contract.EVENT_GENERATION:
         return None

@@ -59,9 +59,9 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
-from otel_valgen import contract
+from otel_valgen import contract, trajectories
 from otel_valgen._settings import DEFAULT_COUNT, DEFAULT_SEED
 from otel_valgen.balance import SourceFigures, step_balance, summary_dropped
 from otel_valgen.data_sources import DataSourceFigures, parse_figures, step_figures
@@ -156,6 +156,7 @@ class StepSelection:
     by_data_source: bool = False  # k per (step, data source) (valgen.sample_by)
     extremes: int = 0  # the n lowest- and highest-scored kept beside the keyed picks (valgen.extremes)
     data_sources: list[DataSourceFigures] | None = None  # per data source (None: none reported, not split)
+    trajectories: dict[str, Any] | None = None  # figures over every trajectory (otel_valgen.trajectories)
 
     @property
     def score_mean(self) -> float | None:
@@ -401,6 +402,7 @@ def _larger_end(known: EndRecord | None, end: EndRecord) -> EndRecord:
         prompt_keys=_merged_keys(known.prompt_keys, end.prompt_keys),
         # The figures per data source of the record that saw the most (on a tie, the one read last).
         data_sources=(end if end.seen >= known.seen else known).data_sources or known.data_sources or end.data_sources,
+        trajectories=(end if end.seen >= known.seen else known).trajectories or known.trajectories or end.trajectories,
     )
 
 
@@ -558,6 +560,7 @@ def _finish(group: _Attempt, collector: bool, count: int | None, seed: int) -> S
             by_data_source=summary is not None
             and summary.attributes.get(contract.SAMPLE_BY) == contract.SAMPLE_BY_DATA_SOURCE,
             data_sources=_summary_figures(summary),
+            trajectories=_summary_map(summary, contract.TRAJECTORIES),
             extremes=extremes,
         )
     ended = set(group.ends)
@@ -598,8 +601,15 @@ def _finish(group: _Attempt, collector: bool, count: int | None, seed: int) -> S
         prompts_kept=prompts_kept,
         by_data_source=split,
         data_sources=step_figures(reported, (g.data_source for g in generations)) if split or reported else None,
+        trajectories=trajectories.summary(trajectories.merge(end.trajectories for end in group.ends.values())),
         extremes=group.selector.extremes if group.selector is not None else 0,
     )
+
+
+def _summary_map(summary: Summary | None, key: str) -> dict[str, Any] | None:
+    """A summary's map attribute ``key``, None when absent."""
+    value = summary.attributes.get(key) if summary is not None else None
+    return value if isinstance(value, dict) else None
 
 
 def _summary_figures(summary: Summary | None) -> list[DataSourceFigures] | None:

@@ -364,6 +364,80 @@ def score_stats_cases() -> dict[str, object]:
     }
 
 
+def _figures(
+    count: int, turns: int, most: int, calls: dict[str, int], errors: int, turn_limit: int, length: int
+) -> dict[str, object]:
+    return {
+        "count": count,
+        "turns.sum": turns,
+        "turns.max": most,
+        "tool_calls.sum": sum(calls.values()),
+        "tool_calls.by_name": calls,
+        "tool_errors": errors,
+        "turn_limit": turn_limit,
+        "length_limit": length,
+    }
+
+
+_TRAJECTORY_CASES: list[tuple[str, list[tuple[str, int, dict[str, object] | None]]]] = [
+    ("one_source", [("a", 10, _figures(10, 31, 5, {"calc": 20}, 1, 2, 1))]),
+    (
+        "two_sources_add_up_and_max",
+        [
+            ("a", 10, _figures(10, 31, 5, {"calc": 20}, 1, 2, 1)),
+            ("b", 6, _figures(6, 30, 9, {"calc": 3, "search": 7}, 0, 1, 0)),
+        ],
+    ),
+    (
+        "repeated_end_records_the_largest_seen_counts",
+        [
+            ("a", 4, _figures(4, 8, 3, {"calc": 4}, 0, 0, 0)),
+            ("a", 10, _figures(10, 31, 5, {"calc": 20}, 1, 2, 1)),
+            ("b", 6, _figures(6, 30, 9, {"search": 7}, 0, 1, 0)),
+        ],
+    ),
+    ("a_source_without_figures", [("a", 10, _figures(10, 20, 2, {}, 0, 0, 0)), ("b", 5, None)]),
+    ("none", [("a", 10, None), ("b", 5, None)]),
+    (
+        "values_of_another_type_are_left_out",
+        [
+            ("a", 10, {"count": 2, "turns.sum": 4, "turns.max": 3, "tool_errors": "many", "flag": True}),
+            ("b", 5, {"count": 1, "turns.sum": 1, "turns.max": 1, "tool_errors": 1, "tool_calls.by_name": {"calc": 1}}),
+        ],
+    ),
+]
+
+
+def trajectory_cases() -> dict[str, object]:
+    """The step's figures over every trajectory from its sources' end records, as the summary carries them."""
+    cases: list[dict[str, object]] = []
+    for name, ends in _TRAJECTORY_CASES:
+        records = [
+            {"source": source, "instance": f"i-{source}", "seen": seen, "emitted": 0}
+            | ({"trajectories": figures} if figures is not None else {})
+            for source, seen, figures in ends
+        ]
+        results = []
+        for order in (ends, ends[::-1]):
+            ends_read = (EndRecord("r", 1, s, f"i-{s}", seen, 0, trajectories=figures) for s, seen, figures in order)
+            (step,) = select_steps(ends_read)
+            results.append(step.trajectories)
+        assert results[0] == results[1], name
+        cases.append({"name": name, "end_records": records, "expected": results[0]})
+    return {
+        "description": (
+            "Each case: the valgen.validation.end records of one step (source, service.instance.id, "
+            "valgen.seen, valgen.emitted, and valgen.trajectories when present), in any order; "
+            "expected: the summary's valgen.trajectories, null when absent. A source's figures are "
+            "those of its end record with the largest seen. The ended sources' figures merge key by "
+            "key: a key ending in '.max' takes the largest value, a map merges, any other number adds "
+            "up, other values are left out; then turns.mean = turns.sum / count, tool_calls.mean = "
+            "tool_calls.sum / count, turn_limit.share and length_limit.share = each / count."
+        ),
+        "cases": cases,
+    }
+
+
 def _sorted_view(records: list[dict[str, str]], k: int, seed: int) -> list[str]:
     """The group view by sorting: every response of the k smallest prompts, ranked.
 
@@ -864,6 +938,7 @@ def main() -> None:
         ("distinct_prompts.json", distinct_prompts_cases()),
         ("data_source.json", data_source_cases()),
         ("extremes.json", extremes_cases()),
+        ("trajectories.json", trajectory_cases()),
     ):
         path = OUT / name
         path.write_text(json.dumps(payload, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")

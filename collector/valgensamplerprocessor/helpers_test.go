@@ -114,6 +114,8 @@ type rec struct {
 	dataSource  string
 	sampleBy    string
 	dataSources []any
+	// valgen.trajectories on an end record (raw figures), sent when not nil
+	trajectories map[string]any
 	// a generation's valgen.score: nil leaves it out, a float64 is sent as a double (NaN, ±Inf and
 	// -0.0 included), an int64 as an int, anything else (a string, a bool) as that type; and its
 	// valgen.extremes, sent when not 0 (a negative value too)
@@ -198,6 +200,11 @@ func appendRec(lrs plog.LogRecordSlice, r rec) plog.LogRecord {
 		}
 		if r.dataSources != nil {
 			if err := attrs.PutEmptySlice(attrDataSources).FromRaw(r.dataSources); err != nil {
+				panic(err)
+			}
+		}
+		if r.trajectories != nil {
+			if err := attrs.PutEmptyMap(attrTrajectories).FromRaw(r.trajectories); err != nil {
 				panic(err)
 			}
 		}

@@ -166,6 +166,7 @@ type endInfo struct {
 	rate                   float64             // valgen.sample_rate, 0 when absent (groupview.go)
 	promptKeys             []int64             // rollout end records: the source's distinct prompt keys sketch (distinct.go)
 	dataSources            []dataSourceFigures // valgen.data_sources, nil when absent (datasource.go)
+	trajectories           map[string]any      // valgen.trajectories as raw values, nil when absent (trajectories.go)
 }
 
 // checkCommon verifies the attributes that every sampled record must carry.
@@ -336,6 +337,7 @@ func parseEnd(attrs pcommon.Map) (endInfo, string) {
 		return endInfo{}, reason
 	}
 	end.dataSources = parseEndDataSources(attrs)
+	end.trajectories = parseTrajectories(attrs)
 	return end, ""
 }
 

@@ -94,6 +94,8 @@ const (
 	// valgen.data_sources of its end records (absent: none).
 	stateAttrSampleBy          = "sample_by"
 	stateAttrSourceDataSources = "data_sources"
+	// Each source's valgen.trajectories of its end records (absent: none).
+	stateAttrSourceTrajectories = "trajectories"
 	// The n lowest- and highest-scored a validation group keeps beside k (extremes.go), when > 0.
 	stateAttrExtremes = "extremes"
 )

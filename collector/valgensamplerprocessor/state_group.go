@@ -50,6 +50,9 @@ func encodeSources(attrs pcommon.Map, g *group) {
 		if state.end.dataSources != nil {
 			putDataSourceFigures(m, stateAttrSourceDataSources, state.end.dataSources)
 		}
+		if state.end.trajectories != nil {
+			_ = m.PutEmptyMap(stateAttrSourceTrajectories).FromRaw(state.end.trajectories) // raw figures always convert
+		}
 	}
 }
 
@@ -143,6 +146,12 @@ func decodeSources(attrs pcommon.Map, g *group, version int64) error {
 				return corrupt("source %d: %s", i, stateAttrSourceDataSources)
 			}
 			state.end.dataSources = figures
+		}
+		if v, ok := m.Get(stateAttrSourceTrajectories); ok {
+			if v.Type() != pcommon.ValueTypeMap {
+				return corrupt("source %d: %s", i, stateAttrSourceTrajectories)
+			}
+			state.end.trajectories = v.Map().AsRaw()
 		}
 		if _, dup := g.sources[id]; dup {
 			return corrupt("source %d repeated", i)

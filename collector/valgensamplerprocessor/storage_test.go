@@ -465,7 +465,11 @@ func TestStorageEncodeRoundTrip(t *testing.T) {
 			scored := endRec(1, "C", 4, 0, 3)
 			scored.scored, scored.scoreCount, scored.scoreSum = true, 3, -0.75
 			invalid := rec{step: 1, id: "A/x", source: "A", noID: true, at: h.clock.Now().Add(time.Minute)}
-			h.consume(t, logsOf(append(stepRecords(1, "A", n, 0), endRec(1, "B", 9, 8, 3), scored, invalid)...))
+			agentic := endRec(1, "B", 9, 8, 3) // with figures over its trajectories, kept across a restart
+			agentic.trajectories = map[string]any{
+				"count": int64(3), "turns.max": int64(4), "tool_calls.by_name": map[string]any{"calc": int64(2)},
+			}
+			h.consume(t, logsOf(append(stepRecords(1, "A", n, 0), agentic, scored, invalid)...))
 			h.consume(t, withMarks(logsOf(rec{event: eventStart, step: 1, source: "D"}), "unhooked", "override"))
 			require.Len(t, h.p.groups, 1)
 			var g *group
@@ -489,6 +493,7 @@ func TestStorageEncodeRoundTrip(t *testing.T) {
 			assert.Equal(t, g.k, back.k)
 			assert.Equal(t, g.traceID, back.traceID)
 			assert.Equal(t, g.sources, back.sources)
+			assert.Equal(t, int64(4), back.sources[sourceID{"B", "i-B"}].end.trajectories["turns.max"])
 			assert.Equal(t, g.sourcesExpected, back.sourcesExpected)
 			assert.Equal(t, g.late, back.late)
 			assert.Equal(t, g.keyVersion, back.keyVersion)

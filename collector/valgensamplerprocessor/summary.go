@@ -136,6 +136,7 @@ func appendSummary(out plog.Logs, g *group, kept int, reason string, now time.Ti
 	attrs.PutStr(attrClosedReason, reason)
 	total := g.scoreTotals()
 	total.put(attrs, attrScoreCount, attrScoreSum, attrScoreMean)
+	putTrajectories(attrs, g)
 	return lr
 }
 

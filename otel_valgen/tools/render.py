@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from otel_valgen import contract
+from otel_valgen import contract, trajectories
 from otel_valgen.conversations import ORIGINAL_LENGTH
 from otel_valgen.distinct import PROMPTS_SEEN_ERROR
 from otel_valgen.partials import samplers_of
@@ -110,6 +110,12 @@ def step_title(selection: StepSelection) -> str:
     return title
 
 
+def step_caption(selection: StepSelection) -> str | None:
+    """The table's caption: the figures per data source, then those over every trajectory; None without either."""
+    lines = [line for line in (data_source_caption(selection), trajectories.caption(selection.trajectories)) if line]
+    return "\n".join(lines) or None
+
+
 def data_source_caption(selection: StepSelection) -> str | None:
     """Each data source's kept of seen and mean score (``valgen.data_sources``), None when the step has none."""
     if not selection.data_sources:
@@ -154,6 +160,7 @@ def step_json(selection: StepSelection, extras: Sequence[str]) -> dict[str, obje
         "prompts_kept": selection.prompts_kept,
         "sample_by": contract.SAMPLE_BY_DATA_SOURCE if selection.by_data_source else contract.SAMPLE_BY_STEP,
         "extremes": selection.extremes,
+        "trajectories": selection.trajectories,
         "data_sources": (
             [
                 {
@@ -207,7 +214,7 @@ def render_tables(selections: Sequence[StepSelection], console: Console, width: 
     slots = any(g.slots is not None for g in shown)
     for selection in selections:
         rollout = selection.kind == contract.KIND_ROLLOUT
-        table = Table(title=step_title(selection), caption=data_source_caption(selection), show_lines=False)
+        table = Table(title=step_title(selection), caption=step_caption(selection), show_lines=False)
         table.add_column("#", justify="right", min_width=2, no_wrap=True)
         if slots:
             table.add_column("slot", no_wrap=True)

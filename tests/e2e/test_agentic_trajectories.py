@@ -6,8 +6,9 @@ names, log 240 multi-turn, tool-calling trajectories of one validation step as c
 a final answer). Through the built collector, the step keeps exactly the k the sampling rule picks
 from the message prompts' ids, and each kept record carries its conversation as GenAI messages
 (arrays of maps) equal to what was logged; the one 300 KB tool result among them is cut head and
-tail, every other text is whole. The body's texts are the readable rendering, and
-``otel-valgen show --format json`` gives the messages back.
+tail, every other text is whole. The body's texts are the readable rendering,
+``otel-valgen show --format json`` gives the messages back, and the summary gives the figures
+over all 240 trajectories (turns, tool calls per tool).
 """
 
 from __future__ import annotations
@@ -109,6 +110,14 @@ def test_two_processes_keep_k_trajectories_whole_as_conversations(
     records = records_of_file(collector.file_path)
     (summary,) = [r.attributes for r in records if r.event == contract.EVENT_STEP_SUMMARY]
     assert (summary[contract.SEEN], summary[contract.CLOSED_REASON]) == (2 * PER_PROCESS, "complete")
+    # Figures over every trajectory of both processes (3 assistant turns and 2 calc calls each), not the kept.
+    figures = summary[contract.TRAJECTORIES]
+    assert (figures["count"], figures["turns.sum"], figures["turns.max"]) == (240, 720, 3)
+    assert (figures["tool_calls.by_name"], figures["turns.mean"], figures["turn_limit.share"]) == (
+        {"calc": 480},
+        3.0,
+        0.0,
+    )
     kept = _kept(records)
     assert [untagged(r.attributes[contract.SAMPLE_ID]) for r in kept] == expected
 

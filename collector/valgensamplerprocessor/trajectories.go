@@ -1,0 +1,142 @@
+// Copyright The otel-valgen Authors
+// SPDX-License-Identifier: Apache-2.0
+
+package valgensamplerprocessor // import "github.com/otel-valgen/otel-valgen/collector/valgensamplerprocessor"
+
+import (
+	"sort"
+	"strings"
+
+	"go.opentelemetry.io/collector/pdata/pcommon"
+)
+
+// Figures over every trajectory of a step (otel_valgen.trajectories): each end record carries a
+// source's figures cumulatively as valgen.trajectories, a map; the summary merges the ended
+// sources' figures (each from its end record with the largest seen) and derives the means and
+// shares. One rule merges them, as otel_valgen.trajectories.merge does: a key ending in ".max"
+// takes the largest value, a map merges key by key, any other number adds up; other values are
+// left out. The shared cases are testdata/sampling/trajectories.json.
+const (
+	attrTrajectories     = "valgen.trajectories"
+	trajectoryCount      = "count"
+	trajectoryTurnsSum   = "turns.sum"
+	trajectoryToolCalls  = "tool_calls.sum"
+	trajectoryTurnLimit  = "turn_limit"
+	trajectoryLengthLim  = "length_limit"
+	trajectoryMaxSuffix  = ".max"
+	trajectoryMeanSuffix = ".mean"
+	trajectoryShare      = ".share"
+)
+
+// parseTrajectories reads an end record's valgen.trajectories as raw values: nil when absent or
+// not a map (the figures are informational: never the end record).
+func parseTrajectories(attrs pcommon.Map) map[string]any {
+	v, ok := attrs.Get(attrTrajectories)
+	if !ok || v.Type() != pcommon.ValueTypeMap {
+		return nil
+	}
+	return v.Map().AsRaw()
+}
+
+// addTrajectories keeps a source's figures from the end record with the largest valgen.seen (on
+// a tie the later one), as addDataSources does; called before the end's seen is merged.
+func (s *sourceState) addTrajectories(end endInfo) {
+	if end.trajectories != nil && end.seen >= s.end.seen {
+		s.end.trajectories = end.trajectories
+	}
+}
+
+// mergeFigures adds one source's figures into the merged ones.
+func mergeFigures(into, one map[string]any) {
+	for key, value := range one {
+		known, exists := into[key]
+		switch v := value.(type) {
+		case map[string]any:
+			inner, ok := known.(map[string]any)
+			if !ok {
+				inner = map[string]any{}
+				into[key] = inner
+			}
+			mergeFigures(inner, v)
+		case int64, float64:
+			if !exists {
+				into[key] = v
+			} else if isNumber(known) {
+				into[key] = combine(known, v, strings.HasSuffix(key, trajectoryMaxSuffix))
+			}
+		default: // texts, bools, lists: not figures
+		}
+	}
+}
+
+func isNumber(v any) bool {
+	switch v.(type) {
+	case int64, float64:
+		return true
+	}
+	return false
+}
+
+// combine gives the largest of the two (largest) or their sum; two ints stay an int.
+func combine(known, value any, largest bool) any {
+	a, aInt := known.(int64)
+	b, bInt := value.(int64)
+	if aInt && bInt {
+		if largest {
+			return max(a, b)
+		}
+		return a + b
+	}
+	x, y := asDouble(known), asDouble(value)
+	if largest {
+		return max(x, y)
+	}
+	return x + y
+}
+
+func asDouble(v any) float64 {
+	if i, ok := v.(int64); ok {
+		return float64(i)
+	}
+	f, _ := v.(float64)
+	return f
+}
+
+// putTrajectories writes a summary's valgen.trajectories: the ended sources' figures merged (in
+// source order), with turns.mean, tool_calls.mean and the turn and length limits' shares of
+// count; nothing when no ended source sent figures.
+func putTrajectories(attrs pcommon.Map, g *group) {
+	ids := make([]sourceID, 0, len(g.sources))
+	for id := range g.sources {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i].String() < ids[j].String() })
+	var merged map[string]any
+	for _, id := range ids {
+		state := g.sources[id]
+		if !state.ended || state.end.trajectories == nil {
+			continue
+		}
+		if merged == nil {
+			merged = map[string]any{}
+		}
+		mergeFigures(merged, state.end.trajectories)
+	}
+	if merged == nil {
+		return
+	}
+	if count, ok := merged[trajectoryCount]; ok && isNumber(count) && asDouble(count) > 0 {
+		n := asDouble(count)
+		for _, total := range []string{trajectoryTurnsSum, trajectoryToolCalls} {
+			if v, ok := merged[total]; ok && isNumber(v) {
+				merged[strings.TrimSuffix(total, ".sum")+trajectoryMeanSuffix] = asDouble(v) / n
+			}
+		}
+		for _, key := range []string{trajectoryTurnLimit, trajectoryLengthLim} {
+			if v, ok := merged[key]; ok && isNumber(v) {
+				merged[key+trajectoryShare] = asDouble(v) / n
+			}
+		}
+	}
+	_ = attrs.PutEmptyMap(attrTrajectories).FromRaw(merged) // raw ints, doubles and maps always convert
+}
