@@ -218,7 +218,7 @@ class Pipeline:
                 sender_for(settings),
                 stats,
                 self.exporter.description,
-                settings.flush_timeout_s,
+                self.exporter.answer_within_s,  # the delivery's own bound, so the two never disagree
                 self.exporter.resume,
                 self.exporter.spool_path,
                 lambda: claim_orphans(spool_dir, settings.run_id, self.exporter.spool_path()),

@@ -71,6 +71,14 @@ def _go(path: str) -> str:
 
 MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
+        "py.courier.answer_bound",
+        "the courier hands delivery back by the delivery's own bound, not a flush timeout below it (0 included)",
+        "otel_valgen/_pipeline.py",
+        "self.exporter.answer_within_s,  # the delivery's own bound",
+        "settings.flush_timeout_s,  # the delivery's own bound",
+        ("tests/faults/test_courier_rules.py",),
+    ),
+    Mutation(
         "py.selection.invalid_score_pair",
         "show reads an end record with a negative score count (or only one of count and sum) without statistics",
         "otel_valgen/selection.py",

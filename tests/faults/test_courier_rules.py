@@ -239,3 +239,24 @@ def test_a_slow_endpoint_keeps_being_served_by_the_courier_and_the_training_thre
         assert (stats["endpoint_away"], stats["endpoint_outages"]) == (1, outages), stats
     finally:
         endpoint.close()
+
+
+@pytest.mark.timeout(60)
+def test_a_zero_flush_timeout_still_hands_a_prompt_endpoint_back() -> None:
+    """flush_timeout_s = 0 (no call waits at all): an endpoint that answers at once gets delivery back.
+
+    The courier's "in time" bound is the delivery's own (at least MIN_ANSWER_WAIT_S), not the raw setting.
+    """
+    mode = ["down"]
+    endpoint = _Endpoint(lambda hit: _Answer(503) if mode[0] == "down" else _Answer())
+    try:
+        vg.configure(run_id="zero-timeout", count=K, endpoint=endpoint.url, flush_timeout_s=0, progress_interval_s=0)
+        _step(1)  # waits for nothing: the outage is found by the export in the background
+        wait_for(lambda: vg.stats()["endpoint_away"] == 1, 30, "the outage found")
+        mode[0] = "up"
+        wait_for(lambda: vg.stats()["endpoint_away"] == 0, 30, "delivery back to a prompt endpoint")
+        _step(2)
+        assert vg.flush(10)
+        assert len(endpoint.received()) == _handed()
+    finally:
+        endpoint.close()
