@@ -174,7 +174,7 @@ def scalars(figures: Mapping[str, Any] | None) -> dict[str, float]:
     out: dict[str, float] = {}
     for key in (COUNT, TURNS_MEAN, TURNS_MAX, TOOL_CALLS_MEAN, TOOL_ERRORS, TURN_LIMIT + _SHARE, LENGTH_LIMIT + _SHARE):
         value = figures.get(key)
-        if _number(value) and math.isfinite(value):
+        if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
             out[f"trajectories/{key.replace('.', '_')}"] = float(value)
     by_name = figures.get(TOOL_CALLS_BY_NAME)
     for name, value in by_name.items() if isinstance(by_name, Mapping) else ():

@@ -80,8 +80,9 @@ def _log_step(tmp_path: Path, count: int) -> list[tuple[Any, Any, float]]:
     return rows
 
 
-def test_every_trajectory_counts_not_only_the_kept(tmp_path: Path) -> None:
+def test_every_trajectory_counts_not_only_the_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """100 trajectories, 4 kept: the end record counts all 100; show gives the figures and the trackers the scalars."""
+    monkeypatch.setenv("COLUMNS", "200")  # show's table in a terminal wide enough for its caption
     _log_step(tmp_path, 100)
     # Independently: each trajectory has 3 assistant turns and 2 calc calls; trajectory 0 lost its last answer.
     expected = {

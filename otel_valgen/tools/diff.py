@@ -5,7 +5,9 @@ Rows are matched by their sample id without the part's tag (``<base>/<i>``; for 
 side holds several rows of one id (two processes answered the same prompt), they pair in rank
 order and the rest count as present on one side only. A pair's output *changed* when the texts
 differ; its score delta is B - A (None unless both scores are there) and its length delta is
-B - A in tokens when both records carry ``valgen.response_length``, else in characters.
+B - A in tokens when both records carry ``valgen.response_length``, else in characters. When
+both outputs are chat messages, the pair also compares them turn by turn (``otel_valgen.tools.turns``:
+the turn where they first differ, the tool calls B adds or drops).
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from rich.table import Table
 from otel_valgen.reader import Generation
 from otel_valgen.sampling import untagged
 from otel_valgen.selection import StepSelection
-from otel_valgen.tools.render import LENGTH_CHARS, LENGTH_TOKENS, cell, generation_length
+from otel_valgen.tools.render import LENGTH_CHARS, LENGTH_TOKENS, cell, generation_length, output_cell
+from otel_valgen.tools.turns import TurnDiff, compare_turns
 
 __all__ = ["BOTH", "ONLY_A", "ONLY_B", "Pair", "StepDiff", "diff_json", "diff_steps", "render_diff", "write_diff_csv"]
 
@@ -50,6 +53,13 @@ class Pair:
         if self.a is None or self.b is None:
             return None
         return self.a.output != self.b.output
+
+    @property
+    def turns(self) -> TurnDiff | None:
+        """The conversations compared turn by turn (None unless both sides' outputs are chat messages)."""
+        if self.a is None or self.b is None or self.a.output_messages is None or self.b.output_messages is None:
+            return None
+        return compare_turns(self.a.output_messages, self.b.output_messages)
 
     @property
     def score_delta(self) -> float | None:
@@ -188,6 +198,7 @@ def _pair_json(pair: Pair) -> dict[str, object]:
         "score_delta": pair.score_delta,
         "length_delta": pair.length_delta,
         "length_unit": unit,
+        "turns": turns.as_json() if (turns := pair.turns) is not None else None,
     }
 
 
@@ -273,6 +284,9 @@ def render_diff(diff: StepDiff, console: Console, width: int = 40) -> None:
     for column in ("output A", "output B"):
         table.add_column(column, overflow="ellipsis", no_wrap=True, max_width=max(8, min(width, room)))
     table.add_column("output", no_wrap=True, min_width=7)
+    conversations = any(pair.turns is not None for pair in diff.pairs)
+    if conversations:  # beside the verdict: which turn first differs, the tool calls added or dropped
+        table.add_column("turns", overflow="fold", min_width=min(width, 24), max_width=width)
     for column in numbers:
         table.add_column(column, justify="right", no_wrap=True, min_width=len(column))
     for pair in diff.pairs:
@@ -282,9 +296,10 @@ def render_diff(diff: StepDiff, console: Console, width: int = 40) -> None:
         suffix = "" if unit == LENGTH_TOKENS or not tokens else " ch"
         table.add_row(
             pair.key,
-            pair.a.output,
-            pair.b.output,
+            output_cell(pair.a),
+            output_cell(pair.b),
             "changed" if pair.changed else "same",
+            *([turns.summary() if (turns := pair.turns) is not None else ""] if conversations else []),
             cell(pair.a.score),
             cell(pair.b.score),
             _signed(pair.score_delta),

@@ -4,7 +4,9 @@
 rollout prompt id. A row matches when ``ID`` is its sample id, its sample id without the tag
 (``<base>/<i>``), its base (every response to the prompt), or its ``valgen.prompt_id``. Rows
 come from the steps as ``show`` selects them (the attempt shown, the bottom-k kept), so a prompt
-is listed at the steps where it was kept.
+is listed at the steps where it was kept. A row whose output is a conversation is compared turn
+by turn with the same response's row at the previous step where it was kept
+(``otel_valgen.tools.turns``).
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from otel_valgen import contract
 from otel_valgen.reader import Generation
 from otel_valgen.sampling import split_sample_id, untagged
 from otel_valgen.selection import StepSelection
-from otel_valgen.tools.render import cell, generation_length, kind_columns
+from otel_valgen.tools.render import cell, generation_length, input_cell, kind_columns, output_cell
+from otel_valgen.tools.turns import TurnDiff, compare_turns
 
 __all__ = ["PromptRow", "history_json", "matches", "prompt_rows", "render_history", "steps_kept", "write_history_csv"]
 
@@ -35,6 +38,9 @@ class PromptRow:
     selection: StepSelection
     rank: int
     generation: Generation
+    # The row's conversation against the same response's at the previous step where it was kept
+    # (otel_valgen.tools.turns), None without one on either side.
+    turns: TurnDiff | None = None
 
 
 def matches(generation: Generation, prompt: str) -> bool:
@@ -46,12 +52,20 @@ def matches(generation: Generation, prompt: str) -> bool:
 def prompt_rows(selections: Sequence[StepSelection], prompt: str) -> list[PromptRow]:
     """The rows of ``prompt`` in ``selections``, by run, then step, then kind (validation first), then rank."""
     ordered = sorted(selections, key=lambda s: (s.run_id, s.step, _KIND_ORDER.get(s.kind, 2), s.kind))
-    return [
-        PromptRow(selection, rank, g)
-        for selection in ordered
-        for rank, g in enumerate(selection.generations, start=1)
-        if matches(g, prompt)
-    ]
+    rows = []
+    previous: dict[tuple[str, str, str], Generation] = {}  # (run, kind, response) -> its row at the last step
+    for selection in ordered:
+        for rank, g in enumerate(selection.generations, start=1):
+            if not matches(g, prompt):
+                continue
+            lane = (selection.run_id, selection.kind, untagged(g.sample_id))
+            before = previous.get(lane)
+            turns = None
+            if before is not None and before.output_messages is not None and g.output_messages is not None:
+                turns = compare_turns(before.output_messages, g.output_messages)
+            previous[lane] = g
+            rows.append(PromptRow(selection, rank, g, turns))
+    return rows
 
 
 def steps_kept(rows: Sequence[PromptRow], selections: Sequence[StepSelection]) -> str:
@@ -84,6 +98,8 @@ def _row_json(row: PromptRow) -> dict[str, object]:
         "data_source": g.data_source,
         "source": g.source,
         "extra": dict(sorted(g.extra.items())),
+        "output_messages": g.output_messages,
+        "turns_vs_previous": row.turns.as_json() if row.turns is not None else None,
         **kind_columns(g),
     }
 
@@ -165,6 +181,9 @@ def render_history(
         table.add_column("output", overflow="ellipsis", no_wrap=True, max_width=width)
         table.add_column("score", justify="right", no_wrap=True)
         table.add_column("length", justify="right", no_wrap=True)
+        conversations = any(r.generation.output_messages is not None for r in rows if r.selection.run_id == run_id)
+        if conversations:
+            table.add_column("turns vs previous", overflow="fold", max_width=width)
         for row in rows:
             if row.selection.run_id != run_id:
                 continue
@@ -176,9 +195,10 @@ def render_history(
                 str(row.rank),
                 untagged(g.sample_id),
                 g.source or "",
-                g.input,
-                g.output,
+                input_cell(g),
+                output_cell(g),
                 cell(g.score),
                 f"{length} {'tok' if unit == 'tokens' else 'ch'}",
+                *([row.turns.summary() if row.turns is not None else ""] if conversations else []),
             )
         console.print(table)

@@ -63,6 +63,21 @@ def generation_length(generation: Generation) -> tuple[int, str]:
     return len(generation.output), LENGTH_CHARS
 
 
+def input_cell(generation: Generation) -> Text:
+    """A generation's input for a table row, never read as markup; a conversation's on one line (``⏎``)."""
+    return Text(one_line(generation.input) if generation.input_messages is not None else generation.input)
+
+
+def output_cell(generation: Generation) -> Text:
+    """A generation's output for a table row, never read as markup; a conversation's on one line (``⏎``)."""
+    return Text(one_line(generation.output) if generation.output_messages is not None else generation.output)
+
+
+def one_line(text: str) -> str:
+    """``text`` with its line breaks shown as `` ⏎ ``, so a table row stays one line."""
+    return text.replace("\n", " ⏎ ")
+
+
 def cell(value: object) -> str:
     """A value as a table cell: floats to 3 significant digits, bools in lower case, None empty."""
     if value is None:
@@ -247,8 +262,8 @@ def render_tables(selections: Sequence[StepSelection], console: Console, width: 
                 *prompt,
                 g.source or "",
                 *([cell(g.data_source)] if sources else []),
-                g.input,
-                g.output,
+                input_cell(g),
+                output_cell(g),
                 *([cell(g.ground_truth)] if truths else []),
                 score,
                 *rollout_cells[1:],
