@@ -259,7 +259,16 @@ def rollout_prompts(batch: Batch) -> list[str]:
     """The prompt id of each response of a rollout call: the caller's, else derived from the prompt text."""
     given = batch.rollout.prompt_ids if batch.rollout is not None else None
     if given is None:
-        return [base_sample_id(None, raw_input) for raw_input in batch.inputs]
+        # A group's n responses usually share one prompt object: it is read (a message prompt
+        # converted) once. Each object is held beside its id, so no id is reused within the call.
+        by_object: dict[int, tuple[object, str]] = {}
+        prompt_ids = []
+        for raw_input in batch.inputs:
+            known = by_object.get(id(raw_input))
+            if known is None:
+                known = by_object[id(raw_input)] = (raw_input, base_sample_id(None, raw_input))
+            prompt_ids.append(known[1])
+        return prompt_ids
     # A prompt's text is read only when its id is missing: inputs may decode lazily (verl's hook).
     return [
         base_sample_id(pid, None) if _has_id(pid) else base_sample_id(None, batch.inputs[index])
