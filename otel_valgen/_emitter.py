@@ -545,7 +545,7 @@ class Emitter:
             self.refuse(state, size)
             self.stats.failed("computing sample ids and keys", error, size)
             return 0
-        trajectories = self._trajectories(batch)
+        trajectories = self._trajectories(batch, data_sources)
         with self._lock:
             ended = state.finished
             if not ended:
@@ -574,11 +574,11 @@ class Emitter:
             self.stats.failed("reporting invalid extra values", error)
         return size - dropped
 
-    def _trajectories(self, batch: Batch) -> TrajectoryFigures:
-        """The figures of a call's trajectories; a failure costs the figures only, counted."""
+    def _trajectories(self, batch: Batch, data_sources: list[str] | None) -> TrajectoryFigures:
+        """The figures of a call's trajectories (per data source too when given); a failure costs the figures only."""
         figures = TrajectoryFigures()
         try:
-            figures.add(batch.outputs, batch.rollout.truncated if batch.rollout is not None else None)
+            figures.add(batch.outputs, batch.rollout.truncated if batch.rollout is not None else None, data_sources)
         except Exception as error:
             self.stats.failed("counting trajectory figures", error)
             return TrajectoryFigures()

@@ -17,6 +17,7 @@ cases are ``testdata/sampling/trajectories.json``.
 | ``tool_errors``      | tool messages marked ``is_error`` (or with an ``error``) |                        |
 | ``turn_limit``       | ended on a tool call or result (no final answer), not cut | ``turn_limit.share`` |
 | ``length_limit``     | cut at the length limit (``truncated``)                 | ``length_limit.share`` |
+| ``by_data_source``   | k per data source: the figures per data source (maps) | the same, each |
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ TOOL_CALLS_BY_NAME: Final = "tool_calls.by_name"
 TOOL_ERRORS: Final = "tool_errors"
 TURN_LIMIT: Final = "turn_limit"
 LENGTH_LIMIT: Final = "length_limit"
+BY_DATA_SOURCE: Final = "by_data_source"
 _SHARE: Final = ".share"
 _MAX: Final = ".max"
 
@@ -54,14 +56,25 @@ class TrajectoryFigures:
     tool_errors: int = 0
     turn_limit: int = 0
     length_limit: int = 0
+    by_data_source: dict[str, TrajectoryFigures] | None = None  # the same figures per data source, when asked
 
-    def add(self, outputs: Sequence[Any], truncated: Sequence[Any] | None) -> None:
-        """Count the trajectories among ``outputs`` (``truncated``: one flag per output, or None)."""
+    def add(
+        self, outputs: Sequence[Any], truncated: Sequence[Any] | None, data_sources: Sequence[str] | None = None
+    ) -> None:
+        """Count the trajectories among ``outputs`` (``truncated``: one flag per output, or None).
+
+        ``data_sources`` (one cleaned name per output) counts them per data source too.
+        """
         for index, output in enumerate(outputs):
             if type(output) is str or not is_conversation(output):
                 continue
             cut = truncated is not None and truncated[index] is not None and bool(truncated[index])
-            self._add_one(list(output) if not isinstance(output, list) else output, cut)
+            messages = list(output) if not isinstance(output, list) else output
+            self._add_one(messages, cut)
+            if data_sources is not None:
+                if self.by_data_source is None:
+                    self.by_data_source = {}
+                self.by_data_source.setdefault(data_sources[index], TrajectoryFigures())._add_one(messages, cut)
 
     def _add_one(self, messages: list[Any], cut: bool) -> None:
         turns = 0
@@ -97,12 +110,16 @@ class TrajectoryFigures:
         self.tool_errors += other.tool_errors
         self.turn_limit += other.turn_limit
         self.length_limit += other.length_limit
+        for name, figures in (other.by_data_source or {}).items():
+            if self.by_data_source is None:
+                self.by_data_source = {}
+            self.by_data_source.setdefault(name, TrajectoryFigures()).absorb(figures)
 
     def attribute(self) -> dict[str, Any] | None:
         """The end record's ``valgen.trajectories``; None before the first trajectory."""
         if not self.count:
             return None
-        return {
+        out: dict[str, Any] = {
             COUNT: self.count,
             TURNS_SUM: self.turns_sum,
             TURNS_MAX: self.turns_max,
@@ -112,6 +129,11 @@ class TrajectoryFigures:
             TURN_LIMIT: self.turn_limit,
             LENGTH_LIMIT: self.length_limit,
         }
+        if self.by_data_source:
+            out[BY_DATA_SOURCE] = {
+                name: figures.attribute() for name, figures in sorted(self.by_data_source.items()) if figures.count
+            }
+        return out
 
 
 def _tool_name(call: object) -> str:
@@ -156,6 +178,11 @@ def summary(merged: Mapping[str, Any] | None) -> dict[str, Any] | None:
     if merged is None:
         return None
     out = dict(merged)
+    by_data_source = merged.get(BY_DATA_SOURCE)
+    if isinstance(by_data_source, Mapping):
+        out[BY_DATA_SOURCE] = {
+            name: summary(figures) for name, figures in by_data_source.items() if isinstance(figures, Mapping)
+        }
     count = merged.get(COUNT)
     if isinstance(count, int | float) and not isinstance(count, bool) and count > 0:
         for total, derived in ((TURNS_SUM, TURNS_MEAN), (TOOL_CALLS_SUM, TOOL_CALLS_MEAN)):

@@ -116,3 +116,21 @@ def test_text_outputs_send_no_trajectory_figures() -> None:
         vg.log_generations(["q"], ["a"], step=1)
     (end,) = [r for r in captured if r["event_name"] == contract.EVENT_VALIDATION_END]
     assert contract.TRAJECTORIES not in end["attributes"]
+
+
+def test_a_step_split_by_data_source_gives_each_its_figures() -> None:
+    """With k per data source, the end record's figures hold each data source's own, over all its trajectories."""
+    rows = [trajectory(i) for i in range(30)]
+    sources = ["gsm8k" if i % 3 else "math" for i in range(30)]
+    rows[3][1].pop()  # a math trajectory stops on a tool result
+    with capture_records(run_id="split", count=2, sample_by="data_source") as captured, vg.validation(step=1):
+        vg.log_generations([r[0] for r in rows], [r[1] for r in rows], data_sources=sources)
+    (end,) = [r for r in captured if r["event_name"] == contract.EVENT_VALIDATION_END]
+    figures = end["attributes"][contract.TRAJECTORIES]
+    per_source = figures["by_data_source"]
+    assert (figures["count"], per_source["gsm8k"]["count"], per_source["math"]["count"]) == (30, 20, 10)
+    assert (per_source["math"]["turns.sum"], per_source["math"]["turn_limit"]) == (29, 1)
+    assert per_source["gsm8k"]["tool_calls.by_name"] == {"calc": 40}
+    (step,) = select_steps([EndRecord("split", 1, "main", "i", 30, 4, trajectories=json.loads(json.dumps(figures)))])
+    assert step.trajectories is not None
+    assert step.trajectories["by_data_source"]["math"]["turn_limit.share"] == 0.1

@@ -399,6 +399,28 @@ _TRAJECTORY_CASES: list[tuple[str, list[tuple[str, int, dict[str, object] | None
     ("a_source_without_figures", [("a", 10, _figures(10, 20, 2, {}, 0, 0, 0)), ("b", 5, None)]),
     ("none", [("a", 10, None), ("b", 5, None)]),
     (
+        "per_data_source",
+        [
+            (
+                "a",
+                10,
+                _figures(10, 31, 5, {"calc": 20}, 1, 2, 1)
+                | {
+                    "by_data_source": {
+                        "gsm8k": _figures(6, 18, 5, {"calc": 12}, 1, 1, 0),
+                        "math": _figures(4, 13, 4, {"calc": 8}, 0, 1, 1),
+                    }
+                },
+            ),
+            (
+                "b",
+                6,
+                _figures(6, 30, 9, {"search": 7}, 0, 1, 0)
+                | {"by_data_source": {"math": _figures(6, 30, 9, {"search": 7}, 0, 1, 0)}},
+            ),
+        ],
+    ),
+    (
         "values_of_another_type_are_left_out",
         [
             ("a", 10, {"count": 2, "turns.sum": 4, "turns.max": 3, "tool_errors": "many", "flag": True}),
@@ -432,7 +454,9 @@ def trajectory_cases() -> dict[str, object]:
             "those of its end record with the largest seen. The ended sources' figures merge key by "
             "key: a key ending in '.max' takes the largest value, a map merges, any other number adds "
             "up, other values are left out; then turns.mean = turns.sum / count, tool_calls.mean = "
-            "tool_calls.sum / count, turn_limit.share and length_limit.share = each / count."
+            "tool_calls.sum / count, turn_limit.share and length_limit.share = each / count, for the "
+            "step and for each entry of by_data_source (the figures per data source of a step that "
+            "keeps k per data source)."
         ),
         "cases": cases,
     }

@@ -17,15 +17,17 @@ import (
 // takes the largest value, a map merges key by key, any other number adds up; other values are
 // left out. The shared cases are testdata/sampling/trajectories.json.
 const (
-	attrTrajectories     = "valgen.trajectories"
-	trajectoryCount      = "count"
-	trajectoryTurnsSum   = "turns.sum"
-	trajectoryToolCalls  = "tool_calls.sum"
-	trajectoryTurnLimit  = "turn_limit"
-	trajectoryLengthLim  = "length_limit"
-	trajectoryMaxSuffix  = ".max"
-	trajectoryMeanSuffix = ".mean"
-	trajectoryShare      = ".share"
+	attrTrajectories    = "valgen.trajectories"
+	trajectoryCount     = "count"
+	trajectoryTurnsSum  = "turns.sum"
+	trajectoryToolCalls = "tool_calls.sum"
+	trajectoryTurnLimit = "turn_limit"
+	trajectoryLengthLim = "length_limit"
+	// The figures per data source when the step keeps k per data source: a map of figure maps.
+	trajectoryByDataSource = "by_data_source"
+	trajectoryMaxSuffix    = ".max"
+	trajectoryMeanSuffix   = ".mean"
+	trajectoryShare        = ".share"
 )
 
 // parseTrajectories reads an end record's valgen.trajectories as raw values: nil when absent or
@@ -104,7 +106,7 @@ func asDouble(v any) float64 {
 
 // putTrajectories writes a summary's valgen.trajectories: the ended sources' figures merged (in
 // source order), with turns.mean, tool_calls.mean and the turn and length limits' shares of
-// count; nothing when no ended source sent figures.
+// count, for the step and for each data source; nothing when no ended source sent figures.
 func putTrajectories(attrs pcommon.Map, g *group) {
 	ids := make([]sourceID, 0, len(g.sources))
 	for id := range g.sources {
@@ -125,6 +127,19 @@ func putTrajectories(attrs pcommon.Map, g *group) {
 	if merged == nil {
 		return
 	}
+	deriveFigures(merged)
+	if perSource, ok := merged[trajectoryByDataSource].(map[string]any); ok {
+		for _, figures := range perSource {
+			if m, ok := figures.(map[string]any); ok {
+				deriveFigures(m)
+			}
+		}
+	}
+	_ = attrs.PutEmptyMap(attrTrajectories).FromRaw(merged) // raw ints, doubles and maps always convert
+}
+
+// deriveFigures adds turns.mean, tool_calls.mean and the turn and length limits' shares of count.
+func deriveFigures(merged map[string]any) {
 	if count, ok := merged[trajectoryCount]; ok && isNumber(count) && asDouble(count) > 0 {
 		n := asDouble(count)
 		for _, total := range []string{trajectoryTurnsSum, trajectoryToolCalls} {
@@ -138,5 +153,4 @@ func putTrajectories(attrs pcommon.Map, g *group) {
 			}
 		}
 	}
-	_ = attrs.PutEmptyMap(attrTrajectories).FromRaw(merged) // raw ints, doubles and maps always convert
 }
