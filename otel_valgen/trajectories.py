@@ -194,19 +194,27 @@ def summary(merged: Mapping[str, Any] | None) -> dict[str, Any] | None:
     return out
 
 
-def scalars(figures: Mapping[str, Any] | None) -> dict[str, float]:
-    """A summary's figures as tracker scalars: ``trajectories/<figure>`` and ``trajectories/tool_calls/<tool>``."""
+def scalars(figures: Mapping[str, Any] | None, prefix: str = "trajectories") -> dict[str, float]:
+    """A summary's figures as tracker scalars.
+
+    ``trajectories/<figure>`` and ``trajectories/tool_calls/<tool>``; per data source (k per data
+    source) the same under ``trajectories/by_data_source/<data source>/``.
+    """
     if not figures:
         return {}
     out: dict[str, float] = {}
+    by_data_source = figures.get(BY_DATA_SOURCE)
+    for name, inner in by_data_source.items() if isinstance(by_data_source, Mapping) else ():
+        if isinstance(inner, Mapping):
+            out.update(scalars(inner, f"{prefix}/{BY_DATA_SOURCE}/{_metric_name(str(name))}"))
     for key in (COUNT, TURNS_MEAN, TURNS_MAX, TOOL_CALLS_MEAN, TOOL_ERRORS, TURN_LIMIT + _SHARE, LENGTH_LIMIT + _SHARE):
         value = figures.get(key)
         if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
-            out[f"trajectories/{key.replace('.', '_')}"] = float(value)
+            out[f"{prefix}/{key.replace('.', '_')}"] = float(value)
     by_name = figures.get(TOOL_CALLS_BY_NAME)
     for name, value in by_name.items() if isinstance(by_name, Mapping) else ():
         if _number(value):
-            out[f"trajectories/tool_calls/{_metric_name(str(name))}"] = float(value)
+            out[f"{prefix}/tool_calls/{_metric_name(str(name))}"] = float(value)
     return out
 
 

@@ -134,3 +134,6 @@ def test_a_step_split_by_data_source_gives_each_its_figures() -> None:
     (step,) = select_steps([EndRecord("split", 1, "main", "i", 30, 4, trajectories=json.loads(json.dumps(figures)))])
     assert step.trajectories is not None
     assert step.trajectories["by_data_source"]["math"]["turn_limit.share"] == 0.1
+    scalars = summary_scalars({contract.TRAJECTORIES: step.trajectories})
+    assert scalars["trajectories/by_data_source/math/turn_limit_share"] == 0.1
+    assert scalars["trajectories/by_data_source/gsm8k/tool_calls/calc"] == 40
