@@ -70,6 +70,63 @@ def _go(path: str) -> str:
 
 
 MUTATIONS: tuple[Mutation, ...] = (
+    # --- Conversations and the figures over every trajectory ----------------------------------
+    Mutation(
+        "py.conversations.canonical_keys_sorted",
+        "a message prompt's id hashes its GenAI messages' JSON with sorted keys (the shared key vectors)",
+        "otel_valgen/conversations.py",
+        'return json.dumps(messages, ensure_ascii=False, sort_keys=True, separators=(",", ":"))',
+        'return json.dumps(messages, ensure_ascii=False, separators=(",", ":"))',
+        ("tests/test_conversations.py",),
+    ),
+    Mutation(
+        "py.records.message_prompt_id",
+        "a message prompt's id is the hash of its canonical messages, not of their Python text",
+        "otel_valgen/_records.py",
+        "if type(raw_input) is not str and conversations.is_conversation(raw_input):",
+        "if False:",
+        ("tests/test_conversations.py",),
+    ),
+    Mutation(
+        "py.conversations.budget_cuts_the_longest",
+        "a record's conversation budget cuts only the texts longer than one common length",
+        "otel_valgen/conversations.py",
+        "        if size * count > remaining:\n            return remaining // count",
+        "        if size * count > remaining:\n            return size",
+        ("tests/test_conversations.py",),
+    ),
+    Mutation(
+        "py.trajectories.max_keys_take_the_largest",
+        "trajectory figures ending in .max take the largest value when merged, others add up",
+        "otel_valgen/trajectories.py",
+        "max(known, value) if key.endswith(_MAX) else known + value",
+        "known + value",
+        ("tests/test_trajectories.py",),
+    ),
+    Mutation(
+        "py.selection.trajectories_of_latest_end",
+        "show takes a source's trajectory figures from its end record with the largest seen",
+        "otel_valgen/selection.py",
+        "(end if end.seen >= known.seen else known).trajectories or known.trajectories",
+        "end.trajectories or known.trajectories",
+        ("tests/test_trajectories.py",),
+    ),
+    Mutation(
+        "go.trajectories.max_keys_take_the_largest",
+        "the collector merges trajectory figures ending in .max by the largest value",
+        _go("trajectories.go"),
+        "into[key] = combine(known, v, strings.HasSuffix(key, trajectoryMaxSuffix))",
+        "into[key] = combine(known, v, false)",
+        GO,
+    ),
+    Mutation(
+        "go.trajectories.figures_of_latest_end",
+        "the collector keeps a source's trajectory figures from its end record with the largest seen",
+        _go("trajectories.go"),
+        "if end.trajectories != nil && end.seen >= s.end.seen {",
+        "if end.trajectories != nil {",
+        GO,
+    ),
     Mutation(
         "py.courier.answer_bound",
         "the courier hands delivery back by the delivery's own bound, not a flush timeout below it (0 included)",
