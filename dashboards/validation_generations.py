@@ -27,6 +27,8 @@ free-text variables (regular expressions, ``.+`` = all), and the tables link to 
 
 from __future__ import annotations
 
+from typing import cast
+
 from grafana_foundation_sdk.builders import barchart, loki, table, text
 from grafana_foundation_sdk.builders import common as common_builders
 from grafana_foundation_sdk.builders import dashboard as dashboard_builders
@@ -57,7 +59,7 @@ from grafana_foundation_sdk.models.dashboard import (
 from grafana_foundation_sdk.models.loki import LokiQueryType, QueryEditorMode
 from grafana_foundation_sdk.models.text import TextMode
 
-from dashboards import parts, pipeline_health
+from dashboards import parts, pipeline_health, trajectory
 from dashboards.parts import LOKI, grid
 from otel_valgen import contract
 
@@ -131,6 +133,11 @@ Q_MEAN_SCORE = (
 )
 Q_ROLLOUT_SUMMARIES = f"{STREAMS} {OF_RUN} {ROLLOUTS} {SUMMARIES_ONLY}"
 Q_ROLLOUT_GENERATIONS = f'{STREAMS} {OF_RUN} {ROLLOUTS} | {STEP}=~"$step" {OF_DATA_SOURCE} {KEPT_ONLY} {BODY}'
+# One kept generation of either kind (dashboards/trajectory.py), its line the body's rendering, turn by turn.
+Q_TRAJECTORY = (
+    f'{STREAMS} {OF_RUN} | {STEP}=~"$step" | {SAMPLE_ID}=~"${trajectory.VARIABLE}(@[0-9a-f]*)?" {KEPT_ONLY} {BODY} '
+    + trajectory.LINE_FORMAT
+)
 
 
 def summary_count(field: str) -> str:
@@ -148,6 +155,7 @@ VARIABLE_NAMES = [
     "step",
     "sample",
     "data_source",
+    trajectory.VARIABLE,
     parts.PROMETHEUS_VARIABLE,
 ]
 WIDE_TEXT = [parts.wrap_text(), parts.min_width(320)]
@@ -222,10 +230,17 @@ def linked_column(field: str, header: str, title: str, variable: str) -> tuple[l
     return [field, header], [parts.link_to_variable(title, variable, keep=VARIABLE_NAMES)]
 
 
+def trajectory_link() -> DynamicConfigValue:
+    """A link from a sample id (its raw value, with its part's tag: one record) to the trajectory panel."""
+    return parts.link_to_variable("Show this trajectory turn by turn", trajectory.VARIABLE, keep=VARIABLE_NAMES)
+
+
 def sample_id_column(title: str) -> tuple[list[str], list[DynamicConfigValue]]:
-    """The sample id column: ids shown without their part's tag, each linking to its prompt across steps."""
-    link = parts.link_to_variable(title, "sample", keep=VARIABLE_NAMES, shown=True)
-    return [SAMPLE_ID, "sample id"], [parts.without_part_tag(), link]
+    """The sample id column: ids without their part's tag, linking to the prompt across steps and to the trajectory."""
+    prompt_link = parts.link_to_variable(title, "sample", keep=VARIABLE_NAMES, shown=True)
+    value = [*cast(list[object], prompt_link.value), *cast(list[object], trajectory_link().value)]
+    links = DynamicConfigValue(id_val="links", value=value)
+    return [SAMPLE_ID, "sample id"], [parts.without_part_tag(), links]
 
 
 def per_step_chart(
@@ -337,6 +352,7 @@ def variables() -> list[Builder[dashboard_models.VariableModel]]:
             "the generation panels show those data sources only; .* (the default) also keeps generations without one.",
             everything=".*",
         ),
+        trajectory.variable(),
         pipeline_health.variable(),
     ]
 
@@ -603,11 +619,13 @@ def rollout_panels(top: int) -> list[Builder[dashboard_models.Panel]]:
             generations,
             ([contract.BODY_INPUT, "prompt"], WIDE_TEXT),
             ([contract.BODY_OUTPUT, "response"], WIDE_TEXT),
+            ([SAMPLE_ID, "sample id"], [trajectory_link()]),
         ),
     ]
 
 
-PIPELINE_TOP = 66
+TRAJECTORY_TOP = 66  # below the rollouts
+PIPELINE_TOP = TRAJECTORY_TOP + 14
 
 
 def dashboard() -> dashboard_models.Dashboard:
@@ -631,7 +649,9 @@ def dashboard() -> dashboard_models.Dashboard:
     )
     for panel in panels():
         builder.with_panel(panel)
-    # Below the rollouts (which end at grid row 66): the pipeline's own metrics, from Prometheus.
+    query = logs_query("A", Q_TRAJECTORY, max_lines=50)  # one record per step of a sample id
+    builder.with_panel(trajectory.panel(60, grid(0, TRAJECTORY_TOP, 24, PIPELINE_TOP - TRAJECTORY_TOP), query))
+    # Below the trajectory: the pipeline's own metrics, from Prometheus.
     builder.with_row(pipeline_health.row(top=PIPELINE_TOP, row_id=11))
     for panel in pipeline_health.panels(top=PIPELINE_TOP + 1, first_id=12):
         builder.with_panel(panel)

@@ -10,6 +10,9 @@ A rollout step (``valgen.kind = rollout``) has one layout in every backend, one 
 response in the group view's order: ``ROLLOUT_COLUMNS``, the extra columns, ``param_version``
 when a record carries ``valgen.param_version``, then ``attempt`` (``rollout_columns``,
 ``rollout_rows``; ``rollout_markdown`` for TensorBoard, a section per prompt).
+
+A step with conversations (chat messages) gets a ``conversation`` column in every layout
+(``otel_valgen.exporter.conversation_cells``); text-only steps keep the columns above.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import inspect
 from typing import Any, Final, Literal
 
 from otel_valgen import contract
+from otel_valgen.exporter import conversation_cells
 from otel_valgen.exporter.steps import ClosedStep
 from otel_valgen.reader import Generation
 
@@ -119,6 +123,8 @@ def verl_row(step: ClosedStep) -> WideRow:
         for name in ROW_FIELDS
         if name not in names and any(f[name] is not None for f in fields)
     }
+    if conversation_cells.has_conversations(step):
+        extra[conversation_cells.COLUMN] = [conversation_cells.cell(g) for g in step.generations]
     return {"cells": cells, "extra": extra | {name: [g.extra.get(name) for g in step.generations] for name in names}}
 
 
@@ -150,7 +156,8 @@ def wide_table(rows: list[Any]) -> tuple[list[str], list[list[Any]]]:
 
 def row_columns(step: ClosedStep) -> list[str]:
     """The ``rows`` layout's columns for a step (``slots`` after ``ROW_COLUMNS`` when it kept extremes)."""
-    return [*ROW_COLUMNS, *(["slots"] if has_slots(step) else []), *extra_names(step), "attempt"]
+    slots = ["slots"] if has_slots(step) else []
+    return [*ROW_COLUMNS, *slots, *conversation_cells.columns(step), *extra_names(step), "attempt"]
 
 
 def generation_rows(step: ClosedStep, skip: set[str] | frozenset[str] = frozenset()) -> list[list[Any]]:
@@ -170,6 +177,7 @@ def generation_rows(step: ClosedStep, skip: set[str] | frozenset[str] = frozense
             generation.attributes.get(contract.RESPONSE_LENGTH),
             generation.attributes.get(contract.TRUNCATED),
             *([generation.slots_text] if slots else []),
+            *conversation_cells.values(step, generation),
             *(generation.extra.get(name) for name in names),
             step.attempt,
         ]
@@ -186,6 +194,7 @@ def record_dicts(step: ClosedStep) -> list[dict[str, Any]]:
         item: dict[str, Any] = {"input": generation.input, "output": generation.output, "score": generation.score}
         item |= {"step": step.step, "rank": rank, "sample_id": generation.sample_id}
         item |= row_fields(generation)
+        item |= dict(zip(conversation_cells.columns(step), conversation_cells.values(step, generation), strict=True))
         item |= {name: generation.extra.get(name) for name in names}
         item["attempt"] = step.attempt
         out.append(item)
@@ -198,8 +207,11 @@ def markdown(step: ClosedStep) -> str:
     text = f"**Generation Results - Step {step.step}**\n\n"
     for i, generation in enumerate(step.generations, start=1):
         text += f"### Sample {i}\n"
-        text += f"**Input:** {generation.input}\n\n"
-        text += f"**Output:** {generation.output}\n\n"
+        conversation = conversation_cells.cell(generation)
+        if conversation is None:
+            text += f"**Input:** {generation.input}\n\n**Output:** {generation.output}\n\n"
+        else:  # the turns, each text as it was written
+            text += f"**Conversation:**\n\n{conversation_cells.markdown(conversation)}"
         text += f"**Score:** {generation.score}\n\n"
         for name, value in row_fields(generation).items():
             if value is not None:
@@ -220,7 +232,8 @@ def _rollout_extras(step: ClosedStep) -> tuple[list[str], bool]:
 def rollout_columns(step: ClosedStep) -> list[str]:
     """A rollout step's columns: ``ROLLOUT_COLUMNS``, the extra columns, ``param_version`` if any, ``attempt``."""
     names, versioned = _rollout_extras(step)
-    return [*ROLLOUT_COLUMNS, *names, *([_PARAM_VERSION_COLUMN] if versioned else []), "attempt"]
+    version = [_PARAM_VERSION_COLUMN] if versioned else []
+    return [*ROLLOUT_COLUMNS, *conversation_cells.columns(step), *names, *version, "attempt"]
 
 
 def _rollout_row(step: ClosedStep, generation: Generation, names: list[str], versioned: bool) -> list[Any]:
@@ -237,6 +250,7 @@ def _rollout_row(step: ClosedStep, generation: Generation, names: list[str], ver
         attributes.get(contract.TRUNCATED),
         generation.ground_truth,
         generation.data_source,
+        *conversation_cells.values(step, generation),
         *(generation.extra.get(name) for name in names),
         *([attributes.get(PARAM_VERSION)] if versioned else []),
         step.attempt,
@@ -264,11 +278,17 @@ def rollout_markdown(step: ClosedStep) -> str:
     prompt: str | None = None
     number = 0
     for item in rollout_dicts(step):
+        conversation = item.get(conversation_cells.COLUMN)
         if number == 0 or item["prompt_id"] != prompt:
             prompt, number = item["prompt_id"], number + 1
-            text += f"## Prompt {number}: {prompt}\n**Input:** {item['input']}\n\n"
+            given = f"\n\n{conversation_cells.markdown(conversation, ['input'])}" if conversation else ""
+            text += f"## Prompt {number}: {prompt}\n**Input:**" + (given or f" {item['input']}\n\n")
         text += f"### Response {item['sample_id']}\n"
-        text += "".join(f"**{name}:** {value}\n\n" for name, value in item.items() if name not in _HEADING_COLUMNS)
+        for name, value in item.items():
+            if name == "output" and conversation:
+                text += f"**output:**\n\n{conversation_cells.markdown(conversation, ['output'])}"
+            elif name not in _HEADING_COLUMNS and not conversation_cells.is_cell(value):
+                text += f"**{name}:** {value}\n\n"
         text += "---\n\n"
     return text
 

@@ -9,6 +9,7 @@ tests cannot evaluate, fails a test instead of passing unnoticed.
 - matchers and label filters: ``=``, ``!=``, ``=~``, ``!~`` with a double-quoted or backtick
   string; regular expressions are fully anchored, as in LogQL, and must compile;
 - ``| json`` (all fields) or ``| json a, b="path"`` (short and expression forms);
+- ``| line_format "text {{.label}}"`` (literal text and label actions: tests/deploy/logql_line_format.py);
 - ``| unwrap name`` (only in a metric query; afterwards only label filters, e.g.
   ``| __error__=""``);
 - metric query: ``agg by (l) (fn_over_time(<log query> [range]))`` or
@@ -29,6 +30,8 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from tests.deploy.logql_line_format import LineFormat, LineFormatError
+from tests.deploy.logql_line_format import parse as parse_line_format
 from tests.deploy.loki_model import Entry
 
 AGGREGATIONS: dict[str, Callable[[list[float]], float]] = {
@@ -90,7 +93,7 @@ class Unwrap:
     label: str
 
 
-Stage = Matcher | Json | Unwrap
+Stage = Matcher | Json | Unwrap | LineFormat
 
 
 @dataclass(frozen=True)
@@ -220,6 +223,11 @@ def _log_query(tokens: _Tokens, in_metric: bool) -> LogQuery:
         unwrapped = any(isinstance(stage, Unwrap) for stage in pipeline)
         if name == "json" and not unwrapped:
             pipeline.append(_json(tokens))
+        elif name == "line_format" and not in_metric:
+            try:
+                pipeline.append(parse_line_format(_unquote(tokens.take("string"))))
+            except LineFormatError as error:
+                raise LogQLError(f"{error} in {tokens.query!r}") from error
         elif name == "unwrap" and in_metric and not unwrapped:
             pipeline.append(Unwrap(tokens.take("ident")))
         elif tokens.at("op"):
@@ -294,6 +302,8 @@ def names(query: LogQuery | MetricQuery) -> Names:
             parsed |= {label for label, _ in stage.fields}
         elif isinstance(stage, Unwrap):
             used.add(stage.label)
+        elif isinstance(stage, LineFormat):
+            used |= stage.labels
         elif stage.name != ERROR_LABEL:
             used.add(stage.name)
     if isinstance(query, MetricQuery):
@@ -325,17 +335,21 @@ def _json_fields(stage: Json, line: str, row: dict[str, str]) -> dict[str, str]:
     return {**row, **extracted}
 
 
-def _run(query: LogQuery, entries: Iterable[Entry]) -> list[dict[str, str]]:
+def _run(query: LogQuery, entries: Iterable[Entry]) -> list[tuple[dict[str, str], str]]:
+    """(labels, line) of each line the query returns; ``line_format`` replaces the line later stages see."""
     rows = []
     for entry in entries:
         if not all(matcher.matches(entry.labels.get(matcher.name, "")) for matcher in query.selector):
             continue
         row: dict[str, str] | None = {**entry.labels, **entry.metadata}
+        line = entry.line
         for stage in query.pipeline:
             if row is None:
                 break
             if isinstance(stage, Json):
-                row = _json_fields(stage, entry.line, row)
+                row = _json_fields(stage, line, row)
+            elif isinstance(stage, LineFormat):
+                line = stage.render(row)
             elif isinstance(stage, Unwrap):
                 try:
                     float(row.get(stage.label, ""))
@@ -344,7 +358,7 @@ def _run(query: LogQuery, entries: Iterable[Entry]) -> list[dict[str, str]]:
             elif not stage.matches(row.get(stage.name, "")):
                 row = None
         if row is not None:
-            rows.append(row)
+            rows.append((row, line))
     return rows
 
 
@@ -353,7 +367,15 @@ def select(query: str, entries: Iterable[Entry]) -> list[dict[str, str]]:
     parsed = parse(query)
     if not isinstance(parsed, LogQuery):
         raise LogQLError(f"not a log query: {query!r}")
-    return _run(parsed, entries)
+    return [row for row, _ in _run(parsed, entries)]
+
+
+def lines(query: str, entries: Iterable[Entry]) -> list[str]:
+    """The lines a log query returns, as a logs panel shows them (after its ``line_format``)."""
+    parsed = parse(query)
+    if not isinstance(parsed, LogQuery):
+        raise LogQLError(f"not a log query: {query!r}")
+    return [line for _, line in _run(parsed, entries)]
 
 
 def metric(query: str, entries: Iterable[Entry]) -> dict[str, float]:
@@ -368,7 +390,7 @@ def metric(query: str, entries: Iterable[Entry]) -> dict[str, float]:
     unwrap = parsed.inner.unwrap()
     assert unwrap is not None  # parse() requires it
     series: dict[frozenset[tuple[str, str]], list[float]] = defaultdict(list)
-    for row in _run(parsed.inner, entries):
+    for row, _ in _run(parsed.inner, entries):
         if ERROR_LABEL in row:
             raise LogQLError(f"a sample has {ERROR_LABEL}={row[ERROR_LABEL]} (Loki fails such a query): {query!r}")
         labels = frozenset((name, value) for name, value in row.items() if name != unwrap.label)

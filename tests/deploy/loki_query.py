@@ -8,7 +8,7 @@ from tests.deploy.steps import Job
 # the evaluator ignores time, so any valid duration does.
 RANGE = "1h"
 # The dashboard's variables that a user leaves at their default (everything), as Grafana fills them in.
-DEFAULTS = {"data_source": ".*"}
+DEFAULTS = {"data_source": ".*", "trajectory": ""}
 
 
 def substitute(expr: str, **values: str) -> str:

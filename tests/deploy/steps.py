@@ -33,7 +33,9 @@ class Job:
 
 
 @contextmanager
-def _job_process(http_endpoint: str, *, presample: bool, launch_id: str | None = None) -> Iterator[None]:
+def _job_process(
+    http_endpoint: str, *, presample: bool, launch_id: str | None = None, run_id: str = RUN_ID
+) -> Iterator[None]:
     """Run the block as one of the job's processes, sending to the collector at `http_endpoint` (host:port).
 
     The process-wide emitter is reset before and after, as the test suite expects.
@@ -44,7 +46,7 @@ def _job_process(http_endpoint: str, *, presample: bool, launch_id: str | None =
         _process.reset_for_testing()
         try:
             vg.configure(
-                run_id=RUN_ID,
+                run_id=run_id,
                 count=K,
                 seed=SEED,
                 endpoint=f"http://{http_endpoint}",
@@ -123,3 +125,25 @@ def send_part(http_endpoint: str, step: int, source: str, prompts: Iterable[int]
                 sample_ids=[f"prompt-{i:03d}" for i in chosen],
             )
         assert vg.flush(10.0), "the collector did not confirm the part's records"
+
+
+CONVERSATION_RUN = "deploy-agentic"
+# An agent's trajectory in the OpenAI chat format agent loops keep (README, *Conversations*).
+CONVERSATION_PROMPT = [{"role": "system", "content": "Use the calc tool."}, {"role": "user", "content": "2+2?"}]
+CONVERSATION_TURNS = [
+    {
+        "role": "assistant",
+        "content": "Let me compute.",
+        "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "calc", "arguments": '{"expr": "2+2"}'}}],
+    },
+    {"role": "tool", "tool_call_id": "c1", "content": "4"},
+    {"role": "assistant", "content": "4"},
+]
+
+
+def send_conversation(http_endpoint: str, step: int = 7) -> None:
+    """Send one validation step of run CONVERSATION_RUN whose one generation is CONVERSATION_TURNS."""
+    with _job_process(http_endpoint, presample=True, run_id=CONVERSATION_RUN):
+        with vg.validation(step=step, source="agent", sources_expected=1):
+            vg.log_generations([CONVERSATION_PROMPT], [CONVERSATION_TURNS], [1.0], sample_ids=["calc-task"])
+        assert vg.flush(10.0), "the collector did not confirm the conversation"

@@ -79,14 +79,15 @@ def test_layout_and_identity(dashboard: dict[str, Any]) -> None:
 
 
 def test_variables_for_service_run_and_step(dashboard: dict[str, Any]) -> None:
-    """Variables: the Loki datasource, service (a label), run, step, prompt, data source, Prometheus; no other."""
+    """Variables: the Loki datasource, service (a label), run, step, prompt, data source, trajectory, Prometheus."""
     variables = {variable["name"]: variable for variable in dashboard["templating"]["list"]}
-    assert list(variables) == ["loki", "service", "run", "step", "sample", "data_source", "prometheus"]
+    assert list(variables) == ["loki", "service", "run", "step", "sample", "data_source", "trajectory", "prometheus"]
     assert variables["prometheus"]["type"] == "datasource"
     assert variables["loki"]["type"] == "datasource"
     assert variables["service"]["query"]["label"] == "service_name"
     assert variables["data_source"]["current"]["value"] == ".*", "by default, generations without one show too"
-    for name in ("run", "step", "sample", "data_source"):
+    assert variables["trajectory"]["current"]["value"] == "", "no trajectory until one is picked"
+    for name in ("run", "step", "sample", "data_source", "trajectory"):
         assert variables[name]["type"] == "textbox", "structured metadata cannot be listed by Loki's label API"
     for panel, target in harness.loki_targets(dashboard):
         used = set(VARIABLE.findall(target["expr"])) | set(VARIABLE.findall(panel["title"]))
@@ -181,7 +182,7 @@ def test_step_summaries_show_the_score_statistics(dashboard: dict[str, Any]) -> 
 
 
 # Values a user could give the variables (Grafana substitutes them before Loki sees the query).
-VALUES = {"service": ".+", "run": "run-1", "step": "100", "sample": "abc/0", "data_source": ".*"}
+VALUES = {"service": ".+", "run": "run-1", "step": "100", "sample": "abc/0", "data_source": ".*", "trajectory": "abc/0"}
 
 
 def _queries(dashboard: dict[str, Any]) -> list[tuple[str, str]]:
@@ -388,12 +389,12 @@ VALIDATION_PANELS = (
     "Mean score per step",
 )
 ROLLOUT_PANELS = ("Rollout steps: prompts seen and kept", "Rollout prompts of step")
-BOTH_KINDS_PANELS = ("Outputs for one prompt across steps", "Late generations")
+BOTH_KINDS_PANELS = ("Outputs for one prompt across steps", "Late generations", "Trajectory")
 
 
 def _run_query(expr: str, entries: list[loki_model.Entry], **values: str) -> list[dict[str, str]] | dict[str, float]:
     """What a panel's query returns over `entries`: rows of a log query, {step: value} of a metric query."""
-    query = substitute(expr, **{**VALUES, "step": ".+", "sample": ".+", **values})
+    query = substitute(expr, **{**VALUES, "step": ".+", "sample": ".+", "trajectory": "", **values})
     if isinstance(logql_subset.parse(query), logql_subset.MetricQuery):
         return logql_subset.metric(query, entries)
     return logql_subset.select(query, entries)

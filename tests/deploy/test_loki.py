@@ -22,7 +22,18 @@ from dashboards import validation_generations as vgd
 from otel_valgen.sampling import untagged
 from tests.deploy import grafana_table, harness, logql_subset, loki_model
 from tests.deploy.loki_query import substitute, variables
-from tests.deploy.steps import PROMPTS, Job, expected_ids, extra_columns, run_job, score, send_late_generation
+from tests.deploy.steps import (
+    CONVERSATION_RUN,
+    CONVERSATION_TURNS,
+    PROMPTS,
+    Job,
+    expected_ids,
+    extra_columns,
+    run_job,
+    score,
+    send_conversation,
+    send_late_generation,
+)
 from tests.support.otlp_http import OtlpHttpStandIn
 
 DASHBOARD = harness.REPO / "docker" / "grafana" / "dashboards" / "validation-generations.json"
@@ -171,7 +182,7 @@ def test_dashboard_queries_use_only_names_in_what_loki_stores(loki: LokiStandIn)
         assert names.fields <= stored, f"{panel['title']}: {names.fields - stored}"
         assert names.parsed <= body_fields, f"{panel['title']}: {names.parsed - body_fields}"
         checked += 1
-    assert checked == 12
+    assert checked == 13
 
 
 def test_step_table_lists_the_kept_generations_of_the_step(loki: LokiStandIn) -> None:
@@ -278,3 +289,23 @@ def test_late_panel_lists_generations_that_arrive_after_their_step_closed(loki: 
     assert (row["input"], row["output"]) == ("a late question", "a late answer")
     kept = loki.logs(substitute(vgd.Q_STEP_GENERATIONS, **variables(loki.job, step="100")))
     assert "straggler-prompt/0" not in {untagged(r["valgen_sample_id"]) for r in kept}
+
+
+def test_the_trajectory_panel_shows_a_kept_conversation_turn_by_turn(loki: LokiStandIn) -> None:
+    """A job's tool-calling trajectory, through the collector: the panel's line shows its turns; details, messages."""
+    send_conversation(loki.collector_http)
+    kept = substitute(vgd.Q_STEP_GENERATIONS, **variables(loki.job, run=CONVERSATION_RUN))
+    harness.wait_for(lambda: len(loki.logs(kept)) == 1, 30, "the kept conversation")
+    ((row,),) = [loki.logs(kept)]
+    query = substitute(
+        vgd.Q_TRAJECTORY, **variables(loki.job, run=CONVERSATION_RUN, trajectory=row["valgen_sample_id"])
+    )
+    assert logql_subset.lines(query, loki.entries) == [
+        "[system] Use the calc tool.\n[user] 2+2?\n\n--- generated ---\n"
+        '[assistant] Let me compute.\n→ calc({"expr": "2+2"}) #c1\n[tool #c1] 4\n[assistant] 4'
+    ]
+    (details,) = loki.logs(query)  # what the line's details list: its structured metadata
+    roles = [message["role"] for message in json.loads(details["gen_ai_output_messages"])]
+    assert roles == [message["role"] for message in CONVERSATION_TURNS]
+    none = substitute(vgd.Q_TRAJECTORY, **variables(loki.job, run=CONVERSATION_RUN, trajectory=""))
+    assert logql_subset.lines(none, loki.entries) == [], "no trajectory until one is picked"

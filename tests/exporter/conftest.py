@@ -238,3 +238,51 @@ def post_protobuf(port: int, body: bytes) -> bool:
             return bool(response.status == 200)
     except OSError:
         return False
+
+
+# A tool-calling trajectory as a kept record carries it (GenAI messages), for the conversation column:
+# a system and user prompt, reasoning and a tool call, a tool result cut to fit that holds markup, an answer.
+PROMPT_MESSAGES = [
+    {"role": "system", "parts": [{"type": "text", "content": "Use the calc tool."}]},
+    {"role": "user", "parts": [{"type": "text", "content": "2+2? Answer in **bold**."}]},
+]
+TURNS = [
+    {
+        "role": "assistant",
+        "parts": [
+            {"type": "reasoning", "content": "I should call calc."},
+            {"type": "text", "content": "Let me compute."},
+            {"type": "tool_call", "id": "c1", "name": "calc", "arguments": {"expr": "2+2"}},
+        ],
+    },
+    {
+        "role": "tool",
+        "parts": [
+            {
+                "type": "tool_call_response",
+                "id": "c1",
+                "response": "<script>alert(1)</script> 4\n…[299000 characters omitted]…\n```end",
+                "original_length": 300000,
+            }
+        ],
+    },
+    {"role": "assistant", "parts": [{"type": "text", "content": "**4** <b>done</b>"}]},
+]
+
+
+def with_conversation(log: LogRecord) -> LogRecord:
+    """``log`` carrying ``PROMPT_MESSAGES`` and ``TURNS``, its body's texts their rendering (as the SDK sends)."""
+    from otel_valgen.conversations import render
+
+    body = {"input": render(PROMPT_MESSAGES), "output": render(TURNS), "ground_truth": "4"}
+    log.body.CopyFrom(any_value(body))
+    log.attributes.extend(_attrs({contract.GEN_AI_INPUT_MESSAGES: PROMPT_MESSAGES}))
+    log.attributes.extend(_attrs({contract.GEN_AI_OUTPUT_MESSAGES: TURNS}))
+    return log
+
+
+def conversation_step(run: str, step: int, k: int = 2, resource: dict[str, Any] | None = None) -> Any:
+    """A closed step of ``k`` generations whose first has a conversation (the others are texts)."""
+    logs = [generation(run, step, i) for i in range(k)]
+    with_conversation(logs[0])
+    return request(*logs, summary(run, step, k), resource=resource or {"service.name": "t"})

@@ -24,7 +24,17 @@ from otel_valgen.exporter.tables import ROLLOUT_COLUMNS
 from otel_valgen.otlp_json import to_otlp_json
 from tests.support.require import require_module
 
-from .conftest import ROLLOUT_KEY, generation, request, rollout_request, rollout_rows, summary, wait_for, written
+from .conftest import (
+    ROLLOUT_KEY,
+    conversation_step,
+    generation,
+    request,
+    rollout_request,
+    rollout_rows,
+    summary,
+    wait_for,
+    written,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 KEY = "val/generations"
@@ -68,6 +78,7 @@ def test_steps_land_in_the_trainers_task_as_verl_tables_and_scalars(offline: dic
     """K rows per step in verl's "Validation" table of the trainer's own task, extra columns included.
 
     The rollouts of step 2 go to a "Training" table of their own, one row per response by prompt.
+    Step 4 has a conversation: its table gets a ``conversation`` column of plotly table HTML.
     """
     facts_path, work = tmp_path / "trainer.json", tmp_path / "job"
     work.mkdir()
@@ -94,14 +105,23 @@ def test_steps_land_in_the_trainers_task_as_verl_tables_and_scalars(offline: dic
     wait_for(lambda: service.stats()["backends"]["clearml"]["unchanged_steps"] == 1, 60)
     service.accept(to_otlp_json(rollout_request("cm", 2, resource=resource)))
     wait_for(lambda: written(service, "clearml") == 4, 60)
+    service.accept(to_otlp_json(conversation_step("cm", 4, resource=resource)))
+    wait_for(lambda: written(service, "clearml") == 5, 60)
     service.stop()
     assert service.stats()["backends"]["clearml"]["kinds"]["rollout"]["written_steps"] == 1
     folder = Path(facts["folder"])
     assert json.loads((folder / "task.json").read_text())["name"] == "grpo"  # the trainer's task, unchanged
     got = tables(folder)
-    assert sorted(got) == [1, 2, 3]
+    assert sorted(got) == [1, 2, 3, 4]
     plots = [e["iter"] for e in offline_events(folder) if e["type"] == "plot" and e["metric"] == "Validation"]
-    assert sorted(plots) == [1, 2, 3]  # step 3 once
+    assert sorted(plots) == [1, 2, 3, 4]  # step 3 once
+    assert "conversation" not in got[2][0], "text-only steps keep their columns"
+    turns, text_only = (row["conversation"] for row in got[4])
+    assert turns.startswith("<i>── prompt ──</i><br><b>[system]</b> Use the calc tool.<br><b>[user]</b> 2+2?")
+    assert "<b>[assistant]</b> (thinking) I should call calc.<br>Let me compute.<br>" in turns
+    assert '→ calc({"expr": "2+2"}) #c1<br><b>[tool #c1]</b> &lt;script&gt;alert(1)&lt;/script&gt; 4<br>' in turns
+    assert "[cut to fit: 300000 bytes before the cut]<br><b>[assistant]</b> **4** &lt;b&gt;done&lt;/b&gt;" in turns
+    assert text_only is None
     assert [(row["step"], row["input"], row["output"], row["score"]) for row in got[2]] == [
         (2, "q0", "a0@2", 0.5),
         (2, "q1", "a1@2", 0.5),
@@ -109,7 +129,12 @@ def test_steps_land_in_the_trainers_task_as_verl_tables_and_scalars(offline: dic
     ]
     assert [row["acc"] for row in got[1]] == [0.0, 1.0, 0.0]
     kept = [e for e in offline_events(folder) if e["type"] == "training_stats_scalar" and e["variant"] == "kept"]
-    assert sorted((e["iter"], e["value"]) for e in kept if e["metric"] == KEY) == [(1, 3.0), (2, 3.0), (3, 1.0)]
+    assert sorted((e["iter"], e["value"]) for e in kept if e["metric"] == KEY) == [
+        (1, 3.0),
+        (2, 3.0),
+        (3, 1.0),
+        (4, 2.0),
+    ]
     assert [(e["iter"], e["value"]) for e in kept if e["metric"] == ROLLOUT_KEY] == [(2, 4.0)]
     (rollouts,) = tables(folder, "Training").values()
     columns = [*ROLLOUT_COLUMNS, "attempt"]

@@ -18,7 +18,19 @@ from otel_valgen.exporter.tables import ROLLOUT_COLUMNS
 from otel_valgen.otlp_json import to_otlp_json
 from tests.support.require import require_module
 
-from .conftest import ROLLOUT_KEY, both_kinds, generation, request, rollout_rows, summary, wait_for, written
+from .conftest import (
+    PROMPT_MESSAGES,
+    ROLLOUT_KEY,
+    TURNS,
+    both_kinds,
+    conversation_step,
+    generation,
+    request,
+    rollout_rows,
+    summary,
+    wait_for,
+    written,
+)
 from .mlflow_server import MlflowServer
 from .tensorboard_files import read_texts
 
@@ -178,3 +190,20 @@ def test_rollouts_land_as_their_own_artifact_and_metrics(server: MlflowServer, t
     assert rollouts == [dict(zip(columns, row, strict=True)) for row in rollout_rows(4)]
     assert [(m.step, m.value) for m in client.get_metric_history(run_id, f"{ROLLOUT_KEY}/kept")] == [(4, 4.0)]
     assert [(m.step, m.value) for m in client.get_metric_history(run_id, f"{KEY}/kept")] == [(4, 2.0)]
+
+
+def test_a_conversation_steps_rows_hold_its_messages_as_json(server: MlflowServer, tmp_path: Path) -> None:
+    """A step with a conversation: each row's ``conversation`` holds both sides' messages; text steps are unchanged."""
+    run_id, resource = trainer_run(server, "exp-conversation")
+    service = service_for(server, tmp_path, ["mlflow"])
+    service.accept(to_otlp_json(conversation_step("valgen-conv", 1, resource={"service.name": "trainer"} | resource)))
+    service.accept(to_otlp_json(step_for("valgen-conv", 2, 2, resource)))
+    wait_for(lambda: written(service, "mlflow") == 2, 60)
+    service.stop()
+    client = mlflow.MlflowClient(server.uri)
+    rows = json.loads(Path(client.download_artifacts(run_id, "val_step1.json", str(tmp_path / "1"))).read_text())
+    assert rows[0]["conversation"] == {"input": PROMPT_MESSAGES, "output": TURNS}  # roles, parts, cut marks
+    assert rows[0]["input"].startswith("[system] Use the calc tool.")  # verl's keys stay texts
+    assert rows[1]["conversation"] is None
+    plain = json.loads(Path(client.download_artifacts(run_id, "val_step2.json", str(tmp_path / "2"))).read_text())
+    assert [sorted(row) for row in plain] == [sorted(rows[1].keys() - {"conversation"})] * 2

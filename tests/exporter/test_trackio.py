@@ -23,7 +23,17 @@ from otel_valgen.exporter.tables import ROLLOUT_COLUMNS
 from tests.support.process import ServerProcess, launch
 from tests.support.require import require_module
 
-from .conftest import ROLLOUT_KEY, generation, post_protobuf, request, rollout_request, rollout_rows, summary, wait_for
+from .conftest import (
+    ROLLOUT_KEY,
+    conversation_step,
+    generation,
+    post_protobuf,
+    request,
+    rollout_request,
+    rollout_rows,
+    summary,
+    wait_for,
+)
 from .mlflow_server import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -45,6 +55,7 @@ def test_steps_land_in_the_trainers_run_as_traces_tables_and_scalars(tmp_path: P
     """K traces and table rows per step in the trainer's own Trackio run, also after the store was locked.
 
     The rollouts of step 2 go under train/generations: a trace per response and a table of their own.
+    Step 5 has a conversation: its trace holds the turns as chat messages, its table a conversation column.
     """
     work = tmp_path / "job"
     work.mkdir()
@@ -84,21 +95,45 @@ def test_steps_land_in_the_trainers_run_as_traces_tables_and_scalars(tmp_path: P
         wait_for(lambda: len(ledger.read_text().splitlines()) == 4, 120)
         assert post_protobuf(port, rollout_request("tk", 2, resource=resource).SerializeToString())
         wait_for(lambda: len(ledger.read_text().splitlines()) == 5, 120)
+        assert post_protobuf(port, conversation_step("tk", 5, resource=resource).SerializeToString())
+        wait_for(lambda: len(ledger.read_text().splitlines()) == 6, 120)
     finally:
         assert exporter.stop() == 0, exporter.log_tail()
     stored = json.loads(job(["read", "valgen-proj", "grpo"], env, work))
     assert [run["id"] for run in stored["runs"]] == [resource["trackio.run_id"]]  # no second run was made
     tables = {row["step"]: row["val/generations/table"] for row in stored["logs"] if "val/generations/table" in row}
-    assert sorted(tables) == [1, 2, 3, 4]
+    assert sorted(tables) == [1, 2, 3, 4, 5]
     # step 3 once (written after the lock), step 4 once (its retried request wrote nothing)
-    assert [row["step"] for row in stored["logs"] if "val/generations/table" in row] == [1, 2, 3, 4]
+    assert [row["step"] for row in stored["logs"] if "val/generations/table" in row] == [1, 2, 3, 4, 5]
+    assert "conversation" not in tables[2][0], "text-only steps keep their columns"
+    turns, text_only = (row["conversation"] for row in tables[5])
+    assert turns.splitlines()[:4] == [
+        "── prompt ──",
+        "[system] Use the calc tool.",
+        "[user] 2+2? Answer in **bold**.",
+        "── generated ──",
+    ]
+    assert '→ calc({"expr": "2+2"}) #c1\n[tool #c1] <script>alert(1)</script> 4' in turns
+    assert text_only is None
+    conversation = next(t for t in stored["traces"] if t["step"] == 5 and t["metadata"]["sample_index"] == 0)
+    assert [m["role"] for m in conversation["messages"]] == ["system", "user", "assistant", "tool", "assistant"]
+    call = conversation["messages"][2]["tool_calls"][0]
+    assert (call["id"], call["function"]["name"], json.loads(call["function"]["arguments"])) == (
+        "c1",
+        "calc",
+        {"expr": "2+2"},
+    )
+    assert conversation["messages"][3]["tool_call_id"] == "c1"  # Trackio pairs the call with its result
+    assert conversation["messages"][3]["content"].endswith("```end\n[cut to fit: 300000 bytes before the cut]")
+    text_trace = next(t for t in stored["traces"] if t["step"] == 5 and t["metadata"]["sample_index"] == 1)
+    assert [m["role"] for m in text_trace["messages"]] == ["user", "assistant"]
     assert [(row["step"], row["sample_id"], row["output"], row["acc"]) for row in tables[2]] == [
         (2, "s000", "a0@2", 0.0),
         (2, "s001", "a1@2", 1.0),
         (2, "s002", "a2@2", 0.0),
     ]
     kept = {row["step"]: row["val/generations/kept"] for row in stored["logs"] if "val/generations/kept" in row}
-    assert kept == {1: 3, 2: 3, 3: 1, 4: 1}
+    assert kept == {1: 3, 2: 3, 3: 1, 4: 1, 5: 2}
     traces = sorted((t for t in stored["traces"] if t["step"] == 1), key=lambda t: t["metadata"]["sample_index"])
     assert [t["messages"][1]["content"] for t in traces] == ["a0@1", "a1@1", "a2@1"]  # in rank order
     assert [t["metadata"]["score"] for t in traces] == [0.5, 0.5, 0.5]

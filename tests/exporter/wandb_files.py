@@ -77,6 +77,7 @@ class RunFiles:
     metrics: list[Any] = field(default_factory=list)
     exits: list[Any] = field(default_factory=list)
     folders: list[Path] = field(default_factory=list)
+    artifacts: list[Any] = field(default_factory=list)
 
     def tables(self, key: str) -> list[tuple[int, dict[str, Any]]]:
         """Return (valgen/step, table JSON) for each history row that logged ``key``."""
@@ -86,6 +87,21 @@ class RunFiles:
             if isinstance(value, dict) and "path" in value:
                 table = json.loads((folder / "files" / value["path"]).read_text(encoding="utf-8"))
                 out.append((int(_get(row, "valgen/step")), table))
+        return out
+
+    def artifact_tables(self, key: str) -> list[tuple[dict[str, Any], dict[str, Path]]]:
+        """Each table logged under ``key`` as the run's table artifact holds it: (table JSON, its files by path).
+
+        wandb writes a logged table to the run's files and to an artifact; only the artifact keeps
+        media cells (``wandb.Html``, images) as files of their own, which is what its UI shows.
+        Offline, the artifact's files wait in wandb's staging folder, named by the manifest.
+        """
+        out = []
+        for artifact in self.artifacts:
+            files = {entry.path: Path(entry.local_path) for entry in artifact.manifest.contents}
+            for path, local in files.items():
+                if path.endswith(f"{key}.table.json"):
+                    out.append((json.loads(local.read_text(encoding="utf-8")), files))
         return out
 
     def scalars(self, key: str) -> list[tuple[int, Any]]:
@@ -129,4 +145,6 @@ def read_run(wandb_dir: Path, run_id: str) -> RunFiles:
                 found.metrics.append(record.metric)
             elif kind == "exit":
                 found.exits.append(record.exit)
+            elif kind == "artifact":
+                found.artifacts.append(record.artifact)
     return found

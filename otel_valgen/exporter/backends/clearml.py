@@ -13,7 +13,9 @@ series="Validation generations", iteration=step)`` with one row per generation (
 summary's scalars (``report_scalar(title=<table key>, series="seen"|"kept"|"score_mean"|...)``).
 A rollout step goes to a table of its own, ``report_table(title="Training", series="Training
 generations", iteration=step)`` with one row per response (``rollout_columns``), and its
-scalars under the rollout key (``train/generations``).
+scalars under the rollout key (``train/generations``). A step with conversations has a
+``conversation`` column, each cell the turns in the HTML subset plotly tables render
+(``conversation_cells.plotly_html``: bold roles, line breaks, escaped texts).
 
 Records that name no task are not written here (counted as failed steps, logged once per run):
 ClearML has no run to attach them to. A task id ClearML does not know (a wrong id, or a cache
@@ -29,6 +31,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
+from otel_valgen.exporter import conversation_cells
 from otel_valgen.exporter.backends import (
     BackendUnavailable,
     StepNotWritable,
@@ -64,9 +67,9 @@ class ClearMLConfig(TableKeys):
 def table_rows(step: ClosedStep) -> list[list[Any]]:
     """The step's table: a header row, then one row per generation in rank order (per response for rollouts)."""
     if step.rollout:
-        return [rollout_columns(step), *rollout_rows(step)]
-    names = extra_names(step)
-    header: list[Any] = ["step", "input", "output", "score", "sample_id", *names, "attempt"]
+        return [rollout_columns(step), *_plotly_cells(rollout_rows(step))]
+    names, conversations = extra_names(step), conversation_cells.columns(step)
+    header: list[Any] = ["step", "input", "output", "score", "sample_id", *conversations, *names, "attempt"]
     rows = [header]
     for generation in step.generations:
         extra = generation.extra
@@ -77,11 +80,17 @@ def table_rows(step: ClosedStep) -> list[list[Any]]:
                 generation.output,
                 generation.score,
                 generation.sample_id,
+                *conversation_cells.values(step, generation),
                 *(extra.get(name) for name in names),
                 step.attempt,
             ]
         )
-    return rows
+    return [header, *_plotly_cells(rows[1:])]
+
+
+def _plotly_cells(rows: list[list[Any]]) -> list[list[Any]]:
+    """The rows with each conversation value as plotly table HTML."""
+    return [[conversation_cells.plotly_html(v) if conversation_cells.is_cell(v) else v for v in row] for row in rows]
 
 
 class ClearMLBackend:

@@ -17,6 +17,9 @@ A rollout step (``valgen.kind = rollout``) gets ``train_step{step}.json``, one r
 by column name (``otel_valgen.exporter.tables.rollout_dicts``), and its metrics under the
 rollout key (``train/generations/seen``, ...), so it never replaces the step's validation.
 
+In a step with conversations every row has a ``conversation`` key: ``{"input", "output"}``, each
+side's GenAI messages as JSON (or its text), which MLflow's artifact view shows indented.
+
 ``MlflowClient.log_table`` is not used: it lists every table in one run tag, whose value MLflow
 caps at 8,000 characters, so a run with more than about 130 per-step tables fails every later
 write (measured with bench/exporter_bench.py); one appended table re-uploads the whole run's

@@ -13,7 +13,9 @@ key (``val/generations``, text plugin) and the summary's scalars under ``<table 
 (``seen``, ``kept``, ``score_mean``, ...). Events are written with the tensorboard package's
 own event-file writer; torch is not needed. A rollout step's text (a section per prompt with
 each of its responses, ``otel_valgen.exporter.tables.rollout_markdown``) and scalars go under
-the rollout key (``train/generations``) instead.
+the rollout key (``train/generations``) instead. A sample with a conversation shows its turns
+in place of the one-line input and output (``conversation_cells.markdown``: a bold role line per
+message, each text in a code fence, so it reads as written).
 """
 
 from __future__ import annotations

@@ -15,6 +15,11 @@ a ``trackio.Table`` of the rows under ``<key>/table``, and the summary's scalars
 (``train/generations``): a trace per response (its metadata holds the rollout columns: prompt
 id, advantage, response length, truncated, ...) and the rollout table under ``<key>/table``.
 
+A generation with a conversation gets a trace of its turns as OpenAI chat messages
+(``conversation_cells.openai_messages``: Trackio's trace view shows them turn by turn and pairs
+each tool call with its result), and its step's table a ``conversation`` column holding the turns
+as plain text (``conversation_cells.text``), since Trackio's table shows each cell as text.
+
 Trackio reports a write it could not store (a locked or unwritable store) only as a Python
 warning. So each step is read back from the store after ``finish``; a step that is not there
 waits and is written again (``BackendUnavailable``).
@@ -27,6 +32,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
+from otel_valgen.exporter import conversation_cells
 from otel_valgen.exporter.backends import (
     BackendUnavailable,
     StepNotWritable,
@@ -38,6 +44,7 @@ from otel_valgen.exporter.backends import (
 from otel_valgen.exporter.ledger import Ledger
 from otel_valgen.exporter.steps import ClosedStep, summary_scalars
 from otel_valgen.exporter.tables import extra_names, rollout_dicts, rows_layout
+from otel_valgen.reader import Generation
 
 __all__ = ["PROJECT_ATTRIBUTE", "RUN_NAME_ATTRIBUTE", "TrackioBackend", "TrackioConfig"]
 
@@ -56,7 +63,7 @@ def trace_metadata(step: ClosedStep) -> list[dict[str, Any]]:
     """Each generation's trace metadata: verl's (score, step, sample index) and the step's other columns."""
     if step.rollout:
         rows = rollout_dicts(step)
-        hidden = ("input", "output")  # they are the trace's messages
+        hidden = ("input", "output", conversation_cells.COLUMN)  # they are the trace's messages
         return [
             {
                 "source": "rollout_generations",
@@ -78,6 +85,14 @@ def trace_metadata(step: ClosedStep) -> list[dict[str, Any]]:
         }
         for index, generation in enumerate(step.generations)
     ]
+
+
+def trace_messages(generation: Generation) -> list[dict[str, Any]]:
+    """A generation's trace: its conversation's turns, else verl's user and assistant messages."""
+    conversation = conversation_cells.cell(generation)
+    if conversation is not None:
+        return conversation_cells.openai_messages(conversation)
+    return [{"role": "user", "content": generation.input}, {"role": "assistant", "content": generation.output}]
 
 
 class TrackioBackend:
@@ -108,20 +123,15 @@ class TrackioBackend:
     def _payload(self, step: ClosedStep) -> dict[str, Any]:
         trackio, key = self._trackio, written_key(self, step, self.config.key(step))
         traces = [
-            trackio.Trace(
-                messages=[
-                    {"role": "user", "content": generation.input},
-                    {"role": "assistant", "content": generation.output},
-                ],
-                metadata=metadata,
-            )
+            trackio.Trace(messages=trace_messages(generation), metadata=metadata)
             for generation, metadata in zip(step.generations, trace_metadata(step), strict=True)
         ]
         payload: dict[str, Any] = {}
         if traces:
             columns, rows = rows_layout(step)
+            cells = [[conversation_cells.text(v) if conversation_cells.is_cell(v) else v for v in row] for row in rows]
             payload[key] = traces
-            payload[f"{key}/table"] = trackio.Table(columns=columns, data=rows)
+            payload[f"{key}/table"] = trackio.Table(columns=columns, data=cells)
         if self.config.scalars:
             payload |= {f"{key}/{name}": value for name, value in summary_scalars(step.summary).items()}
         return payload

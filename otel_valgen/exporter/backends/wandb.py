@@ -25,6 +25,10 @@ Training rollouts (``valgen.kind = rollout``) go to a table of their own, ``roll
 (``train/generations``) next to ``val/generations``, with its scalars under it, in the
 ``rows`` layout whatever ``layout`` says (one row per response, a prompt's responses together:
 ``otel_valgen.exporter.tables.rollout_rows``); verl has no wide rollout table to match.
+
+A step with conversations gets a ``conversation`` column (``conversation_<i>`` in ``verl``) of
+``wandb.Html`` cells, each the conversation turn by turn (``conversation_cells.html``): wandb's
+table renders an HTML cell as the page it is.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from typing import Any, Literal, cast
 import wandb
 
 from otel_valgen import contract
+from otel_valgen.exporter import conversation_cells
 from otel_valgen.exporter.backends import CORRECTED, BackendUnavailable, TableKeys, correction, superseded
 from otel_valgen.exporter.ledger import Ledger
 from otel_valgen.exporter.steps import ClosedStep, summary_scalars
@@ -76,6 +81,19 @@ def run_ref(step: ClosedStep, project: str | None = None, entity: str | None = N
         project=_text(resource, contract.WANDB_PROJECT) or project,
         entity=_text(resource, contract.WANDB_ENTITY) or entity,
     )
+
+
+def html_cells(rows: list[list[Any]]) -> list[list[Any]]:
+    """The rows with each conversation value as a ``wandb.Html`` cell (a page of its turns)."""
+    return [
+        [
+            wandb.Html(conversation_cells.html(value), inject=False, data_is_not_path=True)
+            if conversation_cells.is_cell(value)
+            else value
+            for value in row
+        ]
+        for row in rows
+    ]
 
 
 @dataclass(frozen=True)
@@ -194,12 +212,12 @@ class WandbBackend:
             row = verl_row(step)
             by_step = self.ledger.rows(step.group_id) | {step.step: row}
             columns, data = wide_table([by_step[number] for number in sorted(by_step)])
-            table, added = wandb.Table(columns=list[str | int](columns), data=data), 1
+            table, added = wandb.Table(columns=list[str | int](columns), data=html_cells(data)), 1
         else:
             columns, rows = rows_layout(step, skip=committed)
             if not rows and self.ledger.is_committed(*step.key):
                 return None
-            table, added = self._rows_table(target, step.kind, columns, rows), len(rows)
+            table, added = self._rows_table(target, step.kind, columns, html_cells(rows)), len(rows)
             row = None
         attachment = self._attach(target)
         try:
@@ -217,7 +235,7 @@ class WandbBackend:
     def _write_correction(self, target: RunRef, step: ClosedStep) -> int:
         """Log a step merged from another sampler's part whole, under its key + ``CORRECTED`` (see backends)."""
         columns, rows = rows_layout(step, skip=set())
-        table = wandb.Table(columns=list(columns), data=rows)
+        table = wandb.Table(columns=list(columns), data=html_cells(rows))
         payload = self._payload(step, table, key=self.config.key(step) + CORRECTED)
         attachment = self._attach(target)
         try:
