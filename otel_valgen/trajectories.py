@@ -43,6 +43,7 @@ LENGTH_LIMIT: Final = "length_limit"
 BY_DATA_SOURCE: Final = "by_data_source"
 _SHARE: Final = ".share"
 _MAX: Final = ".max"
+_TEXTS_ONLY: Final = frozenset({str})
 
 
 @dataclass
@@ -63,8 +64,18 @@ class TrajectoryFigures:
     ) -> None:
         """Count the trajectories among ``outputs`` (``truncated``: one flag per output, or None).
 
-        ``data_sources`` (one cleaned name per output) counts them per data source too.
+        ``data_sources`` (one cleaned name per output) counts them per data source too. A column
+        that is not a list or tuple makes its rows when read (an integration's lazy rows): it is
+        counted through its ``messages_for_figures(index)``, which gives a row's messages without
+        decoding any text, and not at all without one (it is then a column of texts).
         """
+        if not isinstance(outputs, list | tuple):
+            peek = getattr(outputs, "messages_for_figures", None)
+            if not callable(peek):
+                return
+            outputs = [peek(index) for index in range(len(outputs))]
+        if _TEXTS_ONLY.issuperset(map(type, outputs)):  # plain texts (the usual column): no trajectory
+            return
         for index, output in enumerate(outputs):
             if type(output) is str or not is_conversation(output):
                 continue

@@ -28,6 +28,7 @@ from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 import otel_valgen as vg
 from otel_valgen import contract
 from otel_valgen.integrations import verl as vg_verl
+from otel_valgen.integrations.verl._layout import MESSAGES_COLUMN
 from otel_valgen.integrations.verl_rollouts import _v1_uids, rollout_columns, send_legacy_step, send_rollout_batch
 from otel_valgen.testing import capture_records
 from tests.verl import harness
@@ -375,7 +376,11 @@ def test_multi_modal_data_images_count_too(tokenizer: Any) -> None:
 
 
 def test_a_multi_turn_response_keeps_the_tools_text_out_of_length_and_advantage(tokenizer: Any) -> None:
-    """The text holds a tool's tokens; the length counts the model's (response_mask), the advantage is their mean."""
+    """The length counts the model's tokens (response_mask), the advantage is their mean; the turns are messages.
+
+    Without the agent loop's columns (``raw_prompt``, its turns) the text holds a tool's tokens, as before;
+    with them (``integrations.verl._agent_loop``) the output is the turns (tests/verl/test_conversation_rows.py).
+    """
     pieces = (("Call calc.", True), (" [tool: 4]", False), (" So 4.", True))
     rows = [Row("What is 2+2?", pieces, advantage=1.5), Row("What is 2+2?", answer("It is 5."), advantage=-0.5)]
     sent = _send(make_batch(tokenizer, rows, response_width=32), tokenizer, step=2)
@@ -383,6 +388,18 @@ def test_a_multi_turn_response_keeps_the_tools_text_out_of_length_and_advantage(
     assert multi[contract.RESPONSE_LENGTH] == len("Call calc.") + len(" So 4.")
     assert multi[contract.ADVANTAGE] == pytest.approx(1.5)
     assert (plain[contract.RESPONSE_LENGTH], plain[contract.ADVANTAGE]) == (len("It is 5."), pytest.approx(-0.5))
+    prompt = [{"role": "user", "content": "What is 2+2?"}]
+    turns = [
+        {"role": "assistant", "content": "Call calc."},
+        {"role": "tool", "content": "4"},
+        {"role": "assistant", "content": "So 4."},
+    ]
+    columns = {"raw_prompt": [prompt, prompt], MESSAGES_COLUMN: [turns, None]}
+    chats = _send(make_batch(tokenizer, rows, response_width=32, non_tensors=columns), tokenizer, step=2)
+    multi, plain = chats["[assistant] Call calc.\n[tool] 4\n[assistant] So 4."], chats["[assistant] It is 5."]
+    assert multi[contract.RESPONSE_LENGTH] == len("Call calc.") + len(" So 4.")
+    assert [m["role"] for m in multi[contract.GEN_AI_OUTPUT_MESSAGES]] == ["assistant", "tool", "assistant"]
+    assert plain[contract.PROMPT_ID] == multi[contract.PROMPT_ID] == _log_rollouts_id("What is 2+2?")
 
 
 def test_the_score_is_token_level_scores_summed_else_rm_scores(tokenizer: Any) -> None:

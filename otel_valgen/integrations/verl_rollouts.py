@@ -63,6 +63,7 @@ Columns (docs/rollouts.md):
 
 from __future__ import annotations
 
+import logging
 import re
 import struct
 from collections.abc import Callable, Mapping, Sequence, Sized
@@ -79,6 +80,8 @@ if TYPE_CHECKING:
     from verl import DataProto
 
 __all__ = ["rollouts_on", "send_rollout_batch"]
+
+_logger = logging.getLogger("otel_valgen")
 
 PARAM_VERSION_KEY = "max_global_steps"
 """The fully-async batch's per-response parameter version (``min_global_steps``: where a partial rollout began)."""
@@ -152,9 +155,11 @@ def rollout_columns(
     lengths, truncated = _sizes(responses, spans, response_mask, max_response_length, tokenizer)
     non_tensor = batch.non_tensor_batch
     prompt_ids, prompt_texts = prompt_groups(prompts, prompt_mask, non_tensor, tokenizer)
+    decode = _response_decoder(responses, spans, tokenizer)
+    inputs, outputs = _conversations(non_tensor, prompt_texts, decode, spans, response_mask)
     return {
-        "prompts": prompt_texts,
-        "responses": LazyTexts(len(responses), _response_decoder(responses, spans, tokenizer)),
+        "prompts": inputs,
+        "responses": outputs,
         "rewards": _scores(tensors),
         "prompt_ids": prompt_ids,
         "advantages": _advantages(tensors, response_mask if response_mask is not None else _mask(spans, width)),
@@ -173,6 +178,15 @@ def response_sizes(batch: DataProto, tokenizer: Any, max_response_length: int | 
     responses = _numpy(tensors["responses"])
     spans, response_mask = _response_spans(tensors, _numpy(tensors["prompts"]).shape[1])
     return _sizes(responses, spans, response_mask, max_response_length, tokenizer)
+
+
+def response_gaps(batch: DataProto) -> list[bool] | None:
+    """Per row, whether ``response_mask`` leaves out tokens inside the response (a tool's); None without one."""
+    from otel_valgen.integrations.verl._conversations import response_gaps as gaps
+
+    tensors = batch.batch
+    spans, response_mask = _response_spans(tensors, _numpy(tensors["prompts"]).shape[1])
+    return gaps(response_mask, spans)
 
 
 def _sizes(
@@ -342,6 +356,25 @@ class LazyTexts(Sequence[str]):
         return self._decode(index % self._size)
 
 
+def _conversations(
+    non_tensor: Mapping[str, Any],
+    prompt_texts: list[str],
+    decode: Callable[[int], str],
+    spans: np.ndarray,
+    response_mask: np.ndarray | None,
+) -> tuple[Sequence[Any], Sequence[Any]]:
+    """Each row's prompt messages and turns (``verl._conversations``), else its texts; rows made when read."""
+    import otel_valgen.integrations.verl._conversations as chats
+
+    rows = chats.from_columns(non_tensor, len(prompt_texts), chats.response_gaps(response_mask, spans))
+    if rows is None:
+        return prompt_texts, LazyTexts(len(prompt_texts), decode)
+    return (
+        chats.Lazy(len(prompt_texts), lambda row: rows.input(row, prompt_texts[row])),
+        chats.Lazy(len(prompt_texts), lambda row: rows.output(row, decode(row)), rows.figure_output),
+    )
+
+
 def _response_decoder(responses: np.ndarray, lengths: np.ndarray, tokenizer: Any) -> Callable[[int], str]:
     def decode(index: int) -> str:
         return str(tokenizer.decode(responses[index][: lengths[index]].tolist(), skip_special_tokens=True))
@@ -482,6 +515,9 @@ V1_FIELDS: Final = (
 )
 """What the v1 hook fetches from TransferQueue (verl's ``_log_rollout_data`` fetches a subset)."""
 
+V1_CONVERSATION_FIELDS: Final = ("raw_prompt", "num_turns")
+"""Fetched apart (a verl without them still sends its rows, as text): the prompt's messages, the turns."""
+
 
 def send_v1_step(trainer: Any, batch: Any, global_steps: int) -> int:
     """The v1 ``PPOTrainer._compute_metrics``'s batch (a ``KVBatchMeta``), fetched from TransferQueue.
@@ -508,6 +544,7 @@ def _v1_batch(batch: Any) -> DataProto:
     from verl import DataProto
 
     fetched = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=list(V1_FIELDS))
+    chats = _v1_conversation_fields(tq, batch)
     present = set(fetched.keys())
     prompts, prompt_lengths = _padded(fetched["prompts"], None)
     responses, response_lengths = _padded(fetched["responses"], None)
@@ -534,10 +571,15 @@ def _v1_batch(batch: Any) -> DataProto:
         non_tensors[UID_KEY] = np.array(uids, dtype=object)
     for name in ("reward_model", "data_source"):
         if name in present:
-            non_tensors[name] = np.array(_values(fetched[name]), dtype=object)
+            non_tensors[name] = _objects(_values(fetched[name]))
+    non_tensors.update(chats)
     extra_keys: list[str] = []
     if "extra_fields" in present:
-        infos = [_reward_extra_info(row) for row in _values(fetched["extra_fields"])]
+        extra_fields = _values(fetched["extra_fields"])
+        from otel_valgen.integrations.verl._layout import MESSAGES_COLUMN  # the package imports this module
+
+        non_tensors[MESSAGES_COLUMN] = _objects([_messages(row) for row in extra_fields])
+        infos = [_reward_extra_info(row) for row in extra_fields]
         extra_keys = list(dict.fromkeys(key for info in infos for key in info))
         for key in extra_keys:
             non_tensors[key] = np.array([info.get(key) for info in infos], dtype=object)
@@ -589,6 +631,32 @@ def _lengths_mask(lengths: Any, width: int) -> Any:
     import torch
 
     return (torch.arange(width)[None, :] < lengths[:, None]).long()
+
+
+def _v1_conversation_fields(tq: Any, batch: Any) -> dict[str, np.ndarray]:
+    """``V1_CONVERSATION_FIELDS`` of the batch's rows; none when TransferQueue has not them (rows sent as text)."""
+    try:
+        fetched = tq.kv_batch_get(
+            keys=batch.keys, partition_id=batch.partition_id, select_fields=list(V1_CONVERSATION_FIELDS)
+        )
+        return {name: _objects(_values(fetched[name])) for name in V1_CONVERSATION_FIELDS if _has(fetched, name)}
+    except Exception:
+        _logger.debug("otel_valgen: no conversation fields in TransferQueue", exc_info=True)
+        return {}
+
+
+def _objects(values: list[Any]) -> np.ndarray:
+    """A 1-d object array of ``values`` (numpy would make lists of messages a 2-d array)."""
+    array = np.empty(len(values), dtype=object)
+    array[:] = values
+    return array
+
+
+def _messages(row: Any) -> Any:
+    """The captured messages of one row's ``extra_fields`` (``integrations.verl._agent_loop``)."""
+    from otel_valgen.integrations.verl._layout import MESSAGES_COLUMN  # the package imports this module
+
+    return row.get(MESSAGES_COLUMN) if isinstance(row, Mapping) else None
 
 
 def _reward_extra_info(row: Any) -> Mapping[str, Any]:

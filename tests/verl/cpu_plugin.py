@@ -90,3 +90,35 @@ wrapt.register_post_import_hook(_on_trainer, TRAINER_MODULE)
 wrapt.register_post_import_hook(_on_rollouter, ROLLOUTER_MODULE)
 wrapt.register_post_import_hook(_on_sync_trainer, SYNC_TRAINER_MODULE)
 wrapt.register_post_import_hook(_on_v1_trainer, V1_TRAINER_MODULE)
+
+
+# verl's own record of each tool-agent trajectory: with VALGEN_TEST_AGENT_MESSAGES=<folder>, every process
+# appends the messages ToolAgentLoop held when it ended (AgentData.messages) to <folder>/<pid>.jsonl.
+TOOL_AGENT_MODULE = "verl.experimental.agent_loop.tool_agent_loop"
+AGENT_MESSAGES_ENV = "VALGEN_TEST_AGENT_MESSAGES"
+
+
+def _on_tool_agent(module: Any) -> None:
+    import functools
+    import json
+    import os
+    from pathlib import Path
+
+    folder = os.environ.get(AGENT_MESSAGES_ENV)
+    if not folder:
+        return
+    generating = module.ToolAgentLoop._handle_generating_state
+
+    @functools.wraps(generating)
+    async def _handle_generating_state(self: Any, agent_data: Any, *args: Any, **kwargs: Any) -> Any:
+        state = await generating(self, agent_data, *args, **kwargs)
+        if state == module.AgentState.TERMINATED:
+            line = json.dumps(list(agent_data.messages), default=lambda value: value.tolist())
+            with (Path(folder) / f"{os.getpid()}.jsonl").open("a", encoding="utf-8") as file:
+                file.write(line + "\n")
+        return state
+
+    module.ToolAgentLoop._handle_generating_state = _handle_generating_state
+
+
+wrapt.register_post_import_hook(_on_tool_agent, TOOL_AGENT_MODULE)

@@ -428,7 +428,8 @@ class CpuRolloutManager:
     ``generate_sequences`` returns what ``AgentLoopManager.generate_sequences`` returns after
     ``AgentLoopWorker._postprocess`` with streaming rewards: ``prompts`` (left-padded), ``responses``,
     ``response_mask``, ``input_ids``, ``attention_mask``, ``position_ids``, ``rm_scores`` (the score on the
-    last response token), non-tensor ``__num_turns__``, ``multi_modal_inputs`` (``{}`` per sample, as
+    last response token), non-tensor ``raw_prompt`` (the input's, as verl's agent loop copies it),
+    ``__num_turns__``, ``multi_modal_inputs`` (``{}`` per sample, as
     ``AgentLoopWorker._compute_multi_modal_inputs`` gives with no processor; the sync ``fit`` reads it)
     and the reward extra info ``acc`` (as verl's naive reward manager adds), and ``meta_info``
     ``{"timing": {}, "reward_extra_keys": ["acc"]}``.
@@ -494,6 +495,7 @@ class CpuRolloutManager:
                 "rm_scores": rm_scores,
             },
             non_tensors={
+                "raw_prompt": non_tensor["raw_prompt"],  # AgentLoopWorker._agent_loop_postprocess copies it
                 "__num_turns__": np.full(size, 2, dtype=np.int32),
                 "multi_modal_inputs": np.array([{} for _ in range(size)], dtype=object),
                 "acc": np.array(scores, dtype=np.float64),
@@ -667,7 +669,8 @@ class CpuLLMClient:
     response token ids (ending with eos), rollout log-probs (0) when ``sampling_params["logprobs"]``, and
     the weight version it generated with as ``global_steps``/``min_global_steps``/``max_global_steps``
     (0: no weights reach a stand-in, as in ``CpuRolloutManager``). The response is ``response_text``
-    for the question index read back from the prompt; the draft number counts calls per prompt.
+    for the question index read back from the prompt; the draft number counts calls per prompt. With
+    ``TOOL_CALLS_ENV`` set it answers as a tool-calling model in the hermes format (``tool_turn``).
     Picklable (the tokenizer is loaded lazily), as verl sends the client to its agent-loop workers.
     """
 
@@ -694,7 +697,10 @@ class CpuLLMClient:
         index = int(match.group(1))
         draft = self._drafts[index]
         self._drafts[index] += 1
-        response = response_text(index, str(2 * index), draft, "v1")
+        if os.environ.get(TOOL_CALLS_ENV):
+            response = tool_turn(index, draft, tokenizer.decode(prompt_ids).count(TOOL_MESSAGE))
+        else:
+            response = response_text(index, str(2 * index), draft, "v1")
         ids = [*tokenizer.encode(response, add_special_tokens=False), tokenizer.eos_token_id]
         return TokenOutput(
             token_ids=ids,
@@ -702,6 +708,49 @@ class CpuLLMClient:
             stop_reason="completed",
             extra_fields={"global_steps": 0, "min_global_steps": 0, "max_global_steps": 0},
         )
+
+
+TOOL_CALLS_ENV = "VALGEN_TEST_TOOL_CALLS"
+"""Set (to ``1``) in a job's environment: ``CpuLLMClient`` answers as a tool-calling model (``tool_turn``)."""
+TOOL_NAME = "calc"  # the tool of tool_config(), verl's own BaseTool
+TOOL_MESSAGE = "<|tool|>"  # how CHAT_TEMPLATE renders a tool message (not a special token: kept by decode)
+
+
+def tool_calls_wanted(index: int) -> int:
+    """How many tool calls the stand-in model makes for question ``index`` before answering: 1, or 2 when odd."""
+    return 1 + index % 2
+
+
+def tool_turn(index: int, draft: int, done: int) -> str:
+    """The model's turn after ``done`` tool results: a hermes tool call, then (all made) ``response_text``."""
+    if done >= tool_calls_wanted(index):
+        return response_text(index, str(2 * index), draft, "v1")
+    arguments = json.dumps({"expression": f"{index}+{index}", "call": done})
+    return f'Let me compute ({draft}).<tool_call>{{"name": "{TOOL_NAME}", "arguments": {arguments}}}</tool_call>'
+
+
+def tool_config(path: str | os.PathLike[str]) -> Path:
+    """A ``multi_turn.tool_config_path`` yaml as users write one: verl's own ``BaseTool`` as the ``calc`` tool."""
+    file = Path(path)
+    file.write_text(
+        "tools:\n"
+        "  - class_name: verl.tools.base_tool.BaseTool\n"
+        "    config:\n"
+        "      type: native\n"
+        "    tool_schema:\n"
+        "      type: function\n"
+        "      function:\n"
+        f"        name: {TOOL_NAME}\n"
+        "        description: Evaluate an arithmetic expression.\n"
+        "        parameters:\n"
+        "          type: object\n"
+        "          properties:\n"
+        "            expression:\n"
+        "              type: string\n"
+        "              description: The expression.\n"
+        "          required: [expression]\n"
+    )
+    return file
 
 
 class CpuV1LLMServerManager(CpuLLMServerManager):

@@ -364,6 +364,31 @@ DUMP_OWN_COLUMNS: Final = DUMP_NOT_IN_ROW | {"input", "output", "gts", "score"}
 """verl's dump columns that are not ``reward_extra_info``'s."""
 
 
+def _texts(messages: list[dict[str, Any]]) -> str:
+    parts = [part for message in messages for part in message["parts"]]
+    return "".join(part.get("content", "") for part in parts if part["type"] == "text")
+
+
+def row_texts(attributes: dict[str, Any], body: dict[str, Any]) -> tuple[str, str]:
+    """A kept row's prompt and response as verl's dumps write them (``input``, ``output``).
+
+    A row of verl's agent loop is a conversation (docs/verl.md): its prompt is the text of its prompt
+    messages (``make_tokenizer``'s chat template only adds special tokens, which the dump's decode drops),
+    a single-turn response the text of its one assistant message. A row without messages: its body.
+    """
+    inputs, outputs = attributes.get(contract.GEN_AI_INPUT_MESSAGES), attributes.get(contract.GEN_AI_OUTPUT_MESSAGES)
+    return (
+        _texts(inputs) if inputs is not None else body[contract.BODY_INPUT],
+        _texts(outputs) if outputs is not None else body[contract.BODY_OUTPUT],
+    )
+
+
+def assert_conversation(attributes: dict[str, Any]) -> None:
+    """A single-turn agent-loop row: the prompt's user message in, one assistant message out."""
+    assert [m["role"] for m in attributes[contract.GEN_AI_INPUT_MESSAGES]] == ["user"], attributes
+    assert [m["role"] for m in attributes[contract.GEN_AI_OUTPUT_MESSAGES]] == ["assistant"], attributes
+
+
 def assert_rows_equal_dump(collector_file: Path, validation: Validation, cut_at_limit: bool = False) -> None:
     """Each kept row equals verl's own ``validation_data_dir`` row of the same prompt and response, field by field.
 
@@ -380,9 +405,11 @@ def assert_rows_equal_dump(collector_file: Path, validation: Validation, cut_at_
     kept = kept_rows(collector_file, validation.trainer_step, contract.KIND_VALIDATION)
     assert kept
     for attributes, body in kept:
+        assert_conversation(attributes)
+        text_in, text_out = row_texts(attributes, body)
         mine = {
-            "input": body[contract.BODY_INPUT],
-            "output": body[contract.BODY_OUTPUT],
+            "input": text_in,
+            "output": text_out,
             "score": attributes[contract.SCORE],
             "gts": body.get(contract.BODY_GROUND_TRUTH),
             **{
@@ -455,7 +482,8 @@ def rollout_outputs(collector_file: Path, step: int) -> dict[str, Counter[str]]:
     """The kept rollout records of ``step`` as the collector wrote them: prompt id -> its outputs (a multiset)."""
     kept: dict[str, Counter[str]] = {}
     for attributes, body in kept_rows(collector_file, step, contract.KIND_ROLLOUT):
-        kept.setdefault(attributes[contract.PROMPT_ID], Counter())[body[contract.BODY_OUTPUT]] += 1
+        assert_conversation(attributes)
+        kept.setdefault(attributes[contract.PROMPT_ID], Counter())[row_texts(attributes, body)[1]] += 1
     return kept
 
 

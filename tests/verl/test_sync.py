@@ -114,7 +114,9 @@ def test_each_row_carries_what_verls_own_dump_writes(verl_files: VerlFiles, tmp_
     assert len(kept) == K
     for generation in kept:
         row = by_id[untagged(generation.sample_id)]
-        assert (generation.input, generation.output, generation.score) == (row["input"], row["output"], row["score"])
+        launcher.assert_conversation(generation.attributes)
+        texts = launcher.row_texts(generation.attributes, {})
+        assert (*texts, generation.score) == (row["input"], row["output"], row["score"])
         assert generation.ground_truth == row["gts"]
         assert generation.data_source == harness.DATA_SOURCE
         columns = {name: value for name, value in row.items() if name not in launcher.DUMP_OWN_COLUMNS}

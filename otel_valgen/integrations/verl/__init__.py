@@ -15,6 +15,8 @@ concern:
   trainer's step, into the trainer's runs.
 - ``_rows``: each row's ground truth, data source, ``reward_extra_info`` columns, response length
   and truncation, read from ``_validate`` as verl's own ``validation_data_dir`` dump writes them.
+- ``_agent_loop``: in the agent-loop workers, each trajectory's conversation (the messages verl's
+  ``ToolAgentLoop`` held) rides with its row; ``_conversations`` reads it back for both kinds of rows.
 - ``_rollout_hooks``: training rollouts (``OTEL_VALGEN_ROLLOUT_COUNT`` > 0): each training step's
   final batch is sent with ``vg.log_rollouts`` (``integrations.verl_rollouts``).
 - ``_actors``: Ray actor classes made before the hooks get the hooked methods back.
@@ -40,13 +42,15 @@ from typing import Any, ClassVar
 
 import otel_valgen as vg
 from otel_valgen._env import OTEL_VALGEN_VERL, env_bool
-from otel_valgen.integrations.verl import _actors, _rollout_hooks, _tables
+from otel_valgen.integrations.verl import _actors, _agent_loop, _rollout_hooks, _tables
 from otel_valgen.integrations.verl._actors import repair_actor_classes
 from otel_valgen.integrations.verl._layout import (
+    AGENT_LOOP_MODULE,
     HOOKED_METHODS,
     PATCHED_CLASSES,
     ROLLOUT_HOOKS,
     TESTED_VERL_VERSIONS,
+    TOOL_AGENT_MODULE,
 )
 from otel_valgen.integrations.verl._validation import ValGenerationsMixin, log_val_generations, on_import
 
@@ -117,6 +121,8 @@ def install() -> bool:
             wrapt.register_post_import_hook(hook, module_name)
         for module_name in ROLLOUT_HOOKS:
             wrapt.register_post_import_hook(_rollout_hooks.on_import, module_name)
+        wrapt.register_post_import_hook(_agent_loop.on_worker_import, AGENT_LOOP_MODULE)
+        wrapt.register_post_import_hook(_agent_loop.on_tool_agent_import, TOOL_AGENT_MODULE)
     except Exception:
         _logger.exception("otel_valgen: could not install the verl integration")
         return False

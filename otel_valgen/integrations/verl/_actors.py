@@ -12,7 +12,7 @@ import logging
 import sys
 from typing import Any
 
-from otel_valgen.integrations.verl import _rollout_hooks, _validation
+from otel_valgen.integrations.verl import _agent_loop, _rollout_hooks, _validation
 
 _logger = logging.getLogger("otel_valgen")
 
@@ -55,7 +55,8 @@ def repair_actor_classes() -> list[str]:
         if not isinstance(modified, type):
             continue
         changed = False
-        for base, originals in [*_validation.originals.items(), *_rollout_hooks.originals.items()]:
+        hooked = [*_validation.originals.items(), *_rollout_hooks.originals.items(), *_agent_loop.originals.items()]
+        for base, originals in hooked:
             if not issubclass(modified, base):
                 continue
             for method, original in originals.items():

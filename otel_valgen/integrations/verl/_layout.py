@@ -92,6 +92,30 @@ ROLLOUT_HOOKS: Final = {
 }
 """verl's trainer classes whose method sends each training step's batch as rollouts, by module."""
 
+AGENT_LOOP_MODULE: Final = "verl.experimental.agent_loop.agent_loop"
+AGENT_LOOP_WORKER: Final = "AgentLoopWorker"
+"""Every agent loop runs in this class's ``_run_agent_loop`` (one asyncio task per trajectory, holding
+``trajectory["validate"]``), which scores it with ``_compute_score(outputs, kwargs)`` before the output
+becomes a batch row (``_postprocess``: each ``extra_fields`` key a ``non_tensor_batch`` column; v1:
+the row's ``extra_fields`` in TransferQueue)."""
+AGENT_LOOP_WORKER_METHODS: Final = {
+    "_run_agent_loop": ("self", "sampling_params", "trajectory", "agent_name", "trace", "kwargs"),
+    "_compute_score": ("self", "outputs", "kwargs"),
+}
+TOOL_AGENT_MODULE: Final = "verl.experimental.agent_loop.tool_agent_loop"
+TOOL_AGENT_STATE: Final = "AgentData"
+"""``ToolAgentLoop``'s per-trajectory state: ``messages`` (``raw_prompt``'s messages, then each parsed
+assistant turn with its ``tool_calls`` and each ``tool`` message, appended in order), ``assistant_turns``
+and ``response_ids`` (the last generation's tokens)."""
+TOOL_AGENT_STATE_FIELDS: Final = ("messages", "assistant_turns", "response_ids")
+
+MESSAGES_COLUMN: Final = "otel_valgen_messages"
+"""The ``extra_fields`` key (so a ``non_tensor_batch`` column) of a trajectory's generated messages."""
+RAW_PROMPT_COLUMN: Final = "raw_prompt"
+"""The prompt's chat messages: ``_agent_loop_postprocess`` copies them into ``extra_fields`` (v1: a field)."""
+NUM_TURNS_COLUMNS: Final = ("__num_turns__", "num_turns")
+"""A row's turns (user, assistant and tool; 2 for a single turn): the batch column, v1's TransferQueue field."""
+
 TABLE_MODULE: Final = "verl.utils.tracking"
 TABLE_CLASS: Final = "ValidationGenerationsLogger"
 """verl's table writer, which its own ``_maybe_log_val_generations`` calls; hooked ones never do."""

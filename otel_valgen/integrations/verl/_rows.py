@@ -24,7 +24,10 @@ from typing import Any
 
 from otel_valgen import _process, _stats
 from otel_valgen._sanitize import json_text
+from otel_valgen.integrations.verl import _conversations
 from otel_valgen.integrations.verl._layout import (
+    NUM_TURNS_COLUMNS,
+    RAW_PROMPT_COLUMN,
     REWARD_FUNCTION,
     V1_STORE,
     V1_VALIDATION_PARTITION,
@@ -50,6 +53,7 @@ class Tallies:
     truncated: list[bool] = dataclasses.field(default_factory=list)
     by_key: dict[str, tuple[int, bool]] = dataclasses.field(default_factory=dict)  # v1: by TransferQueue key
     failed: bool = False
+    chats: _conversations.Tally = dataclasses.field(default_factory=_conversations.Tally)
 
 
 _tallies: contextvars.ContextVar[Tallies | None] = contextvars.ContextVar("otel_valgen_verl_tallies", default=None)
@@ -73,7 +77,10 @@ def close_tallies(token: contextvars.Token[Tallies | None]) -> None:
 def validation_row(
     trainer: object, caller: FrameType | None, inputs: Sequence[Any], outputs: Sequence[Any]
 ) -> dict[str, Any]:
-    """``log_generations``'s keyword arguments for the row's other columns; the ones not found are left out."""
+    """``log_generations``'s keyword arguments for the row's other columns; the ones not found are left out.
+
+    ``inputs``, ``outputs`` and ``sample_ids`` among them when the rows are conversations (``_conversations``).
+    """
     del trainer
     found = _validate_frame(caller, inputs)
     if found is None:
@@ -109,7 +116,16 @@ def validation_row(
         _missing("response_lengths", "response lengths and truncation")
     else:
         row["response_lengths"], row["truncated"] = sizes
+    row.update(_conversation(frame_locals, inputs, outputs))
     return row
+
+
+def _conversation(frame_locals: dict[str, Any], inputs: Sequence[Any], outputs: Sequence[Any]) -> dict[str, Any]:
+    tallies = _tallies.get()
+    if tallies is None:
+        return _conversations.validation_columns(None, inputs, outputs)
+    keys = _v1_final_keys(frame_locals, len(outputs)) if tallies.chats.by_key else None
+    return _conversations.validation_columns(tallies.chats.rows(len(outputs), keys), inputs, outputs)
 
 
 def _validate_frame(caller: FrameType | None, inputs: Sequence[Any]) -> tuple[dict[str, Any], ValidateLocals] | None:
@@ -160,6 +176,22 @@ def _sizes(frame_locals: dict[str, Any], size: int) -> tuple[list[int], list[boo
 
 def _v1_sizes(tallies: Tallies, frame_locals: dict[str, Any], size: int) -> tuple[list[int], list[bool]] | None:
     """Each generation's sizes from its session's final TransferQueue key (v1 keeps one output per session)."""
+    keys = _v1_final_keys(frame_locals, size)
+    if keys is None:
+        return None
+    lengths: list[int | None] = [None] * size
+    truncated: list[bool | None] = [None] * size
+    for row, key in enumerate(keys):
+        sizes = tallies.by_key.get(key) if key is not None else None
+        if sizes is not None:
+            lengths[row], truncated[row] = sizes
+    if any(length is None for length in lengths):
+        return None
+    return lengths, truncated  # type: ignore[return-value]
+
+
+def _v1_final_keys(frame_locals: dict[str, Any], size: int) -> list[str | None] | None:
+    """Each generation's session's final TransferQueue key, from v1 ``_validate``'s locals."""
     keys = frame_locals.get("dump_all_keys")
     rows = frame_locals.get("session_to_sample_idx")
     if not isinstance(keys, list) or not isinstance(rows, Mapping):
@@ -170,15 +202,12 @@ def _v1_sizes(tallies: Tallies, frame_locals: dict[str, Any], size: int) -> tupl
         session, index = (f"{parts[0]}_{parts[1]}", int(parts[2])) if len(parts) == 3 else (str(key), 0)
         if session not in final or index > final[session][0]:
             final[session] = (index, str(key))
-    lengths: list[int | None] = [None] * size
-    truncated: list[bool | None] = [None] * size
+    found: list[str | None] = [None] * size
     for session, (_, key) in final.items():
-        row, sizes = rows.get(session), tallies.by_key.get(key)
-        if isinstance(row, int) and 0 <= row < size and sizes is not None:
-            lengths[row], truncated[row] = sizes
-    if any(length is None for length in lengths):
-        return None
-    return lengths, truncated  # type: ignore[return-value]
+        row = rows.get(session)
+        if isinstance(row, int) and 0 <= row < size:
+            found[row] = key
+    return found
 
 
 def _missing(column: str, what: str) -> None:
@@ -243,7 +272,7 @@ class _TallyingReward:
 
 @_process.never_raise(None)
 def _tally_batch(tallies: Tallies, batch: Any) -> None:
-    from otel_valgen.integrations.verl_rollouts import response_sizes
+    from otel_valgen.integrations.verl_rollouts import response_gaps, response_sizes
 
     try:
         lengths, truncated = response_sizes(batch, tallies.tokenizer, tallies.limit)
@@ -252,6 +281,11 @@ def _tally_batch(tallies: Tallies, batch: Any) -> None:
         raise
     tallies.lengths.extend(lengths)
     tallies.truncated.extend(truncated)
+    try:
+        tallies.chats.add_batch(batch, response_gaps(batch))
+    except Exception:
+        tallies.chats.failed = True
+        raise
 
 
 class _TallyingStore:
@@ -272,6 +306,7 @@ class _TallyingStore:
         tallies = _tallies.get()
         if tallies is not None:
             _tally_v1(tallies, self._signature, args, kwargs, data)
+            _tally_v1_chats(tallies, self._store, self._signature, args, kwargs, data)
         return data
 
 
@@ -299,3 +334,24 @@ def _tally_v1(tallies: Tallies, signature: inspect.Signature | None, args: Any, 
         length = int(tokens.shape[0])
         last = int(tokens[-1]) if length else None
         tallies.by_key[str(key)] = (length, cut_at_limit(length, last, tallies.limit, eos))
+
+
+@_process.never_raise(None)
+def _tally_v1_chats(
+    tallies: Tallies, store: Any, signature: inspect.Signature | None, args: Any, kwargs: Any, data: Any
+) -> None:
+    """v1 ``_validate``'s fetch of the final outputs' ``extra_fields``: their turns, and their prompts' messages."""
+    if signature is None:
+        return
+    bound = signature.bind(*args, **kwargs).arguments
+    fields = bound.get("select_fields") or ()
+    if bound.get("partition_id") != V1_VALIDATION_PARTITION or "extra_fields" not in fields:
+        return
+    keys = list(bound.get("keys") or ())
+    try:
+        prompts = store.kv_batch_get(keys=keys, partition_id=V1_VALIDATION_PARTITION, select_fields=[RAW_PROMPT_COLUMN])
+        turns = data[NUM_TURNS_COLUMNS[1]] if NUM_TURNS_COLUMNS[1] in fields else None
+        tallies.chats.add_v1(keys, data["extra_fields"], turns, prompts[RAW_PROMPT_COLUMN])
+    except Exception:
+        tallies.chats.failed = True
+        raise

@@ -120,6 +120,7 @@ def route(
     """
     row = _rows.validation_row(trainer, caller, inputs, outputs)
     del caller
+    inputs, outputs = row.pop("inputs", inputs), row.pop("outputs", outputs)  # conversations, when verl has them
     current = active.get()
     if current is not None and current[0] == id(trainer):
         vg.log_generations(inputs, outputs, scores, **row)  # step, source and k from the block
