@@ -12,6 +12,7 @@ pass the cut become Python ints.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Sequence
 
 from otel_valgen.sampling import MASK64, MIX1, MIX2, seed_lane
@@ -55,7 +56,7 @@ class BatchKeyer:
             lanes: each generation's ``n`` (1 + its response index); None when all are 1.
             limit: keys above it are left out (a kept key equal to it is for the caller's tie-break).
             k: the bottom-k's size, to also leave out what is above the batch's own k-th key
-                (a guess that is checked: it is used only if at least k keys lie below it);
+                (a guess that is checked: used only if at least k keys lie below it, then made exact);
                 None keeps every key up to ``limit``.
 
         """
@@ -85,6 +86,7 @@ class BatchKeyer:
                 flags = at_most(guess)
                 if flags.bit_count() < k:
                     flags = 0
+        guessed = flags != 0
         if not flags:
             flags = at_most(bound)
         marks = flags.to_bytes(size * _LANE_BYTES, "big")
@@ -95,4 +97,9 @@ class BatchKeyer:
             start = position - 7  # the lane's low half: bytes position-7 .. position
             found.append((position >> 4, int.from_bytes(mixed[start : position + 1], "big") >> 1))
             position = marks.find(1, position + 1)
+        if guessed and k is not None and len(found) > k:
+            # The guess lets through about 2k: only the batch's k smallest keys (and those tied with
+            # the k-th) can be in a bottom-k after it, so the others get no sample id and no offer.
+            kth = heapq.nsmallest(k, [key for _, key in found])[-1]
+            found = [candidate for candidate in found if candidate[1] <= kth]
         return found

@@ -153,6 +153,12 @@ class ResponseLanes:
                 assert self._first is not None
                 counts = self._counts = dict(Counter(memoryview(self._first).cast("Q").tolist()))
                 self._first = None
+            # The usual call answers prompts new to the part, each once: every lane is 1, found
+            # with dict and set operations instead of counting its generations one by one.
+            fresh = dict.fromkeys(words, 1)
+            if len(fresh) == len(words) and counts.keys().isdisjoint(fresh):
+                counts.update(fresh)
+                return None
             lanes = _counted(words, counts)
         return lanes if any(lane != 1 for lane in lanes) else None
 
@@ -187,7 +193,7 @@ def _derived_ids(inputs: Sequence[Any]) -> _Ids | None:
         return None
     try:
         # Encoded here: xxhash 3 hashed a str as its UTF-8, xxhash 4 raises TypeError for one.
-        digests = b"".join([xxhash.xxh64_digest(text.encode()) for text in inputs])
+        digests = b"".join(map(xxhash.xxh64_digest, map(str.encode, inputs)))
     except UnicodeEncodeError:  # lone surrogates: see _any_ids
         return None
     return _Ids(digests, lambda index: digests[8 * index : 8 * index + 8].hex())

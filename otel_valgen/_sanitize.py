@@ -32,8 +32,7 @@ import json
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 # A cut text is head + TRUNCATION_MARKER.format(omitted=N) + tail, N the characters (code points
 # of the repaired text) left out: len(original) == len(head) + N + len(tail).
@@ -44,11 +43,15 @@ _REPLACEMENT: Final = "\ufffd"
 _INT64_MIN: Final = -(1 << 63)
 _INT64_MAX: Final = (1 << 63) - 1
 _JSON_DEPTH: Final = 64  # containers nested deeper are sent as their str()
+_FLOATS_ONLY: Final = frozenset({float})
 
 
-@dataclass(frozen=True)
-class CleanText:
-    """A text made safe to send, with what was repaired."""
+class CleanText(NamedTuple):
+    """A text made safe to send, with what was repaired.
+
+    The results of the cleaning functions are named tuples: immutable like a frozen dataclass,
+    built for several values of every record kept, at half the cost of a frozen dataclass.
+    """
 
     text: str
     replaced_chars: int = 0
@@ -134,8 +137,7 @@ def _unwrap_scalar(value: object) -> object:
     return value
 
 
-@dataclass(frozen=True)
-class CleanScore:
+class CleanScore(NamedTuple):
     """A score ready for the ``valgen.score`` attribute, or why there is none."""
 
     value: float | None
@@ -206,7 +208,7 @@ def valid_scores(scores: Sequence[Any] | None) -> list[float | None] | None:
     """Each score as ``clean_score`` makes it (None: not valid); the record's own cleaning counts and warns."""
     if scores is None:
         return None
-    if all(type(value) is float for value in scores):  # the usual column: no conversion to make
+    if _FLOATS_ONLY.issuperset(map(type, scores)):  # the usual column: no conversion to make
         return [value if math.isfinite(value) else None for value in scores]
     return [clean_score(value).value for value in scores]
 
@@ -214,8 +216,7 @@ def valid_scores(scores: Sequence[Any] | None) -> list[float | None] | None:
 ExtraValue = bool | int | float | str
 
 
-@dataclass(frozen=True)
-class CleanExtra:
+class CleanExtra(NamedTuple):
     """An extra column's value ready for its ``valgen.extra.<name>`` attribute, or why there is none."""
 
     value: ExtraValue | None
@@ -288,7 +289,13 @@ def clean_extra(value: object, max_bytes: int) -> CleanExtra:  # noqa: PLR0911 (
     sent as its ``json_text``, as text; other number-like objects become floats.
     """
     kind = type(value)
-    plain = value if kind is bool or kind is int or kind is float or kind is str else _unwrap_scalar(value)
+    if kind is str:  # the usual kinds first, as the general path below treats them
+        text = clean_text(value, max_bytes)
+        return CleanExtra(text.text, text=text)
+    if kind is float:
+        invalid = _non_finite(value)  # type: ignore[arg-type]
+        return CleanExtra(value) if invalid is None else CleanExtra(None, invalid)  # type: ignore[arg-type]
+    plain = value if kind is bool or kind is int else _unwrap_scalar(value)
     coerced = plain is not value
     if plain is None:
         return CleanExtra(None, "none", coerced=coerced)
