@@ -199,7 +199,7 @@ def main() -> None:
         grpc_port = harness.free_port()
         exporter_env = {**os.environ, "WANDB_MODE": "offline", "WANDB_DIR": str(home / "wandb"), "WANDB_SILENT": "true"}
         exporter = subprocess.Popen(
-            [sys.executable, "-m", "otel_valgen.tools.cli", "exporter", "--grpc", f"127.0.0.1:{grpc_port}",
+            [sys.executable, "-m", "otel_valgen.cli.main", "exporter", "--grpc", f"127.0.0.1:{grpc_port}",
              "--http", "", "--layout", "rows", "--wandb-mode", "offline", "--state-dir", str(state_dir),
              "--project", "load-bench"],
             env=exporter_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,

@@ -18,13 +18,13 @@ import click
 import pytest
 from click.testing import CliRunner
 
+from otel_valgen.cli._support import OperationalError, ValgenCommand
+from otel_valgen.cli.main import main
 from otel_valgen.otlp_json import to_otlp_json
-from otel_valgen.tools._support import OperationalError, ValgenCommand
-from otel_valgen.tools.cli import main
 from tests.exporter.conftest import step_request
 
 REPO = Path(__file__).resolve().parent.parent
-RUN_CLI = "import sys; from otel_valgen.tools.cli import main; main(prog_name='otel-valgen')"
+RUN_CLI = "import sys; from otel_valgen.cli.main import main; main(prog_name='otel-valgen')"
 
 
 @pytest.fixture

@@ -14,9 +14,9 @@ from click.testing import CliRunner
 
 import otel_valgen as vg
 from otel_valgen import contract
+from otel_valgen.cli.main import main
 from otel_valgen.reader import Generation, ReadError, read_paths
 from otel_valgen.sampling import SortKey, bottom_k, sample_key, split_sample_id, untagged
-from otel_valgen.tools.cli import main
 
 
 def _emit(directory: Path, run_id: str = "run-a", steps: int = 2, n: int = 40, k: int = 5) -> None:

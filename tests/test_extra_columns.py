@@ -23,10 +23,10 @@ from hypothesis import strategies as st
 import otel_valgen as vg
 from otel_valgen import contract
 from otel_valgen._sanitize import TRUNCATION_PATTERN, clean_extra
+from otel_valgen.cli.main import main
 from otel_valgen.integrations.verl import log_val_generations
 from otel_valgen.reader import Generation, ReadError, read_paths
 from otel_valgen.testing import capture_records
-from otel_valgen.tools.cli import main
 from tests.support.require import require_module
 
 PREFIX = contract.EXTRA_PREFIX

@@ -11,11 +11,11 @@ from click.testing import CliRunner
 
 import otel_valgen as vg
 from otel_valgen import contract
+from otel_valgen.cli.main import main
 from otel_valgen.reader import Generation, ReadError, read_paths, records_from_request
 from otel_valgen.sampling import KEY_VERSION, LEGACY_KEY_VERSION, SortKey, bottom_k, sample_key
 from otel_valgen.selection import select_steps
 from otel_valgen.testing import capture_records
-from otel_valgen.tools.cli import main
 from tests.support.otlp_json_records import SEED, otlp_generation
 
 IDS = [f"p{i}/0" for i in range(40)]

@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 import otel_valgen as vg
 from otel_valgen import contract
 from otel_valgen._sanitize import TRUNCATION_MARKER, TRUNCATION_PATTERN, clean_extra, clean_text, cut_middle
+from otel_valgen.cli.main import main
 from otel_valgen.reader import Generation, ReadError, read_paths
 from otel_valgen.testing import capture_records
-from otel_valgen.tools.cli import main
 
 MARKER_BYTES = len(TRUNCATION_MARKER.format(omitted="").encode())  # 29, without the count's digits
 

@@ -10,10 +10,10 @@ from click.testing import CliRunner
 
 import otel_valgen as vg
 from otel_valgen import contract
+from otel_valgen.cli.main import main
 from otel_valgen.otlp_json import to_otlp_json
 from otel_valgen.reader import EndRecord, Generation, records_from_request
 from otel_valgen.sampling import sample_key, untagged
-from otel_valgen.tools.cli import main
 from tests.conftest import OtlpHttpReceiver
 
 

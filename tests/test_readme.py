@@ -149,7 +149,7 @@ def test_the_readme_section_runs_as_written(section: str, tmp_path: Path) -> Non
         outputs.append(done.stdout)
     if section == "Use it in a training job":
         shown = subprocess.run(
-            [sys.executable, "-m", "otel_valgen.tools.cli", "show", "valgen-data", "--format", "json"],
+            [sys.executable, "-m", "otel_valgen.cli.main", "show", "valgen-data", "--format", "json"],
             cwd=tmp_path,
             env=_environment(tmp_path),
             capture_output=True,
@@ -190,7 +190,7 @@ def test_the_rollouts_try_it_runs_as_written(tmp_path: Path) -> None:
     assert "try-rollouts" in outputs[-1]
     assert "prompts 2 of 6 · responses 8 of 24" in outputs[-1]
     shown = subprocess.run(
-        [sys.executable, "-m", "otel_valgen.tools.cli", "show", "valgen-data", "--kind", "rollout", "--format", "json"],
+        [sys.executable, "-m", "otel_valgen.cli.main", "show", "valgen-data", "--kind", "rollout", "--format", "json"],
         cwd=tmp_path,
         env=_environment(tmp_path),
         capture_output=True,

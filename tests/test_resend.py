@@ -21,7 +21,7 @@ import pytest
 from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
 
 import otel_valgen as vg
-from otel_valgen.tools.resend import MAX_RETRY_AFTER_S, progress_path, resend_paths, resolve_target
+from otel_valgen.cli.resend import MAX_RETRY_AFTER_S, progress_path, resend_paths, resolve_target
 
 
 @dataclass
@@ -223,7 +223,7 @@ def test_without_an_otlp_http_endpoint_resend_is_a_usage_error(
     """No endpoint anywhere, or only a gRPC one: exit 2 with a message naming the fix."""
     from click.testing import CliRunner
 
-    from otel_valgen.tools.cli import main
+    from otel_valgen.cli.main import main
 
     for name, value in variables.items():
         monkeypatch.setenv(name, value)

@@ -13,12 +13,12 @@ from hypothesis import strategies as st
 
 import otel_valgen as vg
 from otel_valgen import _process, contract
+from otel_valgen.cli.main import main
 from otel_valgen.exporter.steps import assemble
 from otel_valgen.reader import Generation, ReadError, Summary, read_paths
 from otel_valgen.sampling import GroupView, SortKey, group_view, sample_key, untagged
 from otel_valgen.selection import select_steps
 from otel_valgen.testing import capture_records
-from otel_valgen.tools.cli import main
 from tests.conftest import REPO
 
 VECTORS = REPO / "testdata" / "sampling"

@@ -15,9 +15,9 @@ from click.testing import CliRunner
 import otel_valgen as vg
 from otel_valgen import contract
 from otel_valgen import ray as vg_ray
+from otel_valgen.cli.main import main
 from otel_valgen.reader import Generation, read_paths
 from otel_valgen.selection import select_steps
-from otel_valgen.tools.cli import main
 from tests.support.require import require_module
 
 wandb = require_module("wandb")

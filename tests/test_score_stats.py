@@ -21,10 +21,10 @@ from click.testing import CliRunner
 
 import otel_valgen as vg
 from otel_valgen import contract
+from otel_valgen.cli.main import main
 from otel_valgen.reader import EndRecord, Summary, records_from_request
 from otel_valgen.selection import select_steps
 from otel_valgen.testing import capture_records
-from otel_valgen.tools.cli import main
 from tests.conftest import REPO
 from tests.support.require import require_module
 

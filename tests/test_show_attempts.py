@@ -21,9 +21,9 @@ from click.testing import CliRunner
 import otel_valgen as vg
 from otel_valgen import contract
 from otel_valgen.balance import SourceFigures, step_balance
+from otel_valgen.cli.main import main
 from otel_valgen.reader import Record, records_from_request
 from otel_valgen.selection import StepSelection, choose_attempt, select_attempts, select_steps
-from otel_valgen.tools.cli import main
 from tests.conftest import REPO
 
 VECTORS = sorted((REPO / "testdata" / "lifecycle").glob("*.json"))

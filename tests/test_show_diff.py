@@ -11,8 +11,8 @@ from typing import Any
 from click.testing import CliRunner
 
 import otel_valgen as vg
-from otel_valgen.tools.cli import main
-from otel_valgen.tools.diff import CSV_COLUMNS
+from otel_valgen.cli.diff import CSV_COLUMNS
+from otel_valgen.cli.main import main
 
 
 def _validate(step: int, ids: list[str], outputs: dict[str, str], scores: dict[str, float]) -> None:

@@ -12,9 +12,9 @@ from click.testing import CliRunner
 
 import otel_valgen as vg
 from otel_valgen import contract
+from otel_valgen.cli.history import CSV_COLUMNS
+from otel_valgen.cli.main import main
 from otel_valgen.sampling import SortKey, sample_key, untagged
-from otel_valgen.tools.cli import main
-from otel_valgen.tools.history import CSV_COLUMNS
 
 RUN_ID, SEED, STEPS, PROMPTS, RESPONSES, ROLLOUT_K = "history", 42, (10, 20, 30), 6, 2, 2
 

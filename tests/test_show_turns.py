@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import otel_valgen as vg
-from otel_valgen.tools.turns import compare_turns
+from otel_valgen.cli.turns import compare_turns
 
 PROMPT = [{"role": "user", "content": "Find the population of Lyon, then double it."}]
 

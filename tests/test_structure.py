@@ -1,7 +1,7 @@
 """The package's shape: three wings whose imports point one way, no import cycles, a light library.
 
 Wings: the library (``otel_valgen`` minus the two below) that training jobs install; the tools
-(``otel_valgen.tools``, the ``otel-valgen`` command); the exporter service
+(``otel_valgen.cli``, the ``otel-valgen`` command); the exporter service
 (``otel_valgen.exporter``). Arrows: tools -> service (the command launches it),
 tools -> library, service -> library. Every import counts, lazy ones inside functions too.
 """
@@ -16,9 +16,9 @@ from collections.abc import Iterator
 from tests.conftest import REPO
 
 PACKAGE = REPO / "otel_valgen"
-TOOLS = "otel_valgen.tools"
+CLI = "otel_valgen.cli"
 SERVICE = "otel_valgen.exporter"
-ALLOWED = {("tools", "library"), ("tools", "service"), ("service", "library")}
+ALLOWED = {("cli", "library"), ("cli", "service"), ("service", "library")}
 
 
 def _modules() -> dict[str, ast.Module]:
@@ -52,8 +52,8 @@ def _graph() -> dict[str, set[str]]:
 
 def wing(module: str) -> str:
     """The wing a module belongs to."""
-    if module == TOOLS or module.startswith(TOOLS + "."):
-        return "tools"
+    if module == CLI or module.startswith(CLI + "."):
+        return "cli"
     if module == SERVICE or module.startswith(SERVICE + "."):
         return "service"
     return "library"
@@ -119,7 +119,7 @@ def test_a_training_job_imports_no_cli_libraries() -> None:
     """``import otel_valgen`` with its Ray glue and verl integration loads no click, rich or zstandard."""
     code = (
         "import sys, otel_valgen, otel_valgen.ray, otel_valgen.integrations.verl, otel_valgen.testing\n"
-        "print(sorted(m for m in ('click', 'rich', 'zstandard', 'wandb', 'otel_valgen.tools') if m in sys.modules))"
+        "print(sorted(m for m in ('click', 'rich', 'zstandard', 'wandb', 'otel_valgen.cli') if m in sys.modules))"
     )
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
     assert loaded.stdout.strip() == "[]"
@@ -128,14 +128,14 @@ def test_a_training_job_imports_no_cli_libraries() -> None:
 def test_the_wings_are_where_the_checks_look() -> None:
     """The checks above see each wing (a renamed package would make them pass vacuously)."""
     graph = _graph()
-    assert {wing(name) for name in graph} == {"library", "tools", "service"}
-    assert "otel_valgen.tools.cli" in graph
+    assert {wing(name) for name in graph} == {"library", "cli", "service"}
+    assert "otel_valgen.cli.main" in graph
     assert "otel_valgen.exporter.service" in graph
 
 
 def test_the_command_without_its_extra_says_what_to_install() -> None:
     """``otel-valgen`` from a library-only install: one line naming the extra, exit 1, no traceback."""
-    code = "import sys; sys.modules['click'] = None\nfrom otel_valgen.tools import main\nmain()"
+    code = "import sys; sys.modules['click'] = None\nfrom otel_valgen.cli import main\nmain()"
     result = subprocess.run([sys.executable, "-c", code, "show"], check=False, capture_output=True, text=True, cwd=REPO)
     assert result.returncode == 1
     assert "pip install 'otel-valgen[cli]'" in result.stderr

@@ -936,7 +936,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         "py.cli.csv_rank_from_one",
         "CSV ranks start at 1, like valgen.rank",
-        "otel_valgen/tools/cli.py",
+        "otel_valgen/cli/main.py",
         "        for rank, g in enumerate(selection.generations, start=1):\n            writer.writerow(",
         "        for rank, g in enumerate(selection.generations):\n            writer.writerow(",
         ("tests/test_show_attempts.py",),

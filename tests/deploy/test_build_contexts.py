@@ -103,7 +103,7 @@ def test_contexts_send_what_the_dockerfiles_copy() -> None:
         "README.md",
         "requirements/exporter.lock",
         "docker/tracker-exporter-entrypoint.sh",
-        "otel_valgen/tools/cli.py",
+        "otel_valgen/cli/main.py",
     } <= set(exporter)
     assert not [
         p

@@ -183,7 +183,7 @@ def test_file_volume_holds_k_records_per_step_as_show_chooses(stack: Stack, job:
         ]
         assert sorted(kept) == sorted(expected_ids(range(job.generations_per_step), job.k))
     shown = subprocess.run(
-        [sys.executable, "-m", "otel_valgen.tools.cli", "show", "--format", "json", str(tmp_path / "valgen.jsonl")],
+        [sys.executable, "-m", "otel_valgen.cli.main", "show", "--format", "json", str(tmp_path / "valgen.jsonl")],
         capture_output=True,
         text=True,
         check=True,

@@ -18,9 +18,9 @@ from click.testing import CliRunner
 import otel_valgen as vg
 from otel_valgen import _process
 from otel_valgen._framing import ZSTD_MAGIC
+from otel_valgen.cli.main import main
 from otel_valgen.reader import Generation, ReadError, read_paths
 from otel_valgen.sampling import untagged
-from otel_valgen.tools.cli import main
 from tests.e2e import harness
 from tests.support.require import require_or_skip
 

@@ -99,7 +99,7 @@ def test_http_json_reaches_the_collector(
 def _resend(spool: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_EXPORTER_OTLP")}
     return subprocess.run(
-        [sys.executable, "-m", "otel_valgen.tools.cli", "resend", str(spool)],
+        [sys.executable, "-m", "otel_valgen.cli.main", "resend", str(spool)],
         capture_output=True,
         text=True,
         cwd=REPO,

@@ -21,10 +21,10 @@ from typing import Any
 from click.testing import CliRunner
 
 from otel_valgen import contract
+from otel_valgen.cli.main import main
 from otel_valgen.exporter.backends.tensorboard import TensorBoardBackend, TensorBoardConfig
 from otel_valgen.exporter.ledger import Ledger
 from otel_valgen.exporter.push import push_paths
-from otel_valgen.tools.cli import main
 from tests.e2e.conftest import StartCollector
 from tests.e2e.harness import REPO, Collector, StandIn, records_of_file, wait_for
 from tests.e2e.steps import by_step

@@ -154,7 +154,7 @@ def sampler_files(stack: Cluster) -> list[Path]:
 
 def show_command(stack: Cluster) -> str:
     """What ``otel-valgen show`` prints over every sampler's file output."""
-    args = [sys.executable, "-m", "otel_valgen.tools", "show", *map(str, sampler_files(stack))]
+    args = [sys.executable, "-m", "otel_valgen.cli", "show", *map(str, sampler_files(stack))]
     env = {"PATH": str(Path(sys.executable).parent), "COLUMNS": "250", "HOME": str(stack.home)}
     return subprocess.run(args, capture_output=True, text=True, check=True, env=env, timeout=60).stdout
 

@@ -19,8 +19,8 @@ from click.testing import CliRunner
 
 import otel_valgen as vg
 from otel_valgen import contract
+from otel_valgen.cli.main import main as cli_main
 from otel_valgen.sampling import SortKey, bottom_k, sample_key, untagged
-from otel_valgen.tools.cli import main as cli_main
 from tests.e2e.conftest import StartCollector
 from tests.e2e.harness import Record, StandIn, records_of_file, wait_for
 

@@ -15,8 +15,8 @@ from click.testing import CliRunner
 
 import otel_valgen as vg
 from otel_valgen import contract
+from otel_valgen.cli.main import main as cli_main
 from otel_valgen.sampling import SortKey, sample_key, untagged
-from otel_valgen.tools.cli import main as cli_main
 from tests.e2e.conftest import StartCollector
 from tests.e2e.harness import StandIn, records_of_file, wait_for
 

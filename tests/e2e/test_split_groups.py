@@ -22,8 +22,8 @@ import pytest
 from click.testing import CliRunner
 
 from otel_valgen import contract
+from otel_valgen.cli.main import main
 from otel_valgen.sampling import sample_key
-from otel_valgen.tools.cli import main
 from tests.e2e.conftest import StartCollector
 from tests.e2e.harness import REPO, StandIn, records_of_file, wait_for
 from tests.support.process import run_in_a_terminal

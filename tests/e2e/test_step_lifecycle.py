@@ -20,8 +20,8 @@ import pytest
 from click.testing import CliRunner
 
 from otel_valgen import contract
+from otel_valgen.cli.main import main as cli_main
 from otel_valgen.sampling import SortKey, bottom_k, sample_key, untagged
-from otel_valgen.tools.cli import main as cli_main
 from tests.e2e.conftest import StartCollector
 from tests.e2e.harness import REPO, Collector, Record, records_of_file, wait_for
 

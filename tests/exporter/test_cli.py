@@ -12,8 +12,8 @@ from pathlib import Path
 from click.testing import CliRunner
 
 import otel_valgen.exporter as package
+from otel_valgen.cli.exporter_commands import exporter_command, push_command, wandb_exporter_command
 from otel_valgen.otlp_json import to_otlp_json
-from otel_valgen.tools.exporter_commands import exporter_command, push_command, wandb_exporter_command
 from tests.support.ports import free_port
 
 from .conftest import ROLLOUT_KEY, both_kinds, post_protobuf, step_request, wait_for
@@ -40,7 +40,7 @@ def test_commands_are_named_for_the_core_cli() -> None:
 
 def test_importing_the_cli_does_not_import_wandb_or_grpc() -> None:
     """``otel-valgen --help`` stays fast: the commands' module imports neither wandb nor grpc."""
-    code = "import sys, otel_valgen.tools.exporter_commands; print('wandb' in sys.modules, 'grpc' in sys.modules)"
+    code = "import sys, otel_valgen.cli.exporter_commands; print('wandb' in sys.modules, 'grpc' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.split() == ["False", "False"]
 
@@ -59,7 +59,7 @@ def test_service_process_sigterm_flushes_and_exits_cleanly(wandb_dir: Path, tmp_
     """The service as a process writes received steps in each backend and, on SIGTERM, exits 0."""
     port = free_port()
     state = tmp_path / "state"
-    code = "from otel_valgen.tools.exporter_commands import exporter_command as c; c()"
+    code = "from otel_valgen.cli.exporter_commands import exporter_command as c; c()"
     args = ["--http", f"127.0.0.1:{port}", "--grpc", "", "--layout", "verl", "--state-dir", str(state)]
     args += ["--backend", "wandb,tensorboard", "--tensorboard-dir", str(tmp_path / "boards")]
     process = subprocess.Popen(

@@ -23,6 +23,7 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from otel_valgen import contract
+from otel_valgen.cli.exporter_commands import exporter_command
 from otel_valgen.exporter.backends import BackendUnavailable
 from otel_valgen.exporter.backends.tensorboard import TensorBoardBackend, TensorBoardConfig
 from otel_valgen.exporter.ledger import Ledger
@@ -31,7 +32,6 @@ from otel_valgen.exporter.server import ExporterServer, ListenError
 from otel_valgen.exporter.service import ExporterService, ServiceConfig
 from otel_valgen.exporter.steps import ClosedStep
 from otel_valgen.otlp_json import to_otlp_json
-from otel_valgen.tools.exporter_commands import exporter_command
 from tests.support.otlp_values import any_value
 from tests.support.ports import free_port
 from tests.support.process import ServerProcess, launch
@@ -263,7 +263,7 @@ def test_an_mlflow_outage_shows_on_the_metrics_endpoint_as_a_held_step_and_its_a
     mlflow = MlflowServer(tmp_path / "mlflow")
     mlflow.start()
     port, metrics_port = free_port(), free_port()
-    args = [sys.executable, "-c", "from otel_valgen.tools.exporter_commands import exporter_command as c; c()"]
+    args = [sys.executable, "-c", "from otel_valgen.cli.exporter_commands import exporter_command as c; c()"]
     args += ["--http", f"127.0.0.1:{port}", "--grpc", "", "--metrics-address", f"127.0.0.1:{metrics_port}"]
     args += ["--backend", "mlflow", "--mlflow-tracking-uri", mlflow.uri, "--state-dir", str(tmp_path / "state")]
     args += ["--retry-after", "1"]

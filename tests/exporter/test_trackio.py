@@ -65,7 +65,7 @@ def test_steps_land_in_the_trainers_run_as_traces_tables_and_scalars(tmp_path: P
     assert (resource["trackio.project"], resource["trackio.run_name"]) == ("valgen-proj", "grpo")
 
     port = free_port()
-    args = [sys.executable, "-m", "otel_valgen.tools.cli", "exporter", "--backend", "trackio", "--grpc", ""]
+    args = [sys.executable, "-m", "otel_valgen.cli.main", "exporter", "--backend", "trackio", "--grpc", ""]
     args += ["--http", f"127.0.0.1:{port}", "--state-dir", str(tmp_path / "state")]
     folder = tmp_path / "exporter"
     exporter = ServerProcess("exporter", launch("exporter", args, env, folder, "log"), folder / "log")

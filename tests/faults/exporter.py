@@ -68,7 +68,7 @@ def start_exporter(
         "PYTHONPATH": str(REPO),
         **env,
     }
-    args = [sys.executable, "-m", "otel_valgen.tools.cli", "exporter", "--grpc", grpc_endpoint, "--http", ""]
+    args = [sys.executable, "-m", "otel_valgen.cli.main", "exporter", "--grpc", grpc_endpoint, "--http", ""]
     args += ["--layout", "rows", "--state-dir", str(state_dir), "--wandb-mode", "offline", "--retry-after", "1"]
     with log_path.open("ab") as log:
         process = subprocess.Popen(

@@ -21,8 +21,8 @@ import pytest
 
 import otel_valgen as vg
 from otel_valgen import contract
+from otel_valgen.cli.resend import progress_path
 from otel_valgen.sampling import SortKey, bottom_k, sample_key, untagged
-from otel_valgen.tools.resend import progress_path
 from tests.e2e.harness import Record, StandIn, free_port, wait_for
 from tests.e2e.steps import by_step
 from tests.faults.conftest import Collectors, RunningCollector, file_records, grpc_stand_in_at, metric_sum
@@ -113,7 +113,7 @@ def test_sigkill_mid_step_delivers_what_the_sdk_spool_and_queues_held_once(
             [
                 sys.executable,
                 "-m",
-                "otel_valgen.tools.cli",
+                "otel_valgen.cli.main",
                 "resend",
                 str(spool),
                 "--endpoint",
@@ -196,7 +196,7 @@ def test_sigkill_mid_step_still_delivers_the_step_complete(
 def _resend(files: list[Path], endpoint: str) -> None:
     """``otel-valgen resend`` of ``files`` (OTLP-JSON lines) to a collector's OTLP/HTTP ``endpoint``."""
     done = subprocess.run(
-        [sys.executable, "-m", "otel_valgen.tools.cli", "resend", *map(str, files), "--endpoint", f"http://{endpoint}"],
+        [sys.executable, "-m", "otel_valgen.cli.main", "resend", *map(str, files), "--endpoint", f"http://{endpoint}"],
         capture_output=True,
         text=True,
         timeout=60,

@@ -167,7 +167,7 @@ def test_no_secret_appears_in_any_log_or_file_the_pipeline_writes(
                 )
             assert done.returncode == 0, (logs / f"{name}.log").read_text()
         with (logs / "resend.log").open("wb") as log:
-            resend = [sys.executable, "-m", "otel_valgen.tools.cli", "resend", str(tmp_path / "emitter" / "spool")]
+            resend = [sys.executable, "-m", "otel_valgen.cli.main", "resend", str(tmp_path / "emitter" / "spool")]
             resend += ["--endpoint", f"http://{collector.http_endpoint}"]
             done = subprocess.run(
                 resend, check=False, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO, timeout=60

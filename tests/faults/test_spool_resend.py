@@ -21,7 +21,7 @@ from tests.e2e.harness import REPO, free_port, records_of_json, wait_for
 
 def _resend(spool: Path, endpoint: str) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "otel_valgen.tools.cli", "resend", str(spool), "--endpoint", endpoint],
+        [sys.executable, "-m", "otel_valgen.cli.main", "resend", str(spool), "--endpoint", endpoint],
         capture_output=True,
         text=True,
         cwd=REPO,

@@ -20,7 +20,7 @@ def test_demo_samples_k_generations_per_step_from_every_actor(tmp_path: Path) ->
     """The demo writes the embedded sink; `show` finds k per step over all actors' generations."""
     sink = tmp_path / "sink"
     demo = subprocess.run(
-        [sys.executable, "-m", "otel_valgen.tools.cli", "demo", "--steps", "2", "--count", "5", "--prompts", "96",
+        [sys.executable, "-m", "otel_valgen.cli.main", "demo", "--steps", "2", "--count", "5", "--prompts", "96",
          "--directory", str(sink)],
         capture_output=True, text=True, timeout=240, check=False, cwd=tmp_path,
     )  # fmt: skip
@@ -28,7 +28,7 @@ def test_demo_samples_k_generations_per_step_from_every_actor(tmp_path: Path) ->
     assert "step 1" in demo.stderr
     assert "kept 5 of 192" in demo.stdout
     shown = subprocess.run(
-        [sys.executable, "-m", "otel_valgen.tools.cli", "show", str(sink), "--format", "json"],
+        [sys.executable, "-m", "otel_valgen.cli.main", "show", str(sink), "--format", "json"],
         capture_output=True, text=True, timeout=60, check=True,
     )  # fmt: skip
     steps = [json.loads(line) for line in shown.stdout.splitlines()]

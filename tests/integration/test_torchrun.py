@@ -21,8 +21,8 @@ from click.testing import CliRunner
 
 from otel_valgen import contract
 from otel_valgen._settings import DEFAULT_COUNT, DEFAULT_SEED
+from otel_valgen.cli.main import main as cli_main
 from otel_valgen.sampling import SortKey, bottom_k, sample_key, untagged
-from otel_valgen.tools.cli import main as cli_main
 from tests.conftest import REPO
 from tests.e2e import harness
 from tests.support.require import require_module, require_or_skip

@@ -24,8 +24,8 @@ import pytest
 from click.testing import CliRunner
 
 from otel_valgen import contract
+from otel_valgen.cli.main import main as cli_main
 from otel_valgen.sampling import untagged
-from otel_valgen.tools.cli import main as cli_main
 from tests.e2e import harness as e2e
 from tests.support.ray_cluster import ray_env, ray_head
 from tests.verl import harness, launcher

@@ -18,10 +18,10 @@ from click.testing import CliRunner
 
 import otel_valgen as vg
 from otel_valgen import _process, contract
+from otel_valgen.cli.main import main as cli_main
 from otel_valgen.integrations import verl as vg_verl
 from otel_valgen.reader import EndRecord, Generation, Record, StartRecord, read_paths
 from otel_valgen.sampling import untagged
-from otel_valgen.tools.cli import main as cli_main
 from tests.verl import harness, launcher
 from tests.verl.conftest import VerlFiles
 

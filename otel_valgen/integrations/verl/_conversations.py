@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, overload
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, overload
 
 from otel_valgen import _process, _stats, conversations
 from otel_valgen.integrations.verl._layout import MESSAGES_COLUMN, NUM_TURNS_COLUMNS, RAW_PROMPT_COLUMN
+
+if TYPE_CHECKING:  # numpy comes with verl; the library alone does not need it
+    import numpy as np
 
 _logger = logging.getLogger("otel_valgen")
 _warned: set[str] = set()
@@ -124,6 +125,8 @@ def response_gaps(response_mask: np.ndarray | None, spans: np.ndarray) -> list[b
     """Per row: a token under the attention mask that ``response_mask`` leaves out (a tool's tokens)."""
     if response_mask is None:
         return None
+    import numpy as np
+
     inside = np.arange(response_mask.shape[1])[None, :] < spans[:, None]
     return [bool(gap) for gap in (inside & ~response_mask.astype(bool)).any(axis=1)]
 

@@ -9,10 +9,10 @@ from dataclasses import dataclass, field
 import click
 
 from otel_valgen import contract
+from otel_valgen.cli._support import report_read_error
 from otel_valgen.reader import ReadError, Record, read_paths
 from otel_valgen.selection import StepSelection, select_steps
 from otel_valgen.splits import split_warning
-from otel_valgen.tools._support import report_read_error
 from otel_valgen.unhooked import unhooked_warning
 
 __all__ = ["EXIT_READ_ERRORS", "Census", "Input", "describe_runs"]

@@ -20,9 +20,9 @@ from rich.console import Console
 
 import otel_valgen as vg
 from otel_valgen import ray as vg_ray
+from otel_valgen.cli.render import render_tables
 from otel_valgen.reader import read_paths
 from otel_valgen.selection import select_steps
-from otel_valgen.tools.render import render_tables
 
 _BATCH = 64
 

@@ -6,7 +6,7 @@ rollout prompt id. A row matches when ``ID`` is its sample id, its sample id wit
 come from the steps as ``show`` selects them (the attempt shown, the bottom-k kept), so a prompt
 is listed at the steps where it was kept. A row whose output is a conversation is compared turn
 by turn with the same response's row at the previous step where it was kept
-(``otel_valgen.tools.turns``).
+(``otel_valgen.cli.turns``).
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ from rich.console import Console
 from rich.table import Table
 
 from otel_valgen import contract
+from otel_valgen.cli.render import cell, generation_length, input_cell, kind_columns, output_cell
+from otel_valgen.cli.turns import TurnDiff, compare_turns
 from otel_valgen.reader import Generation
 from otel_valgen.sampling import split_sample_id, untagged
 from otel_valgen.selection import StepSelection
-from otel_valgen.tools.render import cell, generation_length, input_cell, kind_columns, output_cell
-from otel_valgen.tools.turns import TurnDiff, compare_turns
 
 __all__ = ["PromptRow", "history_json", "matches", "prompt_rows", "render_history", "steps_kept", "write_history_csv"]
 
@@ -39,7 +39,7 @@ class PromptRow:
     rank: int
     generation: Generation
     # The row's conversation against the same response's at the previous step where it was kept
-    # (otel_valgen.tools.turns), None without one on either side.
+    # (otel_valgen.cli.turns), None without one on either side.
     turns: TurnDiff | None = None
 
 

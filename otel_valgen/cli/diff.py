@@ -6,7 +6,7 @@ side holds several rows of one id (two processes answered the same prompt), they
 order and the rest count as present on one side only. A pair's output *changed* when the texts
 differ; its score delta is B - A (None unless both scores are there) and its length delta is
 B - A in tokens when both records carry ``valgen.response_length``, else in characters. When
-both outputs are chat messages, the pair also compares them turn by turn (``otel_valgen.tools.turns``:
+both outputs are chat messages, the pair also compares them turn by turn (``otel_valgen.cli.turns``:
 the turn where they first differ, the tool calls B adds or drops).
 """
 
@@ -21,11 +21,11 @@ from typing import IO
 from rich.console import Console
 from rich.table import Table
 
+from otel_valgen.cli.render import LENGTH_CHARS, LENGTH_TOKENS, cell, generation_length, output_cell
+from otel_valgen.cli.turns import TurnDiff, compare_turns
 from otel_valgen.reader import Generation
 from otel_valgen.sampling import untagged
 from otel_valgen.selection import StepSelection
-from otel_valgen.tools.render import LENGTH_CHARS, LENGTH_TOKENS, cell, generation_length, output_cell
-from otel_valgen.tools.turns import TurnDiff, compare_turns
 
 __all__ = ["BOTH", "ONLY_A", "ONLY_B", "Pair", "StepDiff", "diff_json", "diff_steps", "render_diff", "write_diff_csv"]
 

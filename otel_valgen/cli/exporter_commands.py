@@ -18,8 +18,8 @@ from typing import Any, TypeVar
 import click
 
 from otel_valgen import contract
+from otel_valgen.cli._support import OperationalError, ValgenCommand, report_read_error
 from otel_valgen.exporter.tables import LAYOUTS
-from otel_valgen.tools._support import OperationalError, ValgenCommand, report_read_error
 
 __all__ = ["exporter_command", "push_command", "wandb_exporter_command"]
 

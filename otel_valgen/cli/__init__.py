@@ -1,6 +1,6 @@
 """The ``otel-valgen`` command line (``pip install otel-valgen[cli]``): demo, show, resend, push.
 
-The tools wing: it uses the library (reading and selecting records) and launches the exporter
+The command-line wing: it uses the library (reading and selecting records) and launches the exporter
 service (``otel-valgen exporter``); neither of them imports it.
 """
 
@@ -12,7 +12,7 @@ import sys
 def main() -> None:
     """The ``otel-valgen`` console script: the command, or how to install it when its extra is missing."""
     try:
-        from otel_valgen.tools.cli import main as run
+        from otel_valgen.cli.main import main as run
     except ModuleNotFoundError as error:
         if error.name not in {"click", "rich"}:
             raise

@@ -2,7 +2,7 @@
 
 Results go to stdout; progress and errors to stderr. Exit codes: 0 success; 1 an operational
 error, or some input could not be read (the rest was still used); 2 usage error; 3 nothing
-found. Errors are one line (``--verbose`` adds the traceback), see ``otel_valgen.tools._support``.
+found. Errors are one line (``--verbose`` adds the traceback), see ``otel_valgen.cli._support``.
 """
 
 from __future__ import annotations
@@ -17,13 +17,11 @@ import click
 from rich.console import Console
 
 from otel_valgen import contract
-from otel_valgen.reader import Record
-from otel_valgen.selection import StepSelection
-from otel_valgen.tools import diff as diff_module
-from otel_valgen.tools import history
-from otel_valgen.tools._inputs import Input, describe_runs
-from otel_valgen.tools._support import OperationalError, ValgenGroup
-from otel_valgen.tools.render import (
+from otel_valgen.cli import diff as diff_module
+from otel_valgen.cli import history
+from otel_valgen.cli._inputs import Input, describe_runs
+from otel_valgen.cli._support import OperationalError, ValgenGroup
+from otel_valgen.cli.render import (
     LENGTH_COLUMNS,
     ROLLOUT_COLUMNS,
     extra_names,
@@ -32,6 +30,8 @@ from otel_valgen.tools.render import (
     render_tables,
     step_json,
 )
+from otel_valgen.reader import Record
+from otel_valgen.selection import StepSelection
 
 EXIT_NOTHING_FOUND = 3
 
@@ -129,7 +129,7 @@ def show(
     smallest prompt keys, each with all its responses (docs/rollouts.md).
 
     ``--prompt ID`` prints one prompt's kept rows at every step, in step order, with score and
-    length, of both kinds unless ``--kind`` names one (otel_valgen/tools/history.py).
+    length, of both kinds unless ``--kind`` names one (otel_valgen/cli/history.py).
 
     ``--conversations`` prints each kept agentic trajectory turn by turn (role, tool calls with
     their arguments, tool results, cut marks); ``--format json`` always gives the messages.
@@ -222,7 +222,7 @@ def diff(
     Each side is the step as ``show`` selects it. Rows match by sample id without its tag (for
     rollouts: prompt id and response index); printed: the ids both hold, outputs side by side
     with score and length deltas (B - A) and whether the output changed, then the ids only one
-    side holds, and a summary line (otel_valgen/tools/diff.py).
+    side holds, and a summary line (otel_valgen/cli/diff.py).
     """
     if (steps is None) == (runs is None):
         raise click.UsageError("give either --steps A B (two steps of one run) or --runs R1 R2 --step S")
@@ -287,7 +287,7 @@ def demo(steps: int, count: int, prompts: int, responses: int, workers: int, dir
         raise OperationalError(
             "the demo runs on Ray, which is not installed", "install it: pip install 'otel-valgen[ray]'"
         ) from error
-    from otel_valgen.tools.demo import run_demo
+    from otel_valgen.cli.demo import run_demo
 
     sys.exit(run_demo(steps, count, prompts, responses, workers, directory))
 
@@ -309,7 +309,7 @@ def resend(paths: tuple[str, ...], endpoint: str | None) -> None:
     """
     from pathlib import Path
 
-    from otel_valgen.tools.resend import resend_paths, resolve_target
+    from otel_valgen.cli.resend import resend_paths, resolve_target
 
     try:
         target = resolve_target(endpoint)
@@ -334,7 +334,7 @@ def resend(paths: tuple[str, ...], endpoint: str | None) -> None:
 
 def _register_optional_commands() -> None:
     try:
-        from otel_valgen.tools.exporter_commands import exporter_command, push_command, wandb_exporter_command
+        from otel_valgen.cli.exporter_commands import exporter_command, push_command, wandb_exporter_command
     except ImportError:  # the exporter is optional
         return
     main.add_command(exporter_command)
