@@ -40,7 +40,8 @@ Prompt ids (``valgen.prompt_id``), computed once per GRPO group:
 
 The prompt texts decoded for the ids are the ``prompts`` column (nothing decoded twice);
 responses are a sequence that decodes a row only when it is read, and ``vg.log_rollouts`` reads
-only the rows of the k prompts it keeps: a step decodes one prompt per group and k·n responses.
+only the rows of the k prompts it keeps: a step decodes one prompt per group and at most k·n
+responses (none of a row whose agent-loop turns were captured: its output is the turns).
 
 Columns (docs/rollouts.md):
 
@@ -67,7 +68,7 @@ import logging
 import re
 import struct
 from collections.abc import Callable, Mapping, Sequence, Sized
-from typing import TYPE_CHECKING, Any, Final, overload
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, overload
 
 import numpy as np
 import xxhash
@@ -91,6 +92,9 @@ UID_KEY: Final = "uid"
 
 MEDIA_KEYS: Final = ("multi_modal_data", "multi_modal_inputs")
 """The ``non_tensor_batch`` columns a prompt id also covers, in this order (one dict per row)."""
+
+ROW_BLOCK: Final = 64
+"""Rows of the batch's masks read at a time: their copies stay a few MiB whatever the batch's size."""
 
 
 def rollouts_on() -> bool:
@@ -147,24 +151,21 @@ def rollout_columns(
     """The keyword arguments of ``vg.log_rollouts`` for ``batch`` (texts decoded lazily)."""
     tensors = batch.batch
     responses = _numpy(tensors["responses"])
-    width = responses.shape[1]
     prompts = _numpy(tensors["prompts"])
-    attention = _numpy(tensors["attention_mask"]).astype(bool)
-    prompt_mask = attention[:, : prompts.shape[1]]
-    spans, response_mask = _response_spans(tensors, prompts.shape[1])
-    lengths, truncated = _sizes(responses, spans, response_mask, max_response_length, tokenizer)
+    prompt_mask = _numpy(tensors["attention_mask"])[:, : prompts.shape[1]]
+    rows = _row_figures(tensors, prompts.shape[1], advantages=True)
     non_tensor = batch.non_tensor_batch
     prompt_ids, prompt_texts = prompt_groups(prompts, prompt_mask, non_tensor, tokenizer)
-    decode = _response_decoder(responses, spans, tokenizer)
-    inputs, outputs = _conversations(non_tensor, prompt_texts, decode, spans, response_mask)
+    decode = _response_decoder(responses, rows.spans, tokenizer)
+    inputs, outputs = _conversations(non_tensor, prompt_texts, decode, rows.gaps)
     return {
         "prompts": inputs,
         "responses": outputs,
         "rewards": _scores(tensors),
         "prompt_ids": prompt_ids,
-        "advantages": _advantages(tensors, response_mask if response_mask is not None else _mask(spans, width)),
-        "response_lengths": lengths,
-        "truncated": truncated,
+        "advantages": rows.advantages,
+        "response_lengths": rows.lengths,
+        "truncated": _truncated(responses, rows.spans, max_response_length or responses.shape[1], tokenizer),
         "param_versions": _column(non_tensor, PARAM_VERSION_KEY),
         "ground_truths": _ground_truths(non_tensor.get("reward_model")),
         "data_sources": _column(non_tensor, "data_source"),
@@ -176,36 +177,56 @@ def response_sizes(batch: DataProto, tokenizer: Any, max_response_length: int | 
     """Each response's length in tokens and whether it was cut at the length limit, as ``rollout_columns`` has them."""
     tensors = batch.batch
     responses = _numpy(tensors["responses"])
-    spans, response_mask = _response_spans(tensors, _numpy(tensors["prompts"]).shape[1])
-    return _sizes(responses, spans, response_mask, max_response_length, tokenizer)
+    rows = _row_figures(tensors, _numpy(tensors["prompts"]).shape[1], advantages=False)
+    return rows.lengths, _truncated(responses, rows.spans, max_response_length or responses.shape[1], tokenizer)
 
 
 def response_gaps(batch: DataProto) -> list[bool] | None:
     """Per row, whether ``response_mask`` leaves out tokens inside the response (a tool's); None without one."""
-    from otel_valgen.integrations.verl._conversations import response_gaps as gaps
-
     tensors = batch.batch
-    spans, response_mask = _response_spans(tensors, _numpy(tensors["prompts"]).shape[1])
-    return gaps(response_mask, spans)
+    return _row_figures(tensors, _numpy(tensors["prompts"]).shape[1], advantages=False).gaps
 
 
-def _sizes(
-    responses: np.ndarray, spans: np.ndarray, response_mask: np.ndarray | None, limit: int | None, tokenizer: Any
-) -> tuple[list[int], list[bool]]:
-    """Each response's tokens (``response_mask`` summed, else its span) and whether the limit cut it."""
-    lengths = response_mask.sum(axis=1) if response_mask is not None else spans
-    return [int(length) for length in lengths], _truncated(responses, spans, limit or responses.shape[1], tokenizer)
+class _RowFigures(NamedTuple):
+    """What the hook reads of each row's masks and advantages (``_row_figures``)."""
+
+    spans: np.ndarray  # the response part's tokens under the attention mask (right-padded)
+    lengths: list[int]  # ``response_mask`` summed (it leaves out a multi-turn tool's tokens), else the span
+    gaps: list[bool] | None  # a token of the span that ``response_mask`` leaves out; None without one
+    advantages: list[float | None] | None  # the mean advantage over the response's tokens; None for an empty one
 
 
-def _response_spans(tensors: Any, prompt_width: int) -> tuple[np.ndarray, np.ndarray | None]:
-    """The response part's token count of each row (right-padded), and ``response_mask`` when the batch has one.
+def _row_figures(tensors: Any, prompt_width: int, *, advantages: bool) -> _RowFigures:
+    """Each row's ``_RowFigures``, read ``ROW_BLOCK`` rows at a time (each row's figures are its own).
 
-    ``response_mask`` also leaves out a multi-turn tool's tokens.
+    ``advantages``: whether to read them (None in the result otherwise, or without ``advantages``).
     """
-    attention = _numpy(tensors["attention_mask"]).astype(bool)
-    spans = attention[:, prompt_width:].sum(axis=1)
-    response_mask = _numpy(tensors["response_mask"]).astype(bool) if _has(tensors, "response_mask") else None
-    return spans, response_mask
+    from otel_valgen.integrations.verl._conversations import response_gaps as response_gaps_of
+
+    attention = _numpy(tensors["attention_mask"])
+    response_mask = _numpy(tensors["response_mask"]) if _has(tensors, "response_mask") else None
+    values = _numpy(tensors["advantages"]) if advantages and _has(tensors, "advantages") else None
+    width = _numpy(tensors["responses"]).shape[1]
+    spans, lengths, gaps, means = [], [], [], []
+    for start in range(0, len(attention), ROW_BLOCK):
+        end = start + ROW_BLOCK
+        span = attention[start:end, prompt_width:].astype(bool).sum(axis=1)
+        spans.append(span)
+        if response_mask is None:
+            mask = _mask(span, width)
+            lengths += [int(length) for length in span]
+        else:
+            mask = response_mask[start:end].astype(bool)
+            lengths += [int(length) for length in mask.sum(axis=1)]
+            gaps += response_gaps_of(mask, span) or []
+        if values is not None:
+            means += _advantages(values[start:end], mask)
+    return _RowFigures(
+        np.concatenate(spans) if spans else np.zeros(0, dtype=np.int64),
+        lengths,
+        gaps if response_mask is not None else None,
+        means if values is not None else None,
+    )
 
 
 def prompt_groups(
@@ -218,18 +239,23 @@ def prompt_groups(
     """
     media = [non_tensor.get(name) for name in MEDIA_KEYS]
     uid_column = non_tensor.get(UID_KEY)
-    # One decode per uid (its first row), else per distinct token sequence, in one batch_decode
+    # One decode per uid (its first row), else per distinct token sequence, by batch_decode
     # (the tokenizer's own decode of each row, with less overhead per row).
     if uid_column is not None:
         groups: list[Any] = _values_list(uid_column)
     else:
-        groups = [np.ascontiguousarray(prompts[i][mask[i]], dtype=np.int64).tobytes() for i in range(len(prompts))]
+        groups = [np.ascontiguousarray(_kept(prompts, mask, i), dtype=np.int64).tobytes() for i in range(len(prompts))]
     first: dict[Any, int] = {}
     for row, group in enumerate(groups):
         first.setdefault(group, row)
-    decoded = tokenizer.batch_decode(
-        [prompts[row][mask[row]].tolist() for row in first.values()], skip_special_tokens=True
-    )
+    firsts = list(first.values())
+    decoded = [  # ROW_BLOCK rows at a time: the token lists handed to the tokenizer stay small
+        text
+        for start in range(0, len(firsts), ROW_BLOCK)
+        for text in tokenizer.batch_decode(
+            [_kept(prompts, mask, row).tolist() for row in firsts[start : start + ROW_BLOCK]], skip_special_tokens=True
+        )
+    ]
     texts = {group: str(text) for group, text in zip(first, decoded, strict=True)}
     if uid_column is None:  # each row's id covers its own media
         return [prompt_id(texts[group], _media_bytes(media, row)) for row, group in enumerate(groups)], [
@@ -243,6 +269,11 @@ def prompt_groups(
         repeats[base] = seen + 1
         ids[group] = f"{base}.{seen}" if seen else base
     return [ids[group] for group in groups], [texts[group] for group in groups]
+
+
+def _kept(tokens: np.ndarray, mask: np.ndarray, row: int) -> np.ndarray:
+    """Row ``row``'s tokens under ``mask`` (any nonzero value; a row converted at a time, not the whole mask)."""
+    return tokens[row][mask[row].astype(bool, copy=False)]  # type: ignore[no-any-return]
 
 
 def _values_list(column: Any) -> list[Any]:
@@ -357,21 +388,20 @@ class LazyTexts(Sequence[str]):
 
 
 def _conversations(
-    non_tensor: Mapping[str, Any],
-    prompt_texts: list[str],
-    decode: Callable[[int], str],
-    spans: np.ndarray,
-    response_mask: np.ndarray | None,
+    non_tensor: Mapping[str, Any], prompt_texts: list[str], decode: Callable[[int], str], gaps: list[bool] | None
 ) -> tuple[Sequence[Any], Sequence[Any]]:
-    """Each row's prompt messages and turns (``verl._conversations``), else its texts; rows made when read."""
+    """Each row's prompt messages and turns (``verl._conversations``), else its texts; rows made when read.
+
+    A row with captured turns decodes no response text: its output is the turns.
+    """
     import otel_valgen.integrations.verl._conversations as chats
 
-    rows = chats.from_columns(non_tensor, len(prompt_texts), chats.response_gaps(response_mask, spans))
+    rows = chats.from_columns(non_tensor, len(prompt_texts), gaps)
     if rows is None:
         return prompt_texts, LazyTexts(len(prompt_texts), decode)
     return (
         chats.Lazy(len(prompt_texts), lambda row: rows.input(row, prompt_texts[row])),
-        chats.Lazy(len(prompt_texts), lambda row: rows.output(row, decode(row)), rows.figure_output),
+        chats.Lazy(len(prompt_texts), lambda row: rows.output_of(row, lambda: decode(row)), rows.figure_output),
     )
 
 
@@ -389,11 +419,8 @@ def _scores(tensors: Any) -> list[float] | None:
     return None
 
 
-def _advantages(tensors: Any, response_mask: np.ndarray) -> list[float | None] | None:
+def _advantages(advantages: np.ndarray, response_mask: np.ndarray) -> list[float | None]:
     """The mean advantage over each response's tokens; None for an empty response."""
-    if not _has(tensors, "advantages"):
-        return None
-    advantages = _numpy(tensors["advantages"])
     counts = response_mask.sum(axis=1)
     sums = np.asarray(np.sum(advantages, axis=1, where=response_mask, dtype=np.float64))
     return [float(total / count) if count else None for total, count in zip(sums, counts, strict=True)]

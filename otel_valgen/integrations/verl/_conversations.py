@@ -83,9 +83,14 @@ class Rows:
 
     def output(self, row: int, text: Any) -> Any:
         """The row's turns, else one assistant message ``text`` (single turn), else ``text``."""
+        return self.output_of(row, lambda: text)
+
+    def output_of(self, row: int, make_text: Callable[[], Any]) -> Any:
+        """``output`` with the row's text made by ``make_text()`` only when it has no turns (a decode saved)."""
         turns = self.captured[row] if self.captured is not None else None
         if turns is not None and conversations.is_conversation(turns):
             return _plain(turns)
+        text = make_text()
         if not self.multi_turn[row]:
             return [{"role": "assistant", "content": text if isinstance(text, str) else str(text)}]
         self.uncaptured += 1
