@@ -1,4 +1,4 @@
-"""Benchmark: what a failing OTLP endpoint costs the training thread, and what it loses (issue 32).
+"""Benchmark: what a failing OTLP endpoint costs the training thread, and what it loses.
 
 For each of eight failure modes of the endpoint, a fresh job process runs
 ``vg.configure(run_id=..., count=8, endpoint=...)`` with ``OTEL_VALGEN_ROLLOUT_COUNT=2``, its

@@ -1,4 +1,4 @@
-"""Benchmark: how well each rollout rule follows prompts through training (issue 33, item 4).
+"""Benchmark: how well each rollout rule follows prompts through training.
 
 The simulation: a dataset of 1,024 prompts (ids ``p0000`` .. ``p1023``), shuffled at every epoch
 and cut into training steps of 256 prompts (4 steps per epoch), for several epochs; each

@@ -2,7 +2,7 @@
 """Writes the step-lifecycle vectors (testdata/lifecycle/*.json); see README.md.
 
 Only the event lists are expanded by code. Every expected value below is written by hand from
-the rules (lifecycle spec of issue 15), never computed from an implementation; the comments
+the rules (the step lifecycle's spec), never computed from an implementation; the comments
 show the reasoning. Run: python tools/gen_lifecycle_vectors.py
 """
 
@@ -431,7 +431,7 @@ VECTORS.append(
     }
 )
 
-# (i) Block-less parts (issue 10): source A is a process calling log_generations(step=20)
+# (i) Block-less parts: source A is a process calling log_generations(step=20)
 # twice without a block; each call is a part that ends itself, with the cumulative counts of
 # (step, source, attempt) in its end record, and the second call sends only the generations
 # that entered A's cumulative bottom-4. B validates in a block. A's first end record (seen 3,
@@ -599,7 +599,7 @@ VECTORS.append(
     }
 )
 
-# (m) Sources that ran verl's own validation table (issue 25). t's part is the unhooked one a
+# (m) Sources that ran verl's own validation table. t's part is the unhooked one a
 # process sends when its trainer subclass overrides the hooked method: start and end marked
 # valgen.integration=unhooked, no generation. b's block was routed (start: verl/0.9.1) but its own
 # table ran after all: only its end record is marked. a is an ordinary source. No sources_expected:
@@ -649,7 +649,7 @@ VECTORS.append(
     }
 )
 
-# (n) Validation and training rollouts of one step (issue 23): one source t, one launch, the same
+# (n) Validation and training rollouts of one step: one source t, one launch, the same
 # run, step and attempt L1.1, the rollout records marked kind=rollout (the validation ones carry
 # no kind: validation). They are two groups, each closed on its own. count 2.
 # Validation: keys v/0=30, v/1=10, v/2=20; its end at 200 (sources_expected 1) completes it at

@@ -543,5 +543,5 @@ def test_the_prompt_panel_lists_what_show_prompt_lists_in_step_order(dashboard: 
     if prompt == "p7":  # rollouts among its rows: their response length shows
         assert "response length" in headers
     by_id = [r["valgen_step"] for r in sorted(rows, key=lambda r: r["valgen_sample_id"])]
-    if prompt == "p7":  # sorted by sample id (before issue 34) the steps came in their tags' order
+    if prompt == "p7":  # sorted by sample id (before tagged ids) the steps came in their tags' order
         assert by_id != [r["valgen_step"] for r in shown]

@@ -2,7 +2,7 @@
 
 The counts come from the running service: a TensorBoard backend writing into a temporary
 folder, a tracker's stand-in that is down then up (held, spooled and requeued steps), and
-(issue 24's test) the ``exporter`` command as a process writing to a real MLflow tracking
+(the metrics' own test) the ``exporter`` command as a process writing to a real MLflow tracking
 server that is stopped and started again while the endpoint is scraped.
 """
 
@@ -252,7 +252,7 @@ def test_a_tracker_down_holds_spools_and_requeues_its_step(tmp_path: Path) -> No
 
 
 def test_an_mlflow_outage_shows_on_the_metrics_endpoint_as_a_held_step_and_its_age(tmp_path: Path) -> None:
-    """Issue 24: scraped during an MLflow outage, /metrics shows the held step, its growing age, the backend down.
+    """Scraped during an MLflow outage, /metrics shows the held step, its growing age, the backend down.
 
     The exporter command runs as a process with MLflow its only backend, so /readyz says 503
     (no backend can take data) until MLflow is back; then the step is written and nothing is held.

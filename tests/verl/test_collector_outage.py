@@ -1,4 +1,4 @@
-"""User story (issue 32): the collector goes away for two training steps of verl's real ``main_ppo``; nothing is lost.
+"""User story: the collector goes away for two training steps of verl's real ``main_ppo``; nothing is lost.
 
 ``python -m verl.trainer.main_ppo`` (verl 0.9.1, its default v1 trainer, launched as
 ``test_main_ppo_entry_point.py`` launches it: the documented variables, the CPU plugin, the built collector with
