@@ -1948,7 +1948,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         return str(wandb_id), "wandb"''',
         ("tests/test_run_identity.py",),
     ),
-    # --- issue 33: distinct prompts of a rollout step, incomplete groups ---------------------
+    # --- distinct prompts of a rollout step, incomplete groups -------------------------------
     Mutation(
         "go.distinct.merge_once",
         "a key in two sketches is one prompt: the merge keeps it once",
