@@ -26,7 +26,7 @@ import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, TypeGuard
 
 from otel_valgen.conversations import is_conversation
 
@@ -156,7 +156,8 @@ def _tool_name(call: object) -> str:
     return name if isinstance(name, str) else str(name or "")
 
 
-def _number(value: object) -> bool:
+def _number(value: object) -> TypeGuard[int | float]:
+    """Whether ``value`` is a figure's number (an int or float, not a bool)."""
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
@@ -195,7 +196,7 @@ def summary(merged: Mapping[str, Any] | None) -> dict[str, Any] | None:
             name: summary(figures) for name, figures in by_data_source.items() if isinstance(figures, Mapping)
         }
     count = merged.get(COUNT)
-    if isinstance(count, int | float) and not isinstance(count, bool) and count > 0:
+    if _number(count) and count > 0:
         for total, derived in ((TURNS_SUM, TURNS_MEAN), (TOOL_CALLS_SUM, TOOL_CALLS_MEAN)):
             if _number(merged.get(total)):
                 out[derived] = merged[total] / count
@@ -220,7 +221,7 @@ def scalars(figures: Mapping[str, Any] | None, prefix: str = "trajectories") -> 
             out.update(scalars(inner, f"{prefix}/{BY_DATA_SOURCE}/{_metric_name(str(name))}"))
     for key in (COUNT, TURNS_MEAN, TURNS_MAX, TOOL_CALLS_MEAN, TOOL_ERRORS, TURN_LIMIT + _SHARE, LENGTH_LIMIT + _SHARE):
         value = figures.get(key)
-        if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        if _number(value) and math.isfinite(value):
             out[f"{prefix}/{key.replace('.', '_')}"] = float(value)
     by_name = figures.get(TOOL_CALLS_BY_NAME)
     for name, value in by_name.items() if isinstance(by_name, Mapping) else ():
