@@ -195,6 +195,8 @@ def log_generations(
     extra: Mapping[str, Iterable[Any]] | None = None,
     response_lengths: Iterable[Any] | None = None,
     truncated: Iterable[Any] | None = None,
+    tool_rewards: Iterable[Any] | None = None,
+    turn_scores: Iterable[Any] | None = None,
 ) -> int:
     """Record validation generations of one step; call any number of times, any batch size.
 
@@ -226,6 +228,11 @@ def log_generations(
         response_lengths, truncated: optional, one per generation: the response's length in
             tokens (an int) and whether generation stopped at the length limit (a bool), sent as
             ``valgen.response_length`` and ``valgen.truncated`` as rollouts carry them.
+        tool_rewards, turn_scores: optional, one list of numbers per generation: the rewards its
+            tool calls returned, and the score of each of its turns (verl's agent loop columns).
+            Only the figures over every trajectory read them (``otel_valgen.trajectories``), for
+            the outputs that are conversations; a bad value (None, NaN, inf, a text, a list in
+            the list) is left out of them and counted in ``trajectory_rewards_invalid``.
 
     Returns:
         How many generations were accepted (0 when the batch was dropped; see ``stats()``).
@@ -240,6 +247,8 @@ def log_generations(
         "data_sources": data_sources,
         "response_lengths": response_lengths,
         "truncated": truncated,
+        "tool_rewards": tool_rewards,
+        "turn_scores": turn_scores,
     }
     try:
         return _log_columns(columns, step=step, source=source, count=count, extra=extra)
@@ -326,8 +335,15 @@ def _log_columns(
         )
         if extras
         else None,
-        rollout=RolloutColumns(None, None, columns["response_lengths"], columns["truncated"])
-        if columns["response_lengths"] is not None or columns["truncated"] is not None
+        rollout=RolloutColumns(
+            None,
+            None,
+            columns["response_lengths"],
+            columns["truncated"],
+            tool_rewards=columns["tool_rewards"],
+            turn_scores=columns["turn_scores"],
+        )
+        if any(columns[name] is not None for name in ("response_lengths", "truncated", "tool_rewards", "turn_scores"))
         else None,
     )
     if same_step is None:  # block-less: a complete part by itself, delivered before returning

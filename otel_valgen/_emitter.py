@@ -577,11 +577,28 @@ class Emitter:
     def _trajectories(self, batch: Batch, data_sources: list[str] | None) -> TrajectoryFigures:
         """The figures of a call's trajectories (per data source too when given); a failure costs the figures only."""
         figures = TrajectoryFigures()
+        rollout = batch.rollout
         try:
-            figures.add(batch.outputs, batch.rollout.truncated if batch.rollout is not None else None, data_sources)
+            invalid = figures.add(
+                batch.outputs,
+                rollout.truncated if rollout is not None else None,
+                data_sources,
+                tool_rewards=rollout.tool_rewards if rollout is not None else None,
+                turn_scores=rollout.turn_scores if rollout is not None else None,
+            )
         except Exception as error:
             self.stats.failed("counting trajectory figures", error)
             return TrajectoryFigures()
+        if invalid:
+            left_out = sum(invalid.values())
+            self.stats.add(_stats.TRAJECTORY_REWARDS_INVALID, left_out)
+            reasons = ", ".join(f"{reason}: {n}" for reason, n in sorted(invalid.items()))
+            self.stats.warn(
+                "invalid_trajectory_reward",
+                "%d tool_rewards/turn_scores value(s) left out of the trajectory figures (%s)",
+                left_out,
+                reasons,
+            )
         return figures
 
     def refuse(self, state: StepState, generations: int) -> None:

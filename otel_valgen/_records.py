@@ -78,7 +78,7 @@ class RolloutColumns:
     """A call's per-response columns, each None or one value per response.
 
     A rollout call (``log_rollouts``) may give all of them; a validation call only the response
-    lengths and truncation.
+    lengths, truncation and the per-trajectory rewards (which only the trajectory figures read).
     """
 
     prompt_ids: Sequence[Any] | None  # None: each prompt's id is derived from its text
@@ -86,6 +86,8 @@ class RolloutColumns:
     response_lengths: Sequence[Any] | None
     truncated: Sequence[Any] | None
     param_versions: Sequence[Any] | None = None
+    tool_rewards: Sequence[Any] | None = None  # one list per trajectory (otel_valgen.trajectories)
+    turn_scores: Sequence[Any] | None = None
 
 
 def _utf8(value: object) -> bytes:

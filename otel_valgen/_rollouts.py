@@ -42,6 +42,8 @@ def log_rollouts(
     source: str | None = None,
     count: int | None = None,
     extra: Mapping[str, Iterable[Any]] | None = None,
+    tool_rewards: Iterable[Any] | None = None,
+    turn_scores: Iterable[Any] | None = None,
 ) -> int:
     """Record the rollouts of one training step: one entry per response, all n responses of a prompt together.
 
@@ -67,6 +69,8 @@ def log_rollouts(
         source: the emitting part; default the configured one.
         count: k, prompts kept for this step; default ``rollout_count`` (0: nothing is sent).
         extra: more columns (e.g. verl's ``reward_extra_info``), as for ``log_generations``.
+        tool_rewards, turn_scores: one list of numbers per response (verl's agent loop columns),
+            read only by the figures over every trajectory, as for ``log_generations``.
 
     Returns:
         How many responses were accepted (0 when rollouts are off or the batch was dropped).
@@ -83,6 +87,8 @@ def log_rollouts(
         "param_versions": param_versions,
         "ground_truths": ground_truths,
         "data_sources": data_sources,
+        "tool_rewards": tool_rewards,
+        "turn_scores": turn_scores,
     }
     try:
         return _log_rollout_columns(columns, step=step, source=source, count=count, extra=extra)
@@ -135,6 +141,8 @@ def _log_rollout_columns(
             response_lengths=columns["response_lengths"],
             truncated=columns["truncated"],
             param_versions=columns["param_versions"],
+            tool_rewards=columns["tool_rewards"],
+            turn_scores=columns["turn_scores"],
         ),
     )
     name = source or emitter.settings.source

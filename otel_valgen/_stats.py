@@ -44,6 +44,8 @@ COERCED_VALUES: Final = "coerced_values"
 MESSAGES_REPAIRED: Final = "messages_repaired"  # chat messages or parts repaired (otel_valgen.conversations)
 EXTRA_VALUES_INVALID: Final = "extra_values_invalid"  # extra values omitted from their record
 EXTRA_COLUMNS_DROPPED: Final = "extra_columns_dropped"  # extra columns dropped whole (bad name, too many)
+# tool_rewards / turn_scores values left out of the figures over every trajectory (otel_valgen.trajectories)
+TRAJECTORY_REWARDS_INVALID: Final = "trajectory_rewards_invalid"
 # verl's own validation table ran in this process instead of otel-valgen (integrations.verl)
 VERL_TABLES_UNROUTED: Final = "verl_tables_unrouted"
 # a column of verl's validation rows (ground truth, data source, reward columns, sizes) could not be read

@@ -379,6 +379,18 @@ def _figures(
     }
 
 
+def _rewards(prefix: str, trajectories: int, values: list[float], last: float | None = None) -> dict[str, object]:
+    """The end record's keys of one reward column (tool_rewards, turn_scores) over ``values``."""
+    out: dict[str, object] = {
+        f"{prefix}.trajectories": trajectories,
+        f"{prefix}.count": len(values),
+        f"{prefix}.sum": sum(values),
+        f"{prefix}.min": min(values),
+        f"{prefix}.max": max(values),
+    }
+    return out | ({f"{prefix}.last.sum": last} if last is not None else {})
+
+
 _TRAJECTORY_CASES: list[tuple[str, list[tuple[str, int, dict[str, object] | None]]]] = [
     ("one_source", [("a", 10, _figures(10, 31, 5, {"calc": 20}, 1, 2, 1))]),
     (
@@ -421,6 +433,50 @@ _TRAJECTORY_CASES: list[tuple[str, list[tuple[str, int, dict[str, object] | None
         ],
     ),
     (
+        # .min the smallest, .max the largest, the rest added up; a source without rewards adds none
+        "rewards_min_max_and_sums",
+        [
+            (
+                "a",
+                4,
+                _figures(4, 12, 4, {"calc": 6}, 0, 0, 0)
+                | _rewards("tool_rewards", 3, [1.0, 0.5, -0.5, 0.0, 0.25, 0.25])
+                | _rewards("turn_scores", 2, [0.0, 1.0, 0.5, 1.0], last=1.5),  # (0, 1, .5) and (1,)
+            ),
+            ("b", 2, _figures(2, 4, 2, {"search": 2}, 0, 0, 0) | _rewards("tool_rewards", 2, [-1.0, -0.25])),
+            ("c", 3, _figures(3, 3, 1, {}, 0, 0, 0)),
+        ],
+    ),
+    (
+        "rewards_per_data_source",
+        [
+            (
+                "a",
+                3,
+                _figures(3, 6, 2, {"calc": 3}, 0, 0, 0)
+                | _rewards("turn_scores", 2, [0.5, 1.0, 0.25], last=1.25)
+                | {
+                    "by_data_source": {
+                        "chat": _figures(2, 4, 2, {"calc": 2}, 0, 0, 0)
+                        | _rewards("turn_scores", 2, [0.5, 1.0, 0.25], last=1.25),
+                        "math": _figures(1, 2, 2, {"calc": 1}, 0, 0, 0),
+                    }
+                },
+            ),
+            (
+                "b",
+                2,
+                _figures(2, 4, 2, {"calc": 2}, 0, 0, 0)
+                | _rewards("turn_scores", 1, [-0.5], last=-0.5)
+                | {
+                    "by_data_source": {
+                        "chat": _figures(2, 4, 2, {"calc": 2}, 0, 0, 0) | _rewards("turn_scores", 1, [-0.5], last=-0.5),
+                    }
+                },
+            ),
+        ],
+    ),
+    (
         "values_of_another_type_are_left_out",
         [
             ("a", 10, {"count": 2, "turns.sum": 4, "turns.max": 3, "tool_errors": "many", "flag": True}),
@@ -452,11 +508,14 @@ def trajectory_cases() -> dict[str, object]:
             "valgen.seen, valgen.emitted, and valgen.trajectories when present), in any order; "
             "expected: the summary's valgen.trajectories, null when absent. A source's figures are "
             "those of its end record with the largest seen. The ended sources' figures merge key by "
-            "key: a key ending in '.max' takes the largest value, a map merges, any other number adds "
-            "up, other values are left out; then turns.mean = turns.sum / count, tool_calls.mean = "
-            "tool_calls.sum / count, turn_limit.share and length_limit.share = each / count, for the "
-            "step and for each entry of by_data_source (the figures per data source of a step that "
-            "keeps k per data source)."
+            "key: a key ending in '.max' takes the largest value, one ending in '.min' the smallest, "
+            "a map merges, any other number adds up, other values are left out; then turns.mean = "
+            "turns.sum / count, tool_calls.mean = tool_calls.sum / count, turn_limit.share and "
+            "length_limit.share = each / count, and for P in tool_rewards and turn_scores (present "
+            "only when some source sent them): P.mean = P.sum / P.count, P.per_trajectory = P.sum / "
+            "P.trajectories, P.last.mean = P.last.sum / P.trajectories, for the step and for each "
+            "entry of by_data_source (the figures per data source of a step that keeps k per data "
+            "source)."
         ),
         "cases": cases,
     }

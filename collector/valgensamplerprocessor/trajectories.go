@@ -14,8 +14,8 @@ import (
 // source's figures cumulatively as valgen.trajectories, a map; the summary merges the ended
 // sources' figures (each from its end record with the largest seen) and derives the means and
 // shares. One rule merges them, as otel_valgen.trajectories.merge does: a key ending in ".max"
-// takes the largest value, a map merges key by key, any other number adds up; other values are
-// left out. The shared cases are testdata/sampling/trajectories.json.
+// takes the largest value, one ending in ".min" the smallest, a map merges key by key, any other
+// number adds up; other values are left out. The shared cases are testdata/sampling/trajectories.json.
 const (
 	attrTrajectories    = "valgen.trajectories"
 	trajectoryCount     = "count"
@@ -26,9 +26,40 @@ const (
 	// The figures per data source when the step keeps k per data source: a map of figure maps.
 	trajectoryByDataSource = "by_data_source"
 	trajectoryMaxSuffix    = ".max"
+	trajectoryMinSuffix    = ".min"
 	trajectoryMeanSuffix   = ".mean"
 	trajectoryShare        = ".share"
+	// Per-trajectory reward lists (verl's tool_rewards, turn_scores), over the trajectories with
+	// at least one value: <P>.trajectories, .count, .sum, .min, .max, and turn_scores.last.sum.
+	rewardTrajectories  = ".trajectories"
+	rewardCount         = ".count"
+	rewardSum           = ".sum"
+	rewardPerTrajectory = ".per_trajectory"
+	rewardLastSum       = ".last.sum"
+	rewardLastMean      = ".last.mean"
 )
+
+// rewardColumns are the prefixes of the reward figures (otel_valgen.trajectories.REWARD_COLUMNS).
+var rewardColumns = [...]string{"tool_rewards", "turn_scores"}
+
+// mergeRule is how two sources' values of one figure combine.
+type mergeRule int
+
+const (
+	mergeSum mergeRule = iota
+	mergeMax
+	mergeMin
+)
+
+func ruleOf(key string) mergeRule {
+	switch {
+	case strings.HasSuffix(key, trajectoryMaxSuffix):
+		return mergeMax
+	case strings.HasSuffix(key, trajectoryMinSuffix):
+		return mergeMin
+	}
+	return mergeSum
+}
 
 // parseTrajectories reads an end record's valgen.trajectories as raw values: nil when absent or
 // not a map (the figures are informational: never the end record).
@@ -64,7 +95,7 @@ func mergeFigures(into, one map[string]any) {
 			if !exists {
 				into[key] = v
 			} else if isNumber(known) {
-				into[key] = combine(known, v, strings.HasSuffix(key, trajectoryMaxSuffix))
+				into[key] = combine(known, v, ruleOf(key))
 			}
 		default: // texts, bools, lists: not figures
 		}
@@ -79,19 +110,25 @@ func isNumber(v any) bool {
 	return false
 }
 
-// combine gives the largest of the two (largest) or their sum; two ints stay an int.
-func combine(known, value any, largest bool) any {
+// combine gives the largest of the two, the smallest, or their sum, by rule; two ints stay an int.
+func combine(known, value any, rule mergeRule) any {
 	a, aInt := known.(int64)
 	b, bInt := value.(int64)
 	if aInt && bInt {
-		if largest {
+		switch rule {
+		case mergeMax:
 			return max(a, b)
+		case mergeMin:
+			return min(a, b)
 		}
 		return a + b
 	}
 	x, y := asDouble(known), asDouble(value)
-	if largest {
+	switch rule {
+	case mergeMax:
 		return max(x, y)
+	case mergeMin:
+		return min(x, y)
 	}
 	return x + y
 }
@@ -138,8 +175,11 @@ func putTrajectories(attrs pcommon.Map, g *group) {
 	_ = attrs.PutEmptyMap(attrTrajectories).FromRaw(merged) // raw ints, doubles and maps always convert
 }
 
-// deriveFigures adds turns.mean, tool_calls.mean and the turn and length limits' shares of count.
+// deriveFigures adds turns.mean, tool_calls.mean and the turn and length limits' shares of count,
+// and for each reward column P: P.mean = P.sum / P.count, P.per_trajectory = P.sum /
+// P.trajectories, P.last.mean = P.last.sum / P.trajectories.
 func deriveFigures(merged map[string]any) {
+	deriveRewards(merged)
 	if count, ok := merged[trajectoryCount]; ok && isNumber(count) && asDouble(count) > 0 {
 		n := asDouble(count)
 		for _, total := range []string{trajectoryTurnsSum, trajectoryToolCalls} {
@@ -151,6 +191,28 @@ func deriveFigures(merged map[string]any) {
 			if v, ok := merged[key]; ok && isNumber(v) {
 				merged[key+trajectoryShare] = asDouble(v) / n
 			}
+		}
+	}
+}
+
+func deriveRewards(merged map[string]any) {
+	for _, prefix := range rewardColumns {
+		sum, ok := merged[prefix+rewardSum]
+		if !ok || !isNumber(sum) {
+			continue
+		}
+		for _, d := range [...]struct{ of, derived string }{
+			{rewardCount, trajectoryMeanSuffix},
+			{rewardTrajectories, rewardPerTrajectory},
+		} {
+			if n, ok := merged[prefix+d.of]; ok && isNumber(n) && asDouble(n) > 0 {
+				merged[prefix+d.derived] = asDouble(sum) / asDouble(n)
+			}
+		}
+		last, okLast := merged[prefix+rewardLastSum]
+		n, okN := merged[prefix+rewardTrajectories]
+		if okLast && okN && isNumber(last) && isNumber(n) && asDouble(n) > 0 {
+			merged[prefix+rewardLastMean] = asDouble(last) / asDouble(n)
 		}
 	}
 }

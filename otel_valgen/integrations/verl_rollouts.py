@@ -59,7 +59,10 @@ Columns (docs/rollouts.md):
   ``reward_extra_info`` (default: the batch's ``meta_info["reward_extra_keys"]``, read from
   ``non_tensor_batch`` as verl's ``extract_reward`` does) as an extra column;
 - param version (fully-async): ``non_tensor_batch["max_global_steps"]``, the version that
-  finished the response, as verl's own ``trajectory_param_versions`` counts it.
+  finished the response, as verl's own ``trajectory_param_versions`` counts it;
+- the agent loop's ``tool_rewards`` and ``turn_scores`` (``non_tensor_batch`` columns of one list
+  per row; v1: keys of each row's ``extra_fields``), for the figures over every trajectory; a
+  batch without them sends none.
 """
 
 from __future__ import annotations
@@ -170,7 +173,20 @@ def rollout_columns(
         "ground_truths": _ground_truths(non_tensor.get("reward_model")),
         "data_sources": _column(non_tensor, "data_source"),
         "extra": _extra(batch, reward_extra_info),
+        **_reward_lists(non_tensor),
     }
+
+
+def _reward_lists(non_tensor: Mapping[str, Any]) -> dict[str, list[Any]]:
+    """The batch's per-trajectory reward columns (``_layout.REWARD_COLUMNS``) it has, one list per row."""
+    from otel_valgen.integrations.verl._layout import REWARD_COLUMNS  # the package imports this module
+
+    found = {}
+    for name in REWARD_COLUMNS:
+        values = non_tensor.get(name)
+        if values is not None:
+            found[name] = _values_list(values)
+    return found
 
 
 def response_sizes(batch: DataProto, tokenizer: Any, max_response_length: int | None) -> tuple[list[int], list[bool]]:
@@ -606,6 +622,7 @@ def _v1_batch(batch: Any) -> DataProto:
         from otel_valgen.integrations.verl._layout import MESSAGES_COLUMN  # the package imports this module
 
         non_tensors[MESSAGES_COLUMN] = _objects([_messages(row) for row in extra_fields])
+        non_tensors.update(_v1_reward_lists(extra_fields))
         infos = [_reward_extra_info(row) for row in extra_fields]
         extra_keys = list(dict.fromkeys(key for info in infos for key in info))
         for key in extra_keys:
@@ -684,6 +701,18 @@ def _messages(row: Any) -> Any:
     from otel_valgen.integrations.verl._layout import MESSAGES_COLUMN  # the package imports this module
 
     return row.get(MESSAGES_COLUMN) if isinstance(row, Mapping) else None
+
+
+def _v1_reward_lists(extra_fields: list[Any]) -> dict[str, np.ndarray]:
+    """The ``REWARD_COLUMNS`` of the rows' ``extra_fields``, for those a row has (None in the others)."""
+    from otel_valgen.integrations.verl._layout import REWARD_COLUMNS  # the package imports this module
+
+    found = {}
+    for name in REWARD_COLUMNS:
+        values = [row.get(name) if isinstance(row, Mapping) else None for row in extra_fields]
+        if any(value is not None for value in values):
+            found[name] = _objects(values)
+    return found
 
 
 def _reward_extra_info(row: Any) -> Mapping[str, Any]:

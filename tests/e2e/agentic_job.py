@@ -55,6 +55,12 @@ def trajectory(index: int, big: bool = False) -> tuple[list[dict[str, Any]], lis
     return prompt, turns, float(index % 3 == 0)
 
 
+def rewards(index: int) -> tuple[list[float], list[float]]:
+    """Trajectory ``index``'s tool rewards (one per calc call) and turn scores (every 4th was scored)."""
+    tool_rewards = [0.5, -1.0 if index >= 120 and index % 2 else 0.25]
+    return tool_rewards, [0.25, 1.0] if index % 4 == 0 else []
+
+
 def main() -> None:
     """Validate one step's share of trajectories and exit."""
     parser = argparse.ArgumentParser()
@@ -68,7 +74,14 @@ def main() -> None:
     with vg.validation(step=args.step, source=args.source):
         for start in range(0, len(rows), 32):  # batches, as a validation loop logs them
             batch = rows[start : start + 32]
-            accepted = vg.log_generations([r[0] for r in batch], [r[1] for r in batch], [r[2] for r in batch])
+            indices = range(args.first + start, args.first + start + len(batch))
+            accepted = vg.log_generations(
+                [r[0] for r in batch],
+                [r[1] for r in batch],
+                [r[2] for r in batch],
+                tool_rewards=[rewards(i)[0] for i in indices],
+                turn_scores=[rewards(i)[1] for i in indices],
+            )
             assert accepted == len(batch)
 
 

@@ -118,6 +118,26 @@ def test_two_processes_keep_k_trajectories_whole_as_conversations(
         3.0,
         0.0,
     )
+    # The rewards, merged by the collector: the trainer's tool rewards go down to -1 (.min the smallest).
+    rewards = {key: value for key, value in figures.items() if key.startswith(("tool_rewards.", "turn_scores."))}
+    assert rewards == {
+        "tool_rewards.trajectories": 240,
+        "tool_rewards.count": 480,
+        "tool_rewards.sum": 240 * 0.5 + 180 * 0.25 - 60 * 1.0,
+        "tool_rewards.min": -1.0,
+        "tool_rewards.max": 0.5,
+        "tool_rewards.mean": 105.0 / 480,
+        "tool_rewards.per_trajectory": 105.0 / 240,
+        "turn_scores.trajectories": 60,
+        "turn_scores.count": 120,
+        "turn_scores.sum": 60 * 1.25,
+        "turn_scores.min": 0.25,
+        "turn_scores.max": 1.0,
+        "turn_scores.last.sum": 60.0,
+        "turn_scores.mean": 0.625,
+        "turn_scores.per_trajectory": 1.25,
+        "turn_scores.last.mean": 1.0,
+    }
     kept = _kept(records)
     assert [untagged(r.attributes[contract.SAMPLE_ID]) for r in kept] == expected
 

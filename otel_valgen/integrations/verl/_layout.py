@@ -113,6 +113,11 @@ MESSAGES_COLUMN: Final = "otel_valgen_messages"
 """The ``extra_fields`` key (so a ``non_tensor_batch`` column) of a trajectory's generated messages."""
 RAW_PROMPT_COLUMN: Final = "raw_prompt"
 """The prompt's chat messages: ``_agent_loop_postprocess`` copies them into ``extra_fields`` (v1: a field)."""
+REWARD_COLUMNS: Final = ("tool_rewards", "turn_scores")
+"""Per-trajectory reward lists every agent loop output carries in ``extra_fields`` (so ``non_tensor_batch``
+columns; v1: keys of the row's ``extra_fields``): ``ToolAgentLoop`` appends each tool ``execute``'s
+reward to ``tool_rewards``; ``turn_scores`` (per-turn scores) stays empty in verl 0.9.1's own loops, an
+agent loop of your own may fill it; the single-turn loop sets both to ``[]``."""
 NUM_TURNS_COLUMNS: Final = ("__num_turns__", "num_turns")
 """A row's turns (user, assistant and tool; 2 for a single turn): the batch column, v1's TransferQueue field."""
 

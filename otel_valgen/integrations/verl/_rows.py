@@ -5,7 +5,9 @@ is in ``_validate`` all the same, one value per generation (``_layout.VALIDATE_L
 ground truths, data sources and ``reward_extra_info``'s columns, read from its frame when it
 calls the hook. Response lengths and truncation are tallied per batch while ``_validate`` runs:
 the legacy trainer hands each whole batch to ``extract_reward``, the v1 trainer fetches each
-batch's responses from TransferQueue (``_layout.REWARD_FUNCTION``, ``_layout.V1_STORE``).
+batch's responses from TransferQueue (``_layout.REWARD_FUNCTION``, ``_layout.V1_STORE``); so are
+the agent loop's per-trajectory rewards (``_layout.REWARD_COLUMNS``: ``non_tensor_batch`` columns,
+v1 keys of the final outputs' ``extra_fields``), which feed the figures over every trajectory.
 
 What cannot be read leaves its columns out of the row, counted (``verl_row_columns_missing``)
 and warned about once; the generations are sent all the same.
@@ -28,6 +30,7 @@ from otel_valgen.integrations.verl import _conversations
 from otel_valgen.integrations.verl._layout import (
     NUM_TURNS_COLUMNS,
     RAW_PROMPT_COLUMN,
+    REWARD_COLUMNS,
     REWARD_FUNCTION,
     V1_STORE,
     V1_VALIDATION_PARTITION,
@@ -54,6 +57,10 @@ class Tallies:
     by_key: dict[str, tuple[int, bool]] = dataclasses.field(default_factory=dict)  # v1: by TransferQueue key
     failed: bool = False
     chats: _conversations.Tally = dataclasses.field(default_factory=_conversations.Tally)
+    # REWARD_COLUMNS: legacy, name -> one value per generation in order (None: absent); v1, by key
+    rewards: dict[str, list[Any]] = dataclasses.field(default_factory=dict)
+    rewards_by_key: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    rewards_failed: bool = False
 
 
 _tallies: contextvars.ContextVar[Tallies | None] = contextvars.ContextVar("otel_valgen_verl_tallies", default=None)
@@ -117,7 +124,27 @@ def validation_row(
     else:
         row["response_lengths"], row["truncated"] = sizes
     row.update(_conversation(frame_locals, inputs, outputs))
+    row.update(_rewards(frame_locals, size))
     return row
+
+
+def _rewards(frame_locals: dict[str, Any], size: int) -> dict[str, list[Any]]:
+    """``tool_rewards`` and ``turn_scores``, one value per generation, for those the batches had; else none.
+
+    A verl or agent loop without them is not missing anything: they are simply left out.
+    """
+    tallies = _tallies.get()
+    if tallies is None or tallies.rewards_failed:
+        return {}
+    found: dict[str, list[Any]] = {}
+    keys = _v1_final_keys(frame_locals, size) if tallies.rewards_by_key else None
+    for name in REWARD_COLUMNS:
+        values = tallies.rewards.get(name)
+        if (values is None or len(values) != size) and keys is not None:
+            values = [tallies.rewards_by_key.get(key, {}).get(name) if key is not None else None for key in keys]
+        if values is not None and len(values) == size and any(value is not None for value in values):
+            found[name] = values
+    return found
 
 
 def _conversation(frame_locals: dict[str, Any], inputs: Sequence[Any], outputs: Sequence[Any]) -> dict[str, Any]:
@@ -281,10 +308,25 @@ def _tally_batch(tallies: Tallies, batch: Any) -> None:
         raise
     tallies.lengths.extend(lengths)
     tallies.truncated.extend(truncated)
+    _tally_rewards(tallies, batch)
     try:
         tallies.chats.add_batch(batch, response_gaps(batch))
     except Exception:
         tallies.chats.failed = True
+        raise
+
+
+@_process.never_raise(None)
+def _tally_rewards(tallies: Tallies, batch: Any) -> None:
+    """A legacy validation batch's ``REWARD_COLUMNS``, in generation order (None for a row without)."""
+    try:
+        size = len(batch)
+        for name in REWARD_COLUMNS:
+            values = batch.non_tensor_batch.get(name)
+            listed = _one_per_generation(values, size) if values is not None else None
+            tallies.rewards.setdefault(name, []).extend(listed if listed is not None else [None] * size)
+    except Exception:
+        tallies.rewards_failed = True
         raise
 
 
@@ -307,6 +349,7 @@ class _TallyingStore:
         if tallies is not None:
             _tally_v1(tallies, self._signature, args, kwargs, data)
             _tally_v1_chats(tallies, self._store, self._signature, args, kwargs, data)
+            _tally_v1_rewards(tallies, self._signature, args, kwargs, data)
         return data
 
 
@@ -354,4 +397,22 @@ def _tally_v1_chats(
         tallies.chats.add_v1(keys, data["extra_fields"], turns, prompts[RAW_PROMPT_COLUMN])
     except Exception:
         tallies.chats.failed = True
+        raise
+
+
+@_process.never_raise(None)
+def _tally_v1_rewards(tallies: Tallies, signature: inspect.Signature | None, args: Any, kwargs: Any, data: Any) -> None:
+    """v1 ``_validate``'s fetch of the final outputs' ``extra_fields``: their ``REWARD_COLUMNS``, by key."""
+    if signature is None:
+        return
+    bound = signature.bind(*args, **kwargs).arguments
+    fields = bound.get("select_fields") or ()
+    if bound.get("partition_id") != V1_VALIDATION_PARTITION or "extra_fields" not in fields:
+        return
+    try:
+        for key, extra in zip(bound.get("keys") or (), _as_list(data["extra_fields"]), strict=True):
+            if isinstance(extra, Mapping):
+                tallies.rewards_by_key[str(key)] = {name: extra.get(name) for name in REWARD_COLUMNS}
+    except Exception:
+        tallies.rewards_failed = True
         raise

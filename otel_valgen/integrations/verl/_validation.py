@@ -178,6 +178,8 @@ def log_val_generations(
     extra: Mapping[str, Sequence[Any]] | None = None,
     response_lengths: Sequence[Any] | None = None,
     truncated: Sequence[Any] | None = None,
+    tool_rewards: Sequence[Any] | None = None,
+    turn_scores: Sequence[Any] | None = None,
 ) -> bool:
     """Emit one validation's generations at the trainer's ``step`` and end this source's part.
 
@@ -197,6 +199,8 @@ def log_val_generations(
             extra=filled_columns(extra),
             response_lengths=response_lengths,
             truncated=truncated,
+            tool_rewards=tool_rewards,
+            turn_scores=turn_scores,
         )
     return bool(block.flushed)
 
