@@ -37,7 +37,7 @@ from __future__ import annotations
 import json
 import math
 import zlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -128,6 +128,34 @@ def _bools(value: Any) -> np.ndarray:
     return _as_array(value).astype(bool)
 
 
+def check_columns(columns: object, size: int) -> tuple[dict[str, Any], list[str]]:
+    """The columns a call may send (known names, one row per response), and what was left out, why.
+
+    A column is a sequence of rows (lists, arrays, tensors, None for a response without it) or
+    one 2-D array or tensor, one row per response.
+    """
+    if not isinstance(columns, Mapping):
+        return {}, [f"tokens must map column names to rows, not a {type(columns).__name__}"]
+    kept: dict[str, Any] = {}
+    problems = []
+    for name, column in columns.items():
+        if column is None:
+            continue
+        if name not in COLUMNS:
+            problems.append(f"unknown column {name!r} (known: {', '.join(COLUMNS)})")
+            continue
+        try:
+            rows = len(column)
+        except TypeError:
+            problems.append(f"column {name!r} is a {type(column).__name__}, not rows")
+            continue
+        if rows != size:
+            problems.append(f"column {name!r} has {rows} rows for {size} responses")
+            continue
+        kept[name] = column
+    return kept, problems
+
+
 def _pieces(row: Any) -> tuple[list[str], int]:
     """A row of token texts as valid, short texts, and how many needed a repair or a cut."""
     pieces = list(row)
@@ -198,27 +226,110 @@ def response_figures(tokens: ResponseTokens) -> dict[str, float | int] | None:
     rollout, trainer = tokens.floats.get(ROLLOUT), tokens.floats.get(TRAINER)
     if rollout is None or trainer is None:
         return None
-    model = tokens.masks.get(MODEL)
-    compared = np.isfinite(rollout) & np.isfinite(trainer)
-    if model is not None:
-        compared &= model
-    n = int(np.count_nonzero(compared))
-    if n == 0:
+    model, masked = tokens.masks.get(MODEL), tokens.masks.get(MASKED)
+    return _figures_2d(
+        rollout[None, :],
+        trainer[None, :],
+        model[None, :] if model is not None else None,
+        masked[None, :] if masked is not None else None,
+    )[0]
+
+
+def batch_figures(
+    columns: Mapping[str, Any], lengths: Sequence[Any] | None = None
+) -> list[dict[str, float | int] | None]:
+    """``response_figures`` of every response of a call, at once when the columns are 2-D arrays or tensors.
+
+    ``columns`` as ``read_response`` takes them; ``lengths`` (one per response, or None) leaves
+    out what lies past each response's length. A response without both log-probabilities gets None.
+    """
+    rollout, trainer = columns.get(ROLLOUT), columns.get(TRAINER)
+    if rollout is None or trainer is None:
+        return [None] * _rows_of(columns)
+    arrays = [_matrix(columns.get(name)) for name in (ROLLOUT, TRAINER, MODEL, MASKED)]
+    if arrays[0] is None or arrays[1] is None or arrays[0].shape != arrays[1].shape:
+        return [_row_figures(columns, index, lengths) for index in range(_rows_of(columns))]
+    shape = arrays[0].shape
+    model, masked = (array if array is not None and array.shape == shape else None for array in arrays[2:])
+    valid = None
+    if lengths is not None:
+        limits = np.array([_length(value, shape[1]) for value in lengths], dtype=np.int64)
+        valid = np.arange(shape[1])[None, :] < limits[:, None]
+        model = valid if model is None else model.astype(bool) & valid
+    return _figures_2d(arrays[0].astype(np.float64), arrays[1].astype(np.float64), model, masked)
+
+
+def _rows_of(columns: Mapping[str, Any]) -> int:
+    return max((len(column) for column in columns.values() if column is not None), default=0)
+
+
+def _length(value: Any, width: int) -> int:
+    try:
+        length = int(value)
+    except (TypeError, ValueError):
+        return width
+    return min(max(length, 0), width)
+
+
+def _row_figures(
+    columns: Mapping[str, Any], index: int, lengths: Sequence[Any] | None
+) -> dict[str, float | int] | None:
+    length = _length(lengths[index], 1 << 62) if lengths is not None else None
+    read = read_response(columns, index, length)
+    return response_figures(read) if read is not None else None
+
+
+def _matrix(column: Any) -> np.ndarray | None:
+    """A column as one 2-D array when it is one (a numpy array or a tensor), else None (rows of their own)."""
+    if column is None or not hasattr(column, "shape") or len(column.shape) != 2:
         return None
-    d = trainer[compared] - rollout[compared]
-    magnitude = np.abs(d)
-    figures: dict[str, float | int] = {
-        TOKENS: n,
-        MEAN_ABS: float(magnitude.mean()),
-        MAX_ABS: float(magnitude.max()),
-        KL: max(0.0, float(np.mean(np.expm1(d) - d))),
-    }
-    masked = tokens.masks.get(MASKED)
-    if masked is not None:
-        model_tokens = model if model is not None else np.ones(tokens.count, dtype=bool)
-        total = int(np.count_nonzero(model_tokens))
-        figures[MASKED_SHARE] = float(np.count_nonzero(masked & model_tokens) / total) if total else 0.0
-    return figures
+    try:
+        return _as_array_2d(column)
+    except (TypeError, ValueError):
+        return None
+
+
+def _as_array_2d(value: Any) -> np.ndarray:
+    detach = getattr(value, "detach", None)
+    if callable(detach):
+        value = detach().cpu().numpy()
+    return np.asarray(value)
+
+
+def _figures_2d(
+    rollout: np.ndarray, trainer: np.ndarray, model: np.ndarray | None, masked: np.ndarray | None
+) -> list[dict[str, float | int] | None]:
+    """The figures of each row of [responses, tokens] arrays (the one implementation of the rule)."""
+    with np.errstate(all="ignore"):
+        compared = np.isfinite(rollout) & np.isfinite(trainer)
+        if model is not None:
+            compared &= model.astype(bool)
+        counts = compared.sum(axis=1)
+        d = np.where(compared, trainer - rollout, 0.0)
+        magnitude = np.abs(d)
+        denominator = np.maximum(counts, 1)
+        mean_abs = magnitude.sum(axis=1) / denominator
+        max_abs = magnitude.max(axis=1, initial=0.0)
+        kl = np.maximum(np.where(compared, np.expm1(d) - d, 0.0).sum(axis=1) / denominator, 0.0)
+        share = None
+        if masked is not None:
+            own = model.astype(bool) if model is not None else np.ones(masked.shape, dtype=bool)
+            share = (masked.astype(bool) & own).sum(axis=1) / np.maximum(own.sum(axis=1), 1)
+    out: list[dict[str, float | int] | None] = []
+    for row in range(len(counts)):
+        if not counts[row]:
+            out.append(None)
+            continue
+        figures: dict[str, float | int] = {
+            TOKENS: int(counts[row]),
+            MEAN_ABS: float(mean_abs[row]),
+            MAX_ABS: float(max_abs[row]),
+            KL: float(kl[row]),
+        }
+        if share is not None:
+            figures[MASKED_SHARE] = float(share[row])
+        out.append(figures)
+    return out
 
 
 # -- the wire encoding (valgen.tokens) ---------------------------------------------------------
@@ -477,8 +588,3 @@ def caption(figures: Mapping[str, Any] | None) -> str | None:
     if f"{MASKED_SHARE}.mean" in figures:
         parts.append(f"masked {get('masked.mean'):.1%} mean, p99 {get('masked.p99'):.1%}")
     return " · ".join(parts)
-
-
-def figures_of_rows(rows: Iterable[ResponseTokens | None]) -> list[dict[str, float | int] | None]:
-    """``response_figures`` of each response (None where it has no tokens)."""
-    return [response_figures(row) if row is not None else None for row in rows]

@@ -215,3 +215,25 @@ def test_scalars_and_caption_name_the_distribution() -> None:
     caption = tokens.caption(summary)
     assert caption is not None
     assert caption.startswith("3 responses compared (30 tokens)")
+
+
+def test_a_whole_batch_gets_the_figures_each_response_gets_alone() -> None:
+    """2-D arrays padded past each response's length give every row the figures of the row read alone."""
+    rng = np.random.default_rng(11)
+    rows, width = 12, 40
+    trainer = np.log(rng.uniform(0.01, 1, (rows, width))).astype(np.float32)
+    rollout = (trainer + rng.normal(0, 0.3, (rows, width))).astype(np.float32)
+    model = rng.uniform(size=(rows, width)) < 0.8
+    masked = rng.uniform(size=(rows, width)) < 0.2
+    lengths = [int(n) for n in rng.integers(1, width + 1, rows)]
+    lengths[3] = 0  # an empty response: no figures
+    columns = {"rollout": rollout, "trainer": trainer, "model": model, "masked": masked}
+    together = tokens.batch_figures(columns, lengths)
+    alone = []
+    for index in range(rows):
+        read = tokens.read_response({name: list(values) for name, values in columns.items()}, index, lengths[index])
+        alone.append(tokens.response_figures(read) if read is not None else None)
+    assert [f is None for f in together] == [f is None for f in alone]
+    for got, want in zip(together, alone, strict=True):
+        assert got == (pytest.approx(want, rel=1e-12) if want is not None else None)  # sums in another order
+    assert any(figures is None for figures in together)  # a response of length 0, or no model token
