@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import math
 import random
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -12,6 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from otel_valgen import tokens
+from otel_valgen.reader import EndRecord
+from otel_valgen.selection import select_steps
 from otel_valgen.trajectories import merge
 
 
@@ -237,3 +241,23 @@ def test_a_whole_batch_gets_the_figures_each_response_gets_alone() -> None:
     for got, want in zip(together, alone, strict=True):
         assert got == (pytest.approx(want, rel=1e-12) if want is not None else None)  # sums in another order
     assert any(figures is None for figures in together)  # a response of length 0, or no model token
+
+
+_MISMATCH_CASES = json.loads(
+    (Path(__file__).resolve().parent.parent / "testdata" / "sampling" / "mismatch.json").read_text("utf-8")
+)["cases"]
+
+
+@pytest.mark.parametrize("case", _MISMATCH_CASES, ids=lambda case: case["name"])
+def test_show_merges_the_end_records_mismatch_as_the_shared_cases_say(case: dict[str, Any]) -> None:
+    """The shared cases (the collector replays them too): in either order, the summary's valgen.mismatch."""
+    ends = [
+        EndRecord("r", 1, e["source"], e["instance"], e["seen"], e["emitted"], mismatch=e.get("mismatch"))
+        for e in case["end_records"]
+    ]
+    for order in (ends, ends[::-1]):
+        (step,) = select_steps(order)
+        if case["expected"] is None:
+            assert step.mismatch is None
+        else:
+            _same_figures(step.mismatch, case["expected"])

@@ -126,7 +126,7 @@ def step_title(selection: StepSelection) -> str:
 
 
 def step_caption(selection: StepSelection) -> str | None:
-    """The table's caption: the figures per data source, over every trajectory, over every response's tokens; or None."""
+    """The table's caption: figures per data source, over every trajectory, over every response's tokens; or None."""
     captions = (
         data_source_caption(selection),
         trajectories.caption(selection.trajectories),
