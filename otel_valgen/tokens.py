@@ -246,17 +246,43 @@ def batch_figures(
     rollout, trainer = columns.get(ROLLOUT), columns.get(TRAINER)
     if rollout is None or trainer is None:
         return [None] * _rows_of(columns)
-    arrays = [_matrix(columns.get(name)) for name in (ROLLOUT, TRAINER, MODEL, MASKED)]
-    if arrays[0] is None or arrays[1] is None or arrays[0].shape != arrays[1].shape:
+    floats = [_matrix(rollout), _matrix(trainer)]
+    if floats[0] is None or floats[1] is None or floats[0].shape != floats[1].shape:
         return [_row_figures(columns, index, lengths) for index in range(_rows_of(columns))]
-    shape = arrays[0].shape
-    model, masked = (array if array is not None and array.shape == shape else None for array in arrays[2:])
-    valid = None
+    shape = floats[0].shape
+    masks = [_mask_matrix(columns.get(name), shape) for name in (MODEL, MASKED)]
+    if any(mask is _UNFIT for mask in masks):
+        return [_row_figures(columns, index, lengths) for index in range(_rows_of(columns))]
+    model, masked = (mask if isinstance(mask, np.ndarray) else None for mask in masks)
     if lengths is not None:
         limits = np.array([_length(value, shape[1]) for value in lengths], dtype=np.int64)
         valid = np.arange(shape[1])[None, :] < limits[:, None]
-        model = valid if model is None else model.astype(bool) & valid
-    return _figures_2d(arrays[0].astype(np.float64), arrays[1].astype(np.float64), model, masked)
+        model = valid if model is None else model & valid
+    return _figures_2d(floats[0].astype(np.float64), floats[1].astype(np.float64), model, masked)
+
+
+_UNFIT: Final = object()  # a mask column that does not fit the float columns' matrix
+
+
+def _mask_matrix(column: Any, shape: tuple[int, ...]) -> np.ndarray | object | None:
+    """A mask column as a bool matrix of ``shape`` (own-length rows padded with False), or _UNFIT."""
+    if column is None:
+        return None
+    matrix = _matrix(column)
+    if matrix is not None:
+        return matrix.astype(bool) if matrix.shape == shape else _UNFIT
+    out = np.zeros(shape, dtype=bool)
+    try:
+        for index, row in enumerate(column):
+            if row is None:
+                continue
+            values = _bools(row)
+            if len(values) > shape[1]:
+                return _UNFIT
+            out[index, : len(values)] = values
+    except (TypeError, ValueError, IndexError):
+        return _UNFIT
+    return out
 
 
 def _rows_of(columns: Mapping[str, Any]) -> int:

@@ -231,8 +231,14 @@ def test_a_whole_batch_gets_the_figures_each_response_gets_alone() -> None:
     masked = rng.uniform(size=(rows, width)) < 0.2
     lengths = [int(n) for n in rng.integers(1, width + 1, rows)]
     lengths[3] = 0  # an empty response: no figures
-    columns = {"rollout": rollout, "trainer": trainer, "model": model, "masked": masked}
+    matrices = {"rollout": rollout, "trainer": trainer, "model": model, "masked": masked}
+    mixed = {"rollout": rollout, "trainer": trainer}  # masks as rows of each response's own length
+    mixed |= {
+        name: [values[i, : lengths[i]] for i in range(rows)] for name, values in (("model", model), ("masked", masked))
+    }
+    columns = matrices
     together = tokens.batch_figures(columns, lengths)
+    assert tokens.batch_figures(mixed, lengths) == together
     alone = []
     for index in range(rows):
         read = tokens.read_response({name: list(values) for name, values in columns.items()}, index, lengths[index])
