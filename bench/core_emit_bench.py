@@ -7,7 +7,8 @@ Measures, for M generations of about 2.5 KB (k = 64):
   2. peak RSS of the emitting process for M = 10k, 30k and 100k with data generated batch by
      batch, so that only otel_valgen's own memory can grow with M;
   3. the cost of verl's full row (ground truth, data source, two reward columns, response length
-     and truncation with every generation, as the verl integration sends them), the same with
+     and truncation with every generation, as the verl integration sends them) in one call, as
+     verl calls its hook once per validation with every generation, the same in 10 calls, the same with
      k per data source (``sample_by = data_source``, four data sources), of keeping the 4
      lowest- and 4 highest-scored beside the k keyed picks (``extremes = 4``), and of cutting a
      200 KB output to ``max_field_bytes`` (head and tail kept).
@@ -38,6 +39,7 @@ VARIANTS = (
     "presample_on",
     "presample_on_uids",
     "presample_on_full_row",
+    "full_row_in_10_calls",
     "full_row_k_per_source",
     "presample_on_extremes",
     "presample_off",
@@ -100,6 +102,11 @@ def full_row(inputs: list[str], scores: list[float], mixed: bool = False) -> dic
     }
 
 
+def one_call(data: list[tuple[list[str], list[str], list[float]]]) -> list[tuple[list[str], list[str], list[float]]]:
+    """The batches as one: verl passes the whole validation set to its hook in one call."""
+    return [tuple([item for batch in data for item in batch[column]] for column in range(3))]  # type: ignore[list-item]
+
+
 def otel_valgen_run(
     data: list[tuple[list[str], list[str], list[float]]],
     presample: bool,
@@ -147,6 +154,7 @@ def time_comparison(total: int, repeats: int) -> dict[str, float]:
     import wandb  # noqa: F401  (import cost is not part of either measurement)
 
     data = list(batches(total))
+    whole = one_call(data)
     results: dict[str, list[float]] = {name: [] for name in VARIANTS}
     parts: dict[str, list[float]] = {"log_on": [], "end_on": []}
     with tempfile.TemporaryDirectory() as tmp:
@@ -159,8 +167,10 @@ def time_comparison(total: int, repeats: int) -> dict[str, float]:
             results["presample_off"].append(sum(otel_valgen_run(data, False, os.path.join(tmp, f"off{attempt}"))))
             uid_run = otel_valgen_run(data, True, os.path.join(tmp, f"uid{attempt}"), uids=True)
             results["presample_on_uids"].append(sum(uid_run))
-            row_run = otel_valgen_run(data, True, os.path.join(tmp, f"row{attempt}"), row=True)
+            row_run = otel_valgen_run(whole, True, os.path.join(tmp, f"row{attempt}"), row=True)
             results["presample_on_full_row"].append(sum(row_run))
+            row_calls = otel_valgen_run(data, True, os.path.join(tmp, f"calls{attempt}"), row=True)
+            results["full_row_in_10_calls"].append(sum(row_calls))
             by_source = otel_valgen_run(data, True, os.path.join(tmp, f"src{attempt}"), row=True, by_source=True)
             results["full_row_k_per_source"].append(sum(by_source))
             extreme = otel_valgen_run(data, True, os.path.join(tmp, f"ext{attempt}"), extremes=4)

@@ -36,6 +36,7 @@ def configure(
     source: str | None = None,
     max_field_bytes: int | None = None,
     max_messages_bytes: int | None = None,
+    max_token_bytes: int | None = None,
     flush_timeout_s: float | None = None,
     spool: bool | None = None,
     spool_max_mb: int | None = None,
@@ -67,6 +68,8 @@ def configure(
         max_field_bytes: longest text field sent (``OTEL_VALGEN_MAX_FIELD_BYTES``, 65536).
         max_messages_bytes: budget of a record's conversation texts together
             (``OTEL_VALGEN_MAX_MESSAGES_BYTES``, 131072; README, *Conversations*).
+        max_token_bytes: budget of a kept rollout response's packed per-token data
+            (``OTEL_VALGEN_MAX_TOKEN_BYTES``, 1048576; docs/rollouts.md, *Token by token*).
         flush_timeout_s: longest a step end, block-less call or flush waits for the endpoint
             (``OTEL_VALGEN_FLUSH_TIMEOUT``, 2); past it the endpoint counts as away until it answers again.
         spool: while the endpoint is away, keep records in ``<directory>/spool`` and send them by
@@ -98,6 +101,7 @@ def configure(
         source=source,
         max_field_bytes=max_field_bytes,
         max_messages_bytes=max_messages_bytes,
+        max_token_bytes=max_token_bytes,
         flush_timeout_s=flush_timeout_s,
         spool=spool,
         spool_max_mb=spool_max_mb,

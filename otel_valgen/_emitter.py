@@ -63,6 +63,7 @@ from otel_valgen._tracing import derived_context
 from otel_valgen.data_sources import DataSourceTally, data_sources_of
 from otel_valgen.distinct import DistinctKeys
 from otel_valgen.sampling import Order, step_k
+from otel_valgen.tokens import MismatchFigures, batch_figures
 from otel_valgen.trajectories import TrajectoryFigures
 
 _logger = logging.getLogger("otel_valgen")
@@ -92,6 +93,7 @@ class StepState:
     score_count: int = 0  # generations seen with a valid score, and their sum (valgen.score.*)
     score_sum: float = 0.0
     trajectories: TrajectoryFigures = field(default_factory=TrajectoryFigures)
+    mismatch: MismatchFigures = field(default_factory=MismatchFigures)  # rollout responses' per-token figures
     # Rollouts: the part's distinct prompt keys (valgen.prompt_keys, valgen.prompts_seen).
     prompts: DistinctKeys = field(default_factory=DistinctKeys, repr=False, compare=False)
     # The ``@<tag>`` of the part's sample ids, and its responses numbered per prompt over its calls.
@@ -384,6 +386,9 @@ class Emitter:
         figures = state.trajectories.attribute()
         if figures is not None:
             attributes[contract.TRAJECTORIES] = figures  # type: ignore[assignment]  # a map (AnyValue)
+        mismatch = state.mismatch.attribute()
+        if mismatch is not None:
+            attributes[contract.MISMATCH] = mismatch  # type: ignore[assignment]
         if math.isfinite(state.score_sum):
             attributes[contract.SCORE_COUNT] = state.score_count
             attributes[contract.SCORE_SUM] = state.score_sum
@@ -546,6 +551,7 @@ class Emitter:
             self.stats.failed("computing sample ids and keys", error, size)
             return 0
         trajectories = self._trajectories(batch, data_sources)
+        mismatch = self._mismatch(batch, data_sources)
         with self._lock:
             ended = state.finished
             if not ended:
@@ -553,6 +559,7 @@ class Emitter:
                 state.score_count += scored
                 state.score_sum += score_sum
                 state.trajectories.absorb(trajectories)
+                state.mismatch.absorb(mismatch)
                 state.prompts.add(prompts)
                 state.prompts_under_rate += under_rate
                 if state.by_source is not None and data_sources is not None:
@@ -599,6 +606,27 @@ class Emitter:
                 left_out,
                 reasons,
             )
+        return figures
+
+    def _mismatch(self, batch: Batch, data_sources: list[str] | None) -> MismatchFigures:
+        """The figures of every response of a rollout call with per-token data; a failure costs the figures only.
+
+        They are counted per data source whenever the call names them (not only with k per data source).
+        """
+        figures = MismatchFigures()
+        columns = batch.rollout.tokens if batch.rollout is not None else None
+        if not columns:
+            return figures
+        try:
+            if data_sources is None and batch.data_sources is not None:
+                data_sources = data_sources_of(batch.data_sources, len(batch.inputs))
+            lengths = batch.rollout.response_lengths if batch.rollout is not None else None
+            for index, response in enumerate(batch_figures(columns, lengths)):
+                if response is not None:
+                    figures.add(response, data_sources[index] if data_sources is not None else None)
+        except Exception as error:
+            self.stats.failed("computing the responses' mismatch figures", error)
+            return MismatchFigures()
         return figures
 
     def refuse(self, state: StepState, generations: int) -> None:

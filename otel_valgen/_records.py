@@ -12,14 +12,14 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, NamedTuple, Protocol
 
 import xxhash
 from opentelemetry.util.types import AnyValue
 
-from otel_valgen import _stats, contract, conversations
+from otel_valgen import _stats, contract, conversations, tokens
 from otel_valgen._keys import BatchKeyer
 from otel_valgen._sanitize import CleanText, clean_extra, clean_score, clean_text
 from otel_valgen._settings import Settings
@@ -88,6 +88,7 @@ class RolloutColumns:
     param_versions: Sequence[Any] | None = None
     tool_rewards: Sequence[Any] | None = None  # one list per trajectory (otel_valgen.trajectories)
     turn_scores: Sequence[Any] | None = None
+    tokens: Mapping[str, Any] | None = None  # per-token columns (otel_valgen.tokens), rollouts only
 
 
 def _utf8(value: object) -> bytes:
@@ -378,6 +379,8 @@ class RecordBuilder:
             attributes[contract.PROMPT_ID] = prompt[1].decode()
         if batch.rollout is not None:
             self._add_rollout(batch.rollout, index, attributes)
+            if batch.rollout.tokens:
+                self._add_tokens(batch.rollout, index, attributes, sample_id)
         texts: list[tuple[str, CleanText]] = [
             (contract.INPUT_LENGTH, input_text),
             (contract.OUTPUT_LENGTH, output_text),
@@ -485,6 +488,42 @@ class RecordBuilder:
                 self.stats.warn(
                     "invalid_rollout_value", "%s %r is not a %s; left out", key, values[index], expected.__name__
                 )
+
+    def _add_tokens(self, columns: RolloutColumns, index: int, attributes: dict[str, AnyValue], sample_id: str) -> None:
+        """A kept response's per-token data (``valgen.tokens``) and its figures (``valgen.mismatch.<figure>``).
+
+        Values that are no numbers travel as missing and pieces that are no valid text are
+        repaired (``token_values_repaired``); past ``max_token_bytes`` the middle tokens are left
+        out, marked on the attribute (``tokens_cut``).
+        """
+        assert columns.tokens is not None
+        length = columns.response_lengths[index] if columns.response_lengths is not None else None
+        read = tokens.read_response(columns.tokens, index, length if type(length) is int else None)
+        if read is None:
+            return
+        if read.repaired:
+            self.stats.add(_stats.TOKEN_VALUES_REPAIRED, read.repaired)
+            self.stats.warn(
+                "token_values_repaired",
+                "%d per-token value(s) of %s were not numbers or valid text: sent as missing or repaired",
+                read.repaired,
+                sample_id,
+            )
+        figures = tokens.response_figures(read)
+        for name, value in (figures or {}).items():
+            attributes[contract.MISMATCH_PREFIX + name] = value
+        packed, cut = tokens.encode(read, self.settings.max_token_bytes)
+        attributes[contract.TOKENS] = packed
+        if cut:
+            self.stats.add(_stats.TOKENS_CUT, cut)
+            self.stats.warn(
+                "tokens_cut",
+                "%d of the %d tokens of %s left out of its record to fit max_token_bytes (%d); head and tail kept",
+                cut,
+                read.count,
+                sample_id,
+                self.settings.max_token_bytes,
+            )
 
     def _truncated(self, sample_id: str, original_length: int) -> None:
         self.stats.add(_stats.TRUNCATED_FIELDS)

@@ -21,6 +21,7 @@ from otel_valgen._api import _as_list, _call_size, _drop_call, _extra_columns, _
 from otel_valgen._process import never_raise
 from otel_valgen._records import Batch, ExtraColumns, RolloutColumns
 from otel_valgen._sanitize import clean_step
+from otel_valgen.tokens import check_columns
 
 __all__ = ["log_rollouts"]
 
@@ -44,6 +45,7 @@ def log_rollouts(
     extra: Mapping[str, Iterable[Any]] | None = None,
     tool_rewards: Iterable[Any] | None = None,
     turn_scores: Iterable[Any] | None = None,
+    tokens: Mapping[str, Any] | None = None,
 ) -> int:
     """Record the rollouts of one training step: one entry per response, all n responses of a prompt together.
 
@@ -71,6 +73,12 @@ def log_rollouts(
         extra: more columns (e.g. verl's ``reward_extra_info``), as for ``log_generations``.
         tool_rewards, turn_scores: one list of numbers per response (verl's agent loop columns),
             read only by the figures over every trajectory, as for ``log_generations``.
+        tokens: per-token columns, by name (``otel_valgen.tokens``: ``ids``, ``pieces``, ``rollout``,
+            ``trainer``, ``reference``, ``weight``, ``masked``, ``model``), each one row per
+            response (a list, array or tensor of its tokens' values) or one 2-D array or tensor.
+            Every response's mismatch figures go into the step's ``valgen.mismatch``; the kept
+            ones carry their tokens (``valgen.tokens``) and figures. Rows padded past a response's
+            length are read up to ``response_lengths``.
 
     Returns:
         How many responses were accepted (0 when rollouts are off or the batch was dropped).
@@ -91,7 +99,7 @@ def log_rollouts(
         "turn_scores": turn_scores,
     }
     try:
-        return _log_rollout_columns(columns, step=step, source=source, count=count, extra=extra)
+        return _log_rollout_columns(columns, step=step, source=source, count=count, extra=extra, tokens=tokens)
     except Exception as error:
         size = _call_size(columns)
         _process.counters.add(_stats.GENERATIONS_SEEN, size)
@@ -99,8 +107,19 @@ def log_rollouts(
         return 0
 
 
+def _token_columns(columns: object, size: int) -> dict[str, Any] | None:
+    """The call's per-token columns that can be read; the others are left out, counted and warned about."""
+    if columns is None:
+        return None
+    kept, problems = check_columns(columns, size)
+    if problems:
+        _process.counters.add(_stats.TOKEN_COLUMNS_DROPPED, len(problems))
+        _process.counters.warn("token_columns_dropped", "log_rollouts: tokens left out: %s", "; ".join(problems))
+    return kept or None
+
+
 def _log_rollout_columns(
-    columns: dict[str, Any], *, step: int, source: str | None, count: int | None, extra: object
+    columns: dict[str, Any], *, step: int, source: str | None, count: int | None, extra: object, tokens: object
 ) -> int:
     """``log_rollouts`` once its arguments are gathered; ``columns`` is read into lists in place."""
     emitter = _process.active_emitter()
@@ -143,6 +162,7 @@ def _log_rollout_columns(
             param_versions=columns["param_versions"],
             tool_rewards=columns["tool_rewards"],
             turn_scores=columns["turn_scores"],
+            tokens=_token_columns(tokens, size),
         ),
     )
     name = source or emitter.settings.source

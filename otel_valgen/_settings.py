@@ -48,6 +48,7 @@ DEFAULT_DIR: Final = "./valgen-data"
 DEFAULT_SOURCE: Final = "main"
 DEFAULT_MAX_FIELD_BYTES: Final = 64 * 1024
 DEFAULT_MAX_MESSAGES_BYTES: Final = 128 * 1024
+DEFAULT_MAX_TOKEN_BYTES: Final = 1024 * 1024
 DEFAULT_FLUSH_TIMEOUT_S: Final = 2.0
 DEFAULT_SPOOL_MAX_MB: Final = 1024
 DEFAULT_PROGRESS_INTERVAL_S: Final = 5.0
@@ -223,6 +224,16 @@ SETTINGS: Final[tuple[Setting, ...]] = (
         "bytes; each text is also cut at `max_field_bytes`. Past it, only the longest texts are cut.",
         read=_positive,
         default=DEFAULT_MAX_MESSAGES_BYTES,
+    ),
+    Setting(
+        (env.OTEL_VALGEN_MAX_TOKEN_BYTES,),
+        "max_token_bytes",
+        "`1048576`",
+        "Budget of a kept rollout response's per-token data (`valgen.tokens`), in packed bytes: a 32k-token "
+        "response with every column fits. Past it, the middle tokens are left out (head and tail kept, "
+        "the cut marked).",
+        read=_positive,
+        default=DEFAULT_MAX_TOKEN_BYTES,
     ),
     Setting(
         (env.OTEL_VALGEN_FLUSH_TIMEOUT,),
@@ -411,6 +422,7 @@ class Settings:
     source: str = DEFAULT_SOURCE
     max_field_bytes: int = DEFAULT_MAX_FIELD_BYTES
     max_messages_bytes: int = DEFAULT_MAX_MESSAGES_BYTES
+    max_token_bytes: int = DEFAULT_MAX_TOKEN_BYTES
     flush_timeout_s: float = DEFAULT_FLUSH_TIMEOUT_S
     spool: bool = True
     spool_max_mb: int = DEFAULT_SPOOL_MAX_MB
@@ -519,6 +531,7 @@ def resolve_settings(
     source: str | None = None,
     max_field_bytes: int | None = None,
     max_messages_bytes: int | None = None,
+    max_token_bytes: int | None = None,
     flush_timeout_s: float | None = None,
     spool: bool | None = None,
     spool_max_mb: int | None = None,
@@ -547,6 +560,7 @@ def resolve_settings(
         source=_argument_or_env("source", source, bool),
         max_field_bytes=_argument_or_env("max_field_bytes", max_field_bytes, lambda v: v > 0),
         max_messages_bytes=_argument_or_env("max_messages_bytes", max_messages_bytes, lambda v: v > 0),
+        max_token_bytes=_argument_or_env("max_token_bytes", max_token_bytes, lambda v: v > 0),
         flush_timeout_s=_argument_or_env("flush_timeout_s", flush_timeout_s, lambda v: v >= 0),
         spool=bool(_argument_or_env("spool", spool, lambda v: True)),
         spool_max_mb=_argument_or_env("spool_max_mb", spool_max_mb, lambda v: v > 0, warn=True),

@@ -46,6 +46,11 @@ EXTRA_VALUES_INVALID: Final = "extra_values_invalid"  # extra values omitted fro
 EXTRA_COLUMNS_DROPPED: Final = "extra_columns_dropped"  # extra columns dropped whole (bad name, too many)
 # tool_rewards / turn_scores values left out of the figures over every trajectory (otel_valgen.trajectories)
 TRAJECTORY_REWARDS_INVALID: Final = "trajectory_rewards_invalid"
+TOKEN_COLUMNS_DROPPED: Final = "token_columns_dropped"  # per-token columns left out whole (unknown name, bad length)
+TOKEN_VALUES_REPAIRED: Final = (
+    "token_values_repaired"  # per-token values sent as missing (not numbers), pieces repaired
+)
+TOKENS_CUT: Final = "tokens_cut"  # tokens left out of a kept response's valgen.tokens (its record's budget)
 # verl's own validation table ran in this process instead of otel-valgen (integrations.verl)
 VERL_TABLES_UNROUTED: Final = "verl_tables_unrouted"
 # a column of verl's validation rows (ground truth, data source, reward columns, sizes) could not be read

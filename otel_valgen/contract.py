@@ -72,6 +72,14 @@ ADVANTAGE: Final = "valgen.advantage"  # double
 RESPONSE_LENGTH: Final = "valgen.response_length"  # int, tokens
 TRUNCATED: Final = "valgen.truncated"  # bool
 PARAM_VERSION: Final = "valgen.param_version"  # int
+# Token by token (otel_valgen.tokens): a kept rollout response with per-token columns carries
+# them packed as TOKENS (a map: version, count, one bytes value per column, cut_from/cut_count
+# when the middle was left out) and its figures as MISMATCH_PREFIX + mean_abs, max_abs, kl,
+# masked, tokens; the end record and the summary carry MISMATCH, the distribution of those
+# figures over every response of the step (merged like TRAJECTORIES).
+TOKENS: Final = "valgen.tokens"
+MISMATCH_PREFIX: Final = "valgen.mismatch."
+MISMATCH: Final = "valgen.mismatch"
 # Extra columns of a generation (``log_generations(..., extra={name: values})``): one attribute
 # ``valgen.extra.<name>`` per column, a bool, int, finite double or string. A name is 1 to 64
 # characters of [A-Za-z0-9_./-] (EXTRA_NAME_PATTERN); a call sends at most MAX_EXTRA_COLUMNS.
@@ -126,6 +134,7 @@ FIGURE_SCORE_SUM: Final = "score.sum"
 FIGURE_SCORE_MEAN: Final = "score.mean"  # summary only, absent when the count is 0
 FIELD_DATA_SOURCES: Final = "data_sources"  # in an entry of valgen.source_figures: the source's end figures
 FIELD_TRAJECTORIES: Final = "trajectories"  # in an entry of valgen.source_figures: the source's valgen.trajectories
+FIELD_MISMATCH: Final = "mismatch"  # in an entry of valgen.source_figures: the source's valgen.mismatch
 # The best and the worst (``extremes = n``; otel_valgen.sampling.ScoreExtremes): EXTREMES on each
 # validation generation asks for the n lowest- and n highest-scored beside the k keyed picks (the
 # smallest n asked wins, absent is 0), and on the summary; SLOTS on each kept record of such a step

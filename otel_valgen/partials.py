@@ -31,7 +31,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from otel_valgen import contract, trajectories
+from otel_valgen import contract, tokens, trajectories
 from otel_valgen.balance import SourceFigures, step_balance
 from otel_valgen.data_sources import DataSourceFigures, parse_figures, step_figures
 from otel_valgen.distinct import PROMPTS_SEEN_ERROR, distinct_count, merge_keys, parse_keys
@@ -105,6 +105,7 @@ class MergedFigures:
     data_sources: tuple[DataSourceFigures, ...] | None = None  # from the part with the largest end counts
     raw_data_sources: list[Any] | None = None  # the same, as the part's entry carried it
     trajectories: dict[str, Any] | None = None  # from the part with the largest end counts
+    mismatch: dict[str, Any] | None = None  # the same
 
     def add(self, figure: Mapping[str, Any]) -> None:
         """Add one part's figures of the source."""
@@ -120,6 +121,8 @@ class MergedFigures:
                     self.data_sources, self.raw_data_sources = parsed, list(raw or ())
                 if isinstance(figures := figure.get(contract.FIELD_TRAJECTORIES), dict):
                     self.trajectories = figures
+                if isinstance(figures := figure.get(contract.FIELD_MISMATCH), dict):
+                    self.mismatch = figures
             self.ended = True
             self.seen = max(self.seen, _int(figure, "seen"))
             self.emitted = max(self.emitted, _int(figure, "emitted"))
@@ -169,6 +172,8 @@ class MergedFigures:
             figure[contract.FIELD_DATA_SOURCES] = self.raw_data_sources
         if self.trajectories is not None:
             figure[contract.FIELD_TRAJECTORIES] = self.trajectories
+        if self.mismatch is not None:
+            figure[contract.FIELD_MISMATCH] = self.mismatch
         return figure
 
 
@@ -255,12 +260,18 @@ def _put_data_sources(out: dict[str, Any], ended: list[MergedFigures], kept: Seq
 
 
 def _put_trajectories(out: dict[str, Any], ended: list[MergedFigures]) -> None:
-    """The merged step's figures over every trajectory, from its ended sources' (none: no attribute)."""
-    merged = trajectories.summary(trajectories.merge(figures.trajectories for figures in ended))
-    if merged is not None:
-        out[contract.TRAJECTORIES] = merged
-    else:
-        out.pop(contract.TRAJECTORIES, None)
+    """The merged step's figures over every trajectory and every response's tokens, from its ended sources'.
+
+    A figure set no ended source reported is left out.
+    """
+    for key, merged in (
+        (contract.TRAJECTORIES, trajectories.summary(trajectories.merge(figures.trajectories for figures in ended))),
+        (contract.MISMATCH, tokens.summary(trajectories.merge(figures.mismatch for figures in ended))),
+    ):
+        if merged is not None:
+            out[key] = merged
+        else:
+            out.pop(key, None)
 
 
 def _complete_sources(summary: Mapping[str, Any], expected: int) -> bool:

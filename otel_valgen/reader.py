@@ -126,6 +126,8 @@ class EndRecord:
     data_sources: tuple[DataSourceFigures, ...] | None = None
     # valgen.trajectories: figures over every trajectory the source saw (cumulative, like seen).
     trajectories: dict[str, Any] | None = None
+    # valgen.mismatch: the distribution of its rollout responses' per-token figures (cumulative, like seen).
+    mismatch: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -404,6 +406,7 @@ def _record(log: dict[str, Any], resource: dict[str, Any]) -> Record | None:  # 
             prompt_keys=parse_keys(attrs.get(contract.PROMPT_KEYS)),
             data_sources=parse_figures(attrs.get(contract.DATA_SOURCES)),
             trajectories=_map(attrs.get(contract.TRAJECTORIES)),
+            mismatch=_map(attrs.get(contract.MISMATCH)),
         )
     if event != contract.EVENT_GENERATION:
         return None

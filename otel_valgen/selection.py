@@ -61,7 +61,7 @@ from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any, Protocol, TypeVar
 
-from otel_valgen import contract, trajectories
+from otel_valgen import contract, tokens, trajectories
 from otel_valgen._settings import DEFAULT_COUNT, DEFAULT_SEED
 from otel_valgen.balance import SourceFigures, step_balance, summary_dropped
 from otel_valgen.data_sources import DataSourceFigures, parse_figures, step_figures
@@ -157,6 +157,7 @@ class StepSelection:
     extremes: int = 0  # the n lowest- and highest-scored kept beside the keyed picks (valgen.extremes)
     data_sources: list[DataSourceFigures] | None = None  # per data source (None: none reported, not split)
     trajectories: dict[str, Any] | None = None  # figures over every trajectory (otel_valgen.trajectories)
+    mismatch: dict[str, Any] | None = None  # the responses' per-token figures (otel_valgen.tokens)
 
     @property
     def score_mean(self) -> float | None:
@@ -403,6 +404,7 @@ def _larger_end(known: EndRecord | None, end: EndRecord) -> EndRecord:
         # The figures per data source of the record that saw the most (on a tie, the one read last).
         data_sources=(end if end.seen >= known.seen else known).data_sources or known.data_sources or end.data_sources,
         trajectories=(end if end.seen >= known.seen else known).trajectories or known.trajectories or end.trajectories,
+        mismatch=(end if end.seen >= known.seen else known).mismatch or known.mismatch or end.mismatch,
     )
 
 
@@ -561,6 +563,7 @@ def _finish(group: _Attempt, collector: bool, count: int | None, seed: int) -> S
             and summary.attributes.get(contract.SAMPLE_BY) == contract.SAMPLE_BY_DATA_SOURCE,
             data_sources=_summary_figures(summary),
             trajectories=_summary_map(summary, contract.TRAJECTORIES),
+            mismatch=_summary_map(summary, contract.MISMATCH),
             extremes=extremes,
         )
     ended = set(group.ends)
@@ -602,6 +605,7 @@ def _finish(group: _Attempt, collector: bool, count: int | None, seed: int) -> S
         by_data_source=split,
         data_sources=step_figures(reported, (g.data_source for g in generations)) if split or reported else None,
         trajectories=trajectories.summary(trajectories.merge(end.trajectories for end in group.ends.values())),
+        mismatch=tokens.summary(trajectories.merge(end.mismatch for end in group.ends.values())),
         extremes=group.selector.extremes if group.selector is not None else 0,
     )
 

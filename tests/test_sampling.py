@@ -390,18 +390,19 @@ def test_emitter_candidates_keep_the_exact_bottom_k(batches: list[list[str]], k:
     assert {order for order, _ in selector.items()} == want
 
 
-def test_batch_keyer_falls_back_when_its_guess_keeps_fewer_than_k() -> None:
-    """The batch's own cut is a guess (keys are uniform); when fewer than k keys lie below it, all are kept."""
+def test_the_batch_cut_keeps_exactly_the_k_smallest_keys_wherever_they_lie() -> None:
+    """The batch's own cut is exact: its k smallest keys (and ties with the k-th), even when all lie high."""
     rng = random.Random(3)
     words: list[int] = []
-    while len(words) < 100:  # ids whose keys all lie in the upper half: the guess finds none
+    while len(words) < 100:  # ids whose keys all lie in the upper half
         word = rng.getrandbits(64)
         if mix64(word ^ seed_lane(5, 1)) >> 1 >= 2**62:
             words.append(word)
-    hashes = b"".join(word.to_bytes(8, "big") for word in words)
-    assert len(BatchKeyer(5).candidates(hashes, None, 2**63 - 1, 10)) == 100
-    uniform = rng.getrandbits(6400).to_bytes(800, "big")
-    assert 10 <= len(BatchKeyer(5).candidates(uniform, None, 2**63 - 1, 10)) < 100
+    for hashes in (b"".join(word.to_bytes(8, "big") for word in words), rng.getrandbits(6400).to_bytes(800, "big")):
+        keys = [mix64(int.from_bytes(hashes[i : i + 8], "big") ^ seed_lane(5, 1)) >> 1 for i in range(0, 800, 8)]
+        found = BatchKeyer(5).candidates(hashes, None, 2**63 - 1, 10)
+        assert [key for _, key in found] == [key for key in keys if key <= sorted(keys)[9]]
+        assert [index for index, _ in found] == sorted(index for index, _ in found)
 
 
 def test_str_subclasses_and_other_values_get_the_ids_of_their_text() -> None:
@@ -434,12 +435,12 @@ def _unmix64(z: int) -> int:
     return unshift((z * pow(MIX1, -1, 1 << 64)) & mask, 30)
 
 
-def test_the_batch_cut_is_dropped_when_fewer_than_k_keys_lie_below_its_guess() -> None:
-    """BatchKeyer guesses a cut from the batch size; with fewer than k keys under it, it keeps every key."""
+def test_the_batch_cut_finds_a_few_tiny_keys_among_many_large_ones() -> None:
+    """The batch cut finds the k smallest keys when a few tiny keys sit among many above any guessed cut."""
     keyer = BatchKeyer(seed=5)
     size, k = 100, 10
     lane = seed_lane(5, 1)
-    # Mixed words chosen on purpose: 5 tiny ones, 95 above the guessed cut (2k + 16 of 100 words).
+    # Mixed words chosen on purpose: 5 tiny ones, 95 in the upper half.
     words = [i + 1 for i in range(5)] + [(1 << 63) + i for i in range(size - 5)]
     hashes = b"".join((_unmix64(w) ^ lane).to_bytes(8, "big") for w in words)
     assert [mix64(int.from_bytes(hashes[8 * i : 8 * i + 8], "big") ^ lane) for i in range(size)] == words

@@ -32,6 +32,7 @@ from otel_valgen.sampling import (
     step_k,
 )
 from otel_valgen.selection import select_steps
+from otel_valgen.tokens import GAMMA, MismatchFigures
 
 OUT = Path(__file__).resolve().parent.parent / "testdata" / "sampling"
 
@@ -517,6 +518,62 @@ def trajectory_cases() -> dict[str, object]:
             "entry of by_data_source (the figures per data source of a step that keeps k per data "
             "source)."
         ),
+        "cases": cases,
+    }
+
+
+def _mismatch_of(seed: int, n: int, source: str | None = None, zeros: int = 0) -> dict[str, object] | None:
+    """The valgen.mismatch of ``n`` responses with figures drawn from ``seed`` (``zeros`` exact matches)."""
+    rng = random.Random(seed)
+    figures = MismatchFigures()
+    for i in range(n):
+        mean_abs = 0.0 if i < zeros else rng.lognormvariate(-4, 1.2)
+        response = {"tokens": rng.randint(1, 4096), "mean_abs": mean_abs, "max_abs": mean_abs * rng.uniform(1, 40)}
+        response |= {"kl": mean_abs * mean_abs / 2, "masked": rng.choice([0.0, 0.0, rng.random() / 10])}
+        figures.add(response, source if source is not None else None)
+    return figures.attribute()
+
+
+def mismatch_cases() -> dict[str, object]:
+    """The step's distribution of its responses' per-token figures from its sources' end records."""
+    ends_of: list[tuple[str, list[tuple[str, int, dict[str, object] | None]]]] = [
+        ("one_source", [("a", 300, _mismatch_of(1, 300))]),
+        ("two_sources_merge", [("a", 200, _mismatch_of(2, 200)), ("b", 90, _mismatch_of(3, 90, zeros=30))]),
+        ("a_sources_latest_end_counts", [("a", 40, _mismatch_of(4, 40)), ("a", 120, _mismatch_of(4, 120))]),
+        (
+            "by_data_source",
+            [("a", 100, _mismatch_of(5, 100, "gsm8k")), ("b", 100, _mismatch_of(6, 100, "math"))],
+        ),
+        ("one_response", [("a", 1, _mismatch_of(7, 1))]),
+        ("none_reported", [("a", 10, None), ("b", 10, None)]),
+    ]
+    cases: list[dict[str, object]] = []
+    for name, ends in ends_of:
+        records = [
+            {"source": source, "instance": f"i-{source}", "seen": seen, "emitted": 0}
+            | ({"mismatch": figures} if figures is not None else {})
+            for source, seen, figures in ends
+        ]
+        results = []
+        for order in (ends, ends[::-1]):
+            ends_read = (EndRecord("r", 1, s, f"i-{s}", seen, 0, mismatch=figures) for s, seen, figures in order)
+            (step,) = select_steps(ends_read)
+            results.append(step.mismatch)
+        cases.append({"name": name, "end_records": records, "expected": results[0]})
+    return {
+        "description": (
+            "Each case: the end records of one step (source, service.instance.id, valgen.seen, "
+            "valgen.emitted, and valgen.mismatch when present), in any order; expected: the summary's "
+            "valgen.mismatch, null when absent. A source's figures are those of its end record with the "
+            "largest seen. The ended sources' figures merge as valgen.trajectories do (a key ending in "
+            "'.max' takes the largest value, a map merges key by key, any other number adds up); then, "
+            "for each figure F of mean_abs, max_abs, kl, masked: F.mean = F.sum / count, and F.p50, "
+            "F.p90, F.p99 = the value of the bucket holding the nearest-rank quantile (rank ceil(q * "
+            "n) over F.buckets in bucket order, 'z' first), 2 * gamma**i / (gamma + 1) for bucket i "
+            "(0 for 'z'), at most F.max; gamma = (1 + 0.01) / (1 - 0.01). The same for each entry of "
+            "by_data_source. Floats compare to 1e-12 relative (pow differs by an ulp between libraries)."
+        ),
+        "gamma": GAMMA,
         "cases": cases,
     }
 
@@ -1022,6 +1079,7 @@ def main() -> None:
         ("data_source.json", data_source_cases()),
         ("extremes.json", extremes_cases()),
         ("trajectories.json", trajectory_cases()),
+        ("mismatch.json", mismatch_cases()),
     ):
         path = OUT / name
         path.write_text(json.dumps(payload, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")

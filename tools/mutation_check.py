@@ -643,11 +643,11 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("tests/test_presampling.py", "tests/test_sampling.py"),
     ),
     Mutation(
-        "py.keyer.guess_checked",
-        "the batch's guessed cut is used only when at least k keys lie below it",
+        "py.keyer.kth_kept",
+        "the batch's own cut keeps its k-th smallest key (and its ties)",
         "otel_valgen/_keys.py",
-        "if flags.bit_count() < k:",
-        "if flags.bit_count() < 1:",
+        "limit = min(limit, int(kth))",
+        "limit = min(limit, int(kth) - 1)",
         ("tests/test_sampling.py", "tests/test_presampling.py"),
     ),
     # --- Python: sample ids ---------------------------------------------------------------

@@ -163,6 +163,7 @@ func (g *group) addEnd(end endInfo, lr plog.LogRecord, src sourceID, now time.Ti
 	state.ended = true
 	state.addDataSources(end)
 	state.addTrajectories(end)
+	state.addMismatch(end)
 	state.end.seen = max(state.end.seen, end.seen)
 	state.end.emitted = max(state.end.emitted, end.emitted)
 	state.end.dropped = max(state.end.dropped, end.dropped)

@@ -116,6 +116,8 @@ type rec struct {
 	dataSources []any
 	// valgen.trajectories on an end record (raw figures), sent when not nil
 	trajectories map[string]any
+	// valgen.mismatch on an end record (raw figures), sent when not nil
+	mismatch map[string]any
 	// a generation's valgen.score: nil leaves it out, a float64 is sent as a double (NaN, ±Inf and
 	// -0.0 included), an int64 as an int, anything else (a string, a bool) as that type; and its
 	// valgen.extremes, sent when not 0 (a negative value too)
@@ -200,6 +202,11 @@ func appendRec(lrs plog.LogRecordSlice, r rec) plog.LogRecord {
 		}
 		if r.dataSources != nil {
 			if err := attrs.PutEmptySlice(attrDataSources).FromRaw(r.dataSources); err != nil {
+				panic(err)
+			}
+		}
+		if r.mismatch != nil {
+			if err := attrs.PutEmptyMap(attrMismatch).FromRaw(r.mismatch); err != nil {
 				panic(err)
 			}
 		}

@@ -34,6 +34,7 @@ const (
 	figureUnhooked     = "unhooked"     // why verl's own table ran in the source, when it did
 	figureDataSources  = "data_sources" // the end records' valgen.data_sources (datasource.go), when sent
 	figureTrajectories = "trajectories" // the end records' valgen.trajectories (trajectories.go), when sent
+	figureMismatch     = "mismatch"     // the end records' valgen.mismatch (mismatch.go), when sent
 )
 
 // putSourceFigures writes valgen.source_figures: one map per source of the group, in source order.
@@ -70,6 +71,9 @@ func putSourceFigures(attrs pcommon.Map, g *group, keptBy map[sourceID]int64) {
 		}
 		if s.end.trajectories != nil {
 			_ = m.PutEmptyMap(figureTrajectories).FromRaw(s.end.trajectories) // raw figures always convert
+		}
+		if s.end.mismatch != nil {
+			_ = m.PutEmptyMap(figureMismatch).FromRaw(s.end.mismatch) // raw figures always convert
 		}
 		if s.end.dataSources != nil {
 			putDataSourceFigures(m, figureDataSources, s.end.dataSources)

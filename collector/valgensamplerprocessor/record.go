@@ -167,6 +167,7 @@ type endInfo struct {
 	promptKeys             []int64             // rollout end records: the source's distinct prompt keys sketch (distinct.go)
 	dataSources            []dataSourceFigures // valgen.data_sources, nil when absent (datasource.go)
 	trajectories           map[string]any      // valgen.trajectories as raw values, nil when absent (trajectories.go)
+	mismatch               map[string]any      // valgen.mismatch as raw values, nil when absent (mismatch.go)
 }
 
 // checkCommon verifies the attributes that every sampled record must carry.
@@ -338,6 +339,7 @@ func parseEnd(attrs pcommon.Map) (endInfo, string) {
 	}
 	end.dataSources = parseEndDataSources(attrs)
 	end.trajectories = parseTrajectories(attrs)
+	end.mismatch = parseMismatch(attrs)
 	return end, ""
 }
 

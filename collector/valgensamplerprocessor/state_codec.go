@@ -96,6 +96,8 @@ const (
 	stateAttrSourceDataSources = "data_sources"
 	// Each source's valgen.trajectories of its end records (absent: none).
 	stateAttrSourceTrajectories = "trajectories"
+	// Each source's valgen.mismatch of its end records (absent: none).
+	stateAttrSourceMismatch = "mismatch"
 	// The n lowest- and highest-scored a validation group keeps beside k (extremes.go), when > 0.
 	stateAttrExtremes = "extremes"
 )

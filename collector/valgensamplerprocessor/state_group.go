@@ -53,6 +53,9 @@ func encodeSources(attrs pcommon.Map, g *group) {
 		if state.end.trajectories != nil {
 			_ = m.PutEmptyMap(stateAttrSourceTrajectories).FromRaw(state.end.trajectories) // raw figures always convert
 		}
+		if state.end.mismatch != nil {
+			_ = m.PutEmptyMap(stateAttrSourceMismatch).FromRaw(state.end.mismatch) // raw figures always convert
+		}
 	}
 }
 
@@ -152,6 +155,12 @@ func decodeSources(attrs pcommon.Map, g *group, version int64) error {
 				return corrupt("source %d: %s", i, stateAttrSourceTrajectories)
 			}
 			state.end.trajectories = v.Map().AsRaw()
+		}
+		if v, ok := m.Get(stateAttrSourceMismatch); ok {
+			if v.Type() != pcommon.ValueTypeMap {
+				return corrupt("source %d: %s", i, stateAttrSourceMismatch)
+			}
+			state.end.mismatch = v.Map().AsRaw()
 		}
 		if _, dup := g.sources[id]; dup {
 			return corrupt("source %d repeated", i)

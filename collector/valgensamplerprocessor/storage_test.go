@@ -469,6 +469,9 @@ func TestStorageEncodeRoundTrip(t *testing.T) {
 			agentic.trajectories = map[string]any{
 				"count": int64(3), "turns.max": int64(4), "tool_calls.by_name": map[string]any{"calc": int64(2)},
 			}
+			agentic.mismatch = map[string]any{ // and the distribution of its responses' per-token figures
+				"count": int64(3), "kl.max": 0.25, "kl.buckets": map[string]any{"-70": int64(2), "z": int64(1)},
+			}
 			h.consume(t, logsOf(append(stepRecords(1, "A", n, 0), agentic, scored, invalid)...))
 			h.consume(t, withMarks(logsOf(rec{event: eventStart, step: 1, source: "D"}), "unhooked", "override"))
 			require.Len(t, h.p.groups, 1)
@@ -494,6 +497,7 @@ func TestStorageEncodeRoundTrip(t *testing.T) {
 			assert.Equal(t, g.traceID, back.traceID)
 			assert.Equal(t, g.sources, back.sources)
 			assert.Equal(t, int64(4), back.sources[sourceID{"B", "i-B"}].end.trajectories["turns.max"])
+			assert.Equal(t, 0.25, back.sources[sourceID{"B", "i-B"}].end.mismatch["kl.max"])
 			assert.Equal(t, g.sourcesExpected, back.sourcesExpected)
 			assert.Equal(t, g.late, back.late)
 			assert.Equal(t, g.keyVersion, back.keyVersion)

@@ -137,6 +137,7 @@ func appendSummary(out plog.Logs, g *group, kept int, reason string, now time.Ti
 	total := g.scoreTotals()
 	total.put(attrs, attrScoreCount, attrScoreSum, attrScoreMean)
 	putTrajectories(attrs, g)
+	putMismatch(attrs, g)
 	return lr
 }
 

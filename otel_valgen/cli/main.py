@@ -18,7 +18,7 @@ from rich.console import Console
 
 from otel_valgen import contract
 from otel_valgen.cli import diff as diff_module
-from otel_valgen.cli import history
+from otel_valgen.cli import history, tokens_view
 from otel_valgen.cli._inputs import Input, describe_runs
 from otel_valgen.cli._support import OperationalError, ValgenGroup
 from otel_valgen.cli.render import (
@@ -108,6 +108,13 @@ def _write_csv(selections: Sequence[StepSelection], extras: Sequence[str], kind:
     is_flag=True,
     help="After each table, print every kept generation that has chat messages as a conversation.",
 )
+@click.option(
+    "--tokens",
+    "tokens_of",
+    metavar="SAMPLE_ID",
+    help="Print one kept response token by token, coloured by its log-probability difference "
+    "(--format csv/json: the per-token table).",
+)
 @_COUNT_OPTION
 @_SEED_OPTION
 @_FORMAT_OPTION
@@ -118,6 +125,7 @@ def show(
     step: int | None,
     prompt: str | None,
     conversations: bool,
+    tokens_of: str | None,
     count: int | None,
     seed: int,
     output_format: str,
@@ -134,6 +142,10 @@ def show(
     ``--conversations`` prints each kept agentic trajectory turn by turn (role, tool calls with
     their arguments, tool results, cut marks); ``--format json`` always gives the messages.
 
+    ``--tokens SAMPLE_ID`` prints a kept response that carries per-token data, each token coloured
+    by how far the trainer's log-probability is from the rollout engine's, masked tokens struck
+    through (otel_valgen/cli/tokens_view.py); with ``--format csv|json`` its per-token table.
+
     Reads OTLP/JSON lines, plain or zstd, and the collector file exporter's length-prefixed
     messages. Of a step validated more than once (resume, retry), the latest complete attempt
     is shown. Collector output is shown as the sampler chose it (its ranked records; late ones never).
@@ -147,9 +159,13 @@ def show(
 
     source = Input(paths, wanted)
     kinds = [kind] if kind else [contract.KIND_VALIDATION]
-    if kind is None and prompt is not None:  # a prompt id may name a validation prompt, a rolled-out one, or both
+    if kind is None and (prompt is not None or tokens_of is not None):  # either kind may hold the id
         kinds.append(contract.KIND_ROLLOUT)
     selections = source.select(kinds, count, seed)
+    if tokens_of is not None:
+        _show_tokens(tokens_of, selections, output_format)
+        source.finish()
+        return
     if prompt is not None:
         _show_prompt(prompt, selections, output_format)
     else:
@@ -175,6 +191,30 @@ def _show_steps(selections: Sequence[StepSelection], output_format: str, kind: s
         _write_csv(selections, extras, kind)
     else:
         render_tables(selections, Console())
+
+
+def _show_tokens(sample_id: str, selections: Sequence[StepSelection], output_format: str) -> None:
+    """The kept responses named ``sample_id`` that carry per-token data (each step's), or why there are none."""
+    named = [(s, g) for s in selections for g in s.generations if history.matches(g, sample_id)]
+    if not named:
+        _nothing_found(f"{sample_id} is not a kept generation in what was read")
+    found = [(g, read) for _, g in named if (read := tokens_view.response_tokens(g)) is not None]
+    if not found:
+        _nothing_found(
+            f"{sample_id} carries no per-token data: log_rollouts(..., tokens=...) sends it "
+            "(verl: with actor_rollout_ref.rollout.calculate_log_probs=True)"
+        )
+    console = Console()
+    for generation, read in found:
+        rows = tokens_view.token_rows(read)
+        if output_format == "json":
+            line = {"run_id": generation.run_id, "step": generation.step, "sample_id": generation.sample_id}
+            line |= {"cut_from": read.cut_from, "cut_count": read.cut_count, "tokens": rows}
+            click.echo(json.dumps(line, ensure_ascii=False))
+        elif output_format == "csv":
+            tokens_view.write_token_csv(rows, sys.stdout)
+        else:
+            tokens_view.render_tokens(generation, read, console)
 
 
 def _show_prompt(prompt: str, selections: Sequence[StepSelection], output_format: str) -> None:

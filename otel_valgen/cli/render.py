@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from otel_valgen import contract, trajectories
+from otel_valgen import contract, tokens, trajectories
 from otel_valgen.conversations import ORIGINAL_LENGTH
 from otel_valgen.distinct import PROMPTS_SEEN_ERROR
 from otel_valgen.partials import samplers_of
@@ -126,8 +126,13 @@ def step_title(selection: StepSelection) -> str:
 
 
 def step_caption(selection: StepSelection) -> str | None:
-    """The table's caption: the figures per data source, then those over every trajectory; None without either."""
-    lines = [line for line in (data_source_caption(selection), trajectories.caption(selection.trajectories)) if line]
+    """The table's caption: figures per data source, over every trajectory, over every response's tokens; or None."""
+    captions = (
+        data_source_caption(selection),
+        trajectories.caption(selection.trajectories),
+        tokens.caption(selection.mismatch),
+    )
+    lines = [line for line in captions if line]
     return "\n".join(lines) or None
 
 
@@ -176,6 +181,7 @@ def step_json(selection: StepSelection, extras: Sequence[str]) -> dict[str, obje
         "sample_by": contract.SAMPLE_BY_DATA_SOURCE if selection.by_data_source else contract.SAMPLE_BY_STEP,
         "extremes": selection.extremes,
         "trajectories": selection.trajectories,
+        "mismatch": selection.mismatch,
         "data_sources": (
             [
                 {

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Final
 
-from otel_valgen import contract, trajectories
+from otel_valgen import contract, tokens, trajectories
 from otel_valgen._settings import DEFAULT_SEED
 from otel_valgen.data_sources import parse_figures
 from otel_valgen.exporter.ledger import ShownAttempt
@@ -190,6 +190,7 @@ def summary_scalars(summary: Mapping[str, Any] | None) -> dict[str, float]:
         if (mean := figure.score_mean) is not None and math.isfinite(mean):
             out[f"{prefix}/score_mean"] = mean
     out.update(trajectories.scalars(summary.get(contract.TRAJECTORIES)))
+    out.update(tokens.scalars(summary.get(contract.MISMATCH)))
     return out
 
 

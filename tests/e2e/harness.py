@@ -8,6 +8,7 @@ posted to Loki's ``/otlp/v1/logs``. Used by the end-to-end tests and by
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import time
@@ -51,6 +52,8 @@ def _value(value: dict[str, Any]) -> Any:
         return [_value(item) for item in value["arrayValue"].get("values", [])]
     if "kvlistValue" in value:
         return _attributes(value["kvlistValue"].get("values", []))
+    if "bytesValue" in value:  # base64 in OTLP/JSON
+        return base64.b64decode(value["bytesValue"])
     return value
 
 

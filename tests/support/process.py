@@ -77,8 +77,11 @@ def run_in_a_terminal(script: str, env: Mapping[str, str], timeout_s: float = 12
 
 def run_show(folder: Path, output_format: str) -> str:
     """``otel-valgen show FOLDER --format FORMAT`` run as users run it (the installed script); its standard output."""
+    return run_cli(["show", str(folder), "--format", output_format])
+
+
+def run_cli(arguments: list[str]) -> str:
+    """``otel-valgen ARGUMENTS`` run as users run it (the installed script); its standard output."""
     script = Path(sys.executable).parent / "otel-valgen"
-    shown = subprocess.run(
-        [str(script), "show", str(folder), "--format", output_format], capture_output=True, text=True, check=True
-    )
-    return shown.stdout
+    done = subprocess.run([str(script), *arguments], capture_output=True, text=True, check=True)
+    return done.stdout

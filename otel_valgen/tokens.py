@@ -1,0 +1,616 @@
+"""Token by token: what the rollout engine and the trainer each thought of a response.
+
+A rollout response may carry per-token columns (``log_rollouts(..., tokens={...})``), each one
+value per response token:
+
+| Column      | What                                                        | verl's batch field    |
+|-------------|-------------------------------------------------------------|-----------------------|
+| ``ids``     | the token id                                                | ``responses``         |
+| ``pieces``  | the token's text                                            | decoded per id        |
+| ``rollout`` | the rollout engine's log-probability (vLLM, SGLang)         | ``rollout_log_probs`` |
+| ``trainer`` | the trainer's recomputation (FSDP, Megatron)                | ``old_log_probs``     |
+| ``reference`` | the reference policy's                                    | ``ref_log_prob``      |
+| ``weight``  | the importance weight the correction applied                | ``rollout_is_weights``|
+| ``masked``  | whether the correction masked (rejected) the token          | the rejection mask    |
+| ``model``   | whether the token is the model's (a tool's tokens are not)  | ``response_mask``     |
+
+**Figures of a response** (every response of the step, kept or not), over its model tokens where
+both log-probabilities are finite, with ``d = trainer - rollout``:
+
+- ``mean_abs``: the mean of ``|d|``; ``max_abs``: the largest ``|d|``;
+- ``kl``: the k3 estimate of KL(rollout || trainer), the mean of ``exp(d) - 1 - d`` (the tokens
+  were drawn from the rollout engine's policy, so this is unbiased and never negative);
+- ``masked``: the share of its model tokens the correction masked (with a ``masked`` column).
+
+A kept record carries them as ``valgen.mismatch.<figure>`` and its tokens as ``valgen.tokens``
+(``encode``). The step's end record carries their distribution over every response as
+``valgen.mismatch`` (``MismatchFigures``), merged across sources by the figures' rule
+(``trajectories.merge``): ``count`` and ``tokens`` add up, ``<figure>.sum`` adds up,
+``<figure>.max`` takes the largest, ``<figure>.buckets`` (a map of log-bucket index to count)
+adds key by key. So the merged mean and max are exact in any merge order; the quantiles a
+summary derives (``<figure>.p50``, ``.p90``, ``.p99``) are estimates within 1% of the value
+(``RELATIVE_ACCURACY``), from buckets whose bounds grow by ``GAMMA``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import zlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import numpy as np
+
+from otel_valgen._sanitize import clean_text
+
+IDS: Final = "ids"
+PIECES: Final = "pieces"
+ROLLOUT: Final = "rollout"
+TRAINER: Final = "trainer"
+REFERENCE: Final = "reference"
+WEIGHT: Final = "weight"
+MASKED: Final = "masked"
+MODEL: Final = "model"
+FLOAT_COLUMNS: Final = (ROLLOUT, TRAINER, REFERENCE, WEIGHT)
+MASK_COLUMNS: Final = (MASKED, MODEL)
+COLUMNS: Final = (IDS, PIECES, *FLOAT_COLUMNS, *MASK_COLUMNS)
+
+# valgen.tokens: the encoding's version, the response's token count, where a cut was made.
+VERSION: Final = "version"
+ENCODING_VERSION: Final = 1
+COUNT: Final = "count"
+CUT_FROM: Final = "cut_from"  # tokens [cut_from, cut_from + cut_count) were left out
+CUT_COUNT: Final = "cut_count"
+_LEVEL: Final = 1  # zlib's fastest: on log-probabilities its best level packs only a few % smaller
+MAX_PIECE_BYTES: Final = 256  # a token's text longer than this is cut (a tokenizer's pieces are short)
+
+# The figures of a response, and of a step.
+MEAN_ABS: Final = "mean_abs"
+MAX_ABS: Final = "max_abs"
+KL: Final = "kl"
+MASKED_SHARE: Final = "masked"
+FIGURES: Final = (MEAN_ABS, MAX_ABS, KL, MASKED_SHARE)
+TOKENS: Final = "tokens"  # model tokens compared (a response's, a step's sum)
+STEP_COUNT: Final = "count"  # responses with figures
+BY_DATA_SOURCE: Final = "by_data_source"
+QUANTILES: Final = ((".p50", 0.5), (".p90", 0.9), (".p99", 0.99))
+
+RELATIVE_ACCURACY: Final = 0.01
+GAMMA: Final = (1 + RELATIVE_ACCURACY) / (1 - RELATIVE_ACCURACY)
+_LOG_GAMMA: Final = math.log(GAMMA)
+ZERO_BUCKET: Final = "z"  # values below MIN_VALUE (an exact match is the usual zero)
+MIN_VALUE: Final = 1e-9
+
+
+@dataclass
+class ResponseTokens:
+    """One response's columns as arrays of equal length (a missing column is None)."""
+
+    count: int
+    ids: np.ndarray | None = None  # int64
+    pieces: list[str] | None = None
+    floats: dict[str, np.ndarray] = field(default_factory=dict)  # float64, NaN where a value is missing
+    masks: dict[str, np.ndarray] = field(default_factory=dict)  # bool
+    repaired: int = 0  # values that were not numbers (sent as NaN) or pieces that were not valid text
+    cut_from: int | None = None
+    cut_count: int = 0
+
+
+def _as_array(value: Any) -> np.ndarray:
+    """A column's row as a 1-D numpy array (lists, numpy arrays, torch tensors on any device)."""
+    detach = getattr(value, "detach", None)
+    if callable(detach):  # a torch tensor: to the CPU, in float32 as the trainer holds it
+        value = detach().cpu().numpy()
+    array = np.asarray(value)
+    return array.reshape(-1) if array.ndim != 1 else array
+
+
+def _floats(value: Any) -> tuple[np.ndarray, int]:
+    """A row as float64 (values that are no numbers become NaN), and how many were not numbers."""
+    try:
+        array = _as_array(value).astype(np.float64)
+        return array, 0
+    except (TypeError, ValueError):
+        items = list(value)
+        out = np.full(len(items), np.nan)
+        bad = 0
+        for index, item in enumerate(items):
+            try:
+                out[index] = float(item)
+            except (TypeError, ValueError):
+                bad += 1
+        return out, bad
+
+
+def _bools(value: Any) -> np.ndarray:
+    return _as_array(value).astype(bool)
+
+
+def check_columns(columns: object, size: int) -> tuple[dict[str, Any], list[str]]:
+    """The columns a call may send (known names, one row per response), and what was left out, why.
+
+    A column is a sequence of rows (lists, arrays, tensors, None for a response without it) or
+    one 2-D array or tensor, one row per response.
+    """
+    if not isinstance(columns, Mapping):
+        return {}, [f"tokens must map column names to rows, not a {type(columns).__name__}"]
+    kept: dict[str, Any] = {}
+    problems = []
+    for name, column in columns.items():
+        if column is None:
+            continue
+        if name not in COLUMNS:
+            problems.append(f"unknown column {name!r} (known: {', '.join(COLUMNS)})")
+            continue
+        try:
+            rows = len(column)
+        except TypeError:
+            problems.append(f"column {name!r} is a {type(column).__name__}, not rows")
+            continue
+        if rows != size:
+            problems.append(f"column {name!r} has {rows} rows for {size} responses")
+            continue
+        kept[name] = column
+    return kept, problems
+
+
+def _pieces(row: Any) -> tuple[list[str], int]:
+    """A row of token texts as valid, short texts, and how many needed a repair or a cut."""
+    pieces = list(row)
+    if set(map(type, pieces)) <= {str}:
+        try:
+            "".join(pieces).encode()
+            if max(map(len, pieces), default=0) <= MAX_PIECE_BYTES // 4:  # surely within the bytes
+                return pieces, 0
+        except UnicodeEncodeError:
+            pass
+    texts = [clean_text(piece, MAX_PIECE_BYTES) for piece in pieces]
+    repaired = sum(1 for text, piece in zip(texts, pieces, strict=True) if text.text != piece)
+    return [text.text for text in texts], repaired
+
+
+def read_response(columns: Mapping[str, Any], index: int, length: int | None = None) -> ResponseTokens | None:
+    """Response ``index``'s tokens from per-response ``columns`` (each a sequence of rows); None without any.
+
+    ``length`` (the response length) cuts rows that are padded to the batch's width. Rows of
+    unequal lengths are cut to the shortest; a value that is not a number becomes NaN and a
+    piece that is not valid text is repaired, both counted in ``repaired``.
+    """
+    rows: dict[str, Any] = {}
+    for name in COLUMNS:
+        column = columns.get(name)
+        if column is None:
+            continue
+        row = column[index]
+        if row is not None:
+            rows[name] = row
+    if not rows:
+        return None
+    out = ResponseTokens(0)
+    sizes: list[int] = []
+    for name, row in rows.items():
+        if name == PIECES:
+            out.pieces, repaired = _pieces(row)
+            out.repaired += repaired
+            sizes.append(len(out.pieces))
+        elif name == IDS:
+            ids, bad = _floats(row)
+            out.repaired += bad + int(np.count_nonzero(~np.isfinite(ids)))
+            out.ids = np.nan_to_num(ids, nan=-1, posinf=-1, neginf=-1).astype(np.int64)
+            sizes.append(len(out.ids))
+        elif name in FLOAT_COLUMNS:
+            values, bad = _floats(row)
+            out.repaired += bad
+            out.floats[name] = values
+            sizes.append(len(values))
+        else:
+            out.masks[name] = _bools(row)
+            sizes.append(len(out.masks[name]))
+    count = min(sizes)
+    if length is not None and 0 <= length < count:
+        count = length
+    out.count = count
+    if out.ids is not None:
+        out.ids = out.ids[:count]
+    if out.pieces is not None:
+        out.pieces = out.pieces[:count]
+    out.floats = {name: values[:count] for name, values in out.floats.items()}
+    out.masks = {name: values[:count] for name, values in out.masks.items()}
+    return out
+
+
+def response_figures(tokens: ResponseTokens) -> dict[str, float | int] | None:
+    """The figures of one response (module docstring); None without both log-probabilities."""
+    rollout, trainer = tokens.floats.get(ROLLOUT), tokens.floats.get(TRAINER)
+    if rollout is None or trainer is None:
+        return None
+    model, masked = tokens.masks.get(MODEL), tokens.masks.get(MASKED)
+    return _figures_2d(
+        rollout[None, :],
+        trainer[None, :],
+        model[None, :] if model is not None else None,
+        masked[None, :] if masked is not None else None,
+    )[0]
+
+
+def batch_figures(
+    columns: Mapping[str, Any], lengths: Sequence[Any] | None = None
+) -> list[dict[str, float | int] | None]:
+    """``response_figures`` of every response of a call, at once when the columns are 2-D arrays or tensors.
+
+    ``columns`` as ``read_response`` takes them; ``lengths`` (one per response, or None) leaves
+    out what lies past each response's length. A response without both log-probabilities gets None.
+    """
+    rollout, trainer = columns.get(ROLLOUT), columns.get(TRAINER)
+    if rollout is None or trainer is None:
+        return [None] * _rows_of(columns)
+    floats = [_matrix(rollout), _matrix(trainer)]
+    if floats[0] is None or floats[1] is None or floats[0].shape != floats[1].shape:
+        return [_row_figures(columns, index, lengths) for index in range(_rows_of(columns))]
+    shape = floats[0].shape
+    masks = [_mask_matrix(columns.get(name), shape) for name in (MODEL, MASKED)]
+    if any(mask is _UNFIT for mask in masks):
+        return [_row_figures(columns, index, lengths) for index in range(_rows_of(columns))]
+    model, masked = (mask if isinstance(mask, np.ndarray) else None for mask in masks)
+    if lengths is not None:
+        limits = np.array([_length(value, shape[1]) for value in lengths], dtype=np.int64)
+        valid = np.arange(shape[1])[None, :] < limits[:, None]
+        model = valid if model is None else model & valid
+    return _figures_2d(floats[0].astype(np.float64), floats[1].astype(np.float64), model, masked)
+
+
+_UNFIT: Final = object()  # a mask column that does not fit the float columns' matrix
+
+
+def _mask_matrix(column: Any, shape: tuple[int, ...]) -> np.ndarray | object | None:
+    """A mask column as a bool matrix of ``shape`` (own-length rows padded with False), or _UNFIT."""
+    if column is None:
+        return None
+    matrix = _matrix(column)
+    if matrix is not None:
+        return matrix.astype(bool) if matrix.shape == shape else _UNFIT
+    out = np.zeros(shape, dtype=bool)
+    try:
+        for index, row in enumerate(column):
+            if row is None:
+                continue
+            values = _bools(row)
+            if len(values) > shape[1]:
+                return _UNFIT
+            out[index, : len(values)] = values
+    except (TypeError, ValueError, IndexError):
+        return _UNFIT
+    return out
+
+
+def _rows_of(columns: Mapping[str, Any]) -> int:
+    return max((len(column) for column in columns.values() if column is not None), default=0)
+
+
+def _length(value: Any, width: int) -> int:
+    try:
+        length = int(value)
+    except (TypeError, ValueError):
+        return width
+    return min(max(length, 0), width)
+
+
+def _row_figures(
+    columns: Mapping[str, Any], index: int, lengths: Sequence[Any] | None
+) -> dict[str, float | int] | None:
+    length = _length(lengths[index], 1 << 62) if lengths is not None else None
+    read = read_response(columns, index, length)
+    return response_figures(read) if read is not None else None
+
+
+def _matrix(column: Any) -> np.ndarray | None:
+    """A column as one 2-D array when it is one (a numpy array or a tensor), else None (rows of their own)."""
+    if column is None or not hasattr(column, "shape") or len(column.shape) != 2:
+        return None
+    try:
+        return _as_array_2d(column)
+    except (TypeError, ValueError):
+        return None
+
+
+def _as_array_2d(value: Any) -> np.ndarray:
+    detach = getattr(value, "detach", None)
+    if callable(detach):
+        value = detach().cpu().numpy()
+    return np.asarray(value)
+
+
+def _figures_2d(
+    rollout: np.ndarray, trainer: np.ndarray, model: np.ndarray | None, masked: np.ndarray | None
+) -> list[dict[str, float | int] | None]:
+    """The figures of each row of [responses, tokens] arrays (the one implementation of the rule)."""
+    with np.errstate(all="ignore"):
+        compared = np.isfinite(rollout) & np.isfinite(trainer)
+        if model is not None:
+            compared &= model.astype(bool)
+        counts = compared.sum(axis=1)
+        d = np.where(compared, trainer - rollout, 0.0)
+        magnitude = np.abs(d)
+        denominator = np.maximum(counts, 1)
+        mean_abs = magnitude.sum(axis=1) / denominator
+        max_abs = magnitude.max(axis=1, initial=0.0)
+        kl = np.maximum(np.where(compared, np.expm1(d) - d, 0.0).sum(axis=1) / denominator, 0.0)
+        share = None
+        if masked is not None:
+            own = model.astype(bool) if model is not None else np.ones(masked.shape, dtype=bool)
+            share = (masked.astype(bool) & own).sum(axis=1) / np.maximum(own.sum(axis=1), 1)
+    out: list[dict[str, float | int] | None] = []
+    for row in range(len(counts)):
+        if not counts[row]:
+            out.append(None)
+            continue
+        figures: dict[str, float | int] = {
+            TOKENS: int(counts[row]),
+            MEAN_ABS: float(mean_abs[row]),
+            MAX_ABS: float(max_abs[row]),
+            KL: float(kl[row]),
+        }
+        if share is not None:
+            figures[MASKED_SHARE] = float(share[row])
+        out.append(figures)
+    return out
+
+
+# -- the wire encoding (valgen.tokens) ---------------------------------------------------------
+
+
+def _pack_floats(values: np.ndarray) -> bytes:
+    """float32, little-endian, byte-shuffled (all first bytes, then all second...), zlib."""
+    raw = np.ascontiguousarray(values, dtype="<f4").view(np.uint8).reshape(-1, 4).T.tobytes()
+    return zlib.compress(raw, _LEVEL)
+
+
+def _unpack_floats(data: bytes, count: int) -> np.ndarray:
+    raw = np.frombuffer(zlib.decompress(data), dtype=np.uint8).reshape(4, count).T.copy()
+    return raw.view("<f4").reshape(-1).astype(np.float64)
+
+
+def _pack(tokens: ResponseTokens, keep: slice | None = None) -> dict[str, Any]:
+    """The columns (all tokens, or the head and tail ``keep`` leaves) as the attribute's values."""
+    pick: Any = slice(None) if keep is None else keep
+    out: dict[str, Any] = {}
+    if tokens.ids is not None:
+        out[IDS] = zlib.compress(np.ascontiguousarray(tokens.ids[pick], dtype="<i4").tobytes(), _LEVEL)
+    if tokens.pieces is not None:
+        pieces = tokens.pieces[pick] if keep is None else [tokens.pieces[i] for i in _indices(pick, tokens.count)]
+        out[PIECES] = zlib.compress(json.dumps(pieces, ensure_ascii=False).encode(), _LEVEL)
+    for name in FLOAT_COLUMNS:
+        if name in tokens.floats:
+            out[name] = _pack_floats(tokens.floats[name][pick])
+    for name in MASK_COLUMNS:
+        if name in tokens.masks:
+            out[name] = zlib.compress(np.packbits(tokens.masks[name][pick], bitorder="little").tobytes(), _LEVEL)
+    return out
+
+
+def _indices(pick: Any, count: int) -> list[int]:
+    return list(range(count))[pick] if isinstance(pick, slice) else [int(i) for i in pick]
+
+
+def encode(tokens: ResponseTokens, max_bytes: int) -> tuple[dict[str, Any], int]:
+    """``valgen.tokens`` of a response within ``max_bytes`` of packed columns, and how many tokens were cut.
+
+    The columns are packed whole when they fit; else the middle tokens are left out (the head
+    and the tail kept, as texts are cut), and ``cut_from``/``cut_count`` say which.
+    """
+    packed = _pack(tokens)
+    size = sum(len(value) for value in packed.values())
+    header: dict[str, Any] = {VERSION: ENCODING_VERSION, COUNT: tokens.count}
+    if size <= max_bytes or tokens.count < 2:
+        return {**header, **packed}, 0
+    keep = max(2, int(tokens.count * max_bytes / size * 0.9))
+    while True:
+        head = keep // 2
+        tail = keep - head
+        index = np.r_[0:head, tokens.count - tail : tokens.count]
+        packed = _pack(tokens, index)  # type: ignore[arg-type]
+        size = sum(len(value) for value in packed.values())
+        if size <= max_bytes or keep <= 2:
+            break
+        keep = max(2, int(keep * 0.8))
+    cut = tokens.count - keep
+    return {**header, CUT_FROM: head, CUT_COUNT: cut, **packed}, cut
+
+
+def decode(attribute: Mapping[str, Any]) -> ResponseTokens:
+    """A record's ``valgen.tokens`` as arrays (the tokens it carries: all, or the head and tail of a cut one).
+
+    Raises ValueError for an encoding this library does not know.
+    """
+    if attribute.get(VERSION) != ENCODING_VERSION:
+        raise ValueError(f"valgen.tokens version {attribute.get(VERSION)!r} is not {ENCODING_VERSION}")
+    total = int(attribute[COUNT])
+    cut = int(attribute.get(CUT_COUNT) or 0)
+    count = total - cut
+    out = ResponseTokens(count, cut_from=attribute.get(CUT_FROM) if cut else None, cut_count=cut)
+    if IDS in attribute:
+        out.ids = np.frombuffer(zlib.decompress(_bytes(attribute[IDS])), dtype="<i4").astype(np.int64)
+    if PIECES in attribute:
+        out.pieces = json.loads(zlib.decompress(_bytes(attribute[PIECES])))
+    for name in FLOAT_COLUMNS:
+        if name in attribute:
+            out.floats[name] = _unpack_floats(_bytes(attribute[name]), count)
+    for name in MASK_COLUMNS:
+        if name in attribute:
+            bits = np.frombuffer(zlib.decompress(_bytes(attribute[name])), dtype=np.uint8)
+            out.masks[name] = np.unpackbits(bits, count=count, bitorder="little").astype(bool)
+    return out
+
+
+def _bytes(value: Any) -> bytes:
+    """A bytes value as the SDK hands it, or as OTLP JSON spells it (base64)."""
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value)
+    import base64
+
+    return base64.b64decode(value)
+
+
+# -- the step's figures (valgen.mismatch) ------------------------------------------------------
+
+
+def bucket(value: float) -> str:
+    """The log bucket of a figure's value: ``ceil(log_GAMMA(value))``, or ``ZERO_BUCKET`` below MIN_VALUE."""
+    if not value >= MIN_VALUE:  # NaN too (never sent: figures are finite)
+        return ZERO_BUCKET
+    return str(math.ceil(math.log(value) / _LOG_GAMMA))
+
+
+def bucket_value(key: str) -> float:
+    """The value a bucket stands for: within RELATIVE_ACCURACY of every value in it."""
+    if key == ZERO_BUCKET:
+        return 0.0
+    return 2 * GAMMA ** int(key) / (GAMMA + 1)
+
+
+@dataclass
+class MismatchFigures:
+    """A source's running distribution of its responses' figures (module docstring)."""
+
+    count: int = 0
+    tokens: int = 0
+    sums: dict[str, float] = field(default_factory=dict)
+    maxima: dict[str, float] = field(default_factory=dict)
+    buckets: dict[str, dict[str, int]] = field(default_factory=dict)
+    by_data_source: dict[str, MismatchFigures] | None = None
+
+    def add(self, figures: Mapping[str, float | int], data_source: str | None = None) -> None:
+        """Count one response's figures (``response_figures``); ``data_source`` counts them there too."""
+        self.count += 1
+        self.tokens += int(figures.get(TOKENS, 0))
+        for name in FIGURES:
+            value = figures.get(name)
+            if value is None or not math.isfinite(value):
+                continue
+            self.sums[name] = self.sums.get(name, 0.0) + value
+            self.maxima[name] = max(self.maxima.get(name, 0.0), value)
+            counts = self.buckets.setdefault(name, {})
+            key = bucket(value)
+            counts[key] = counts.get(key, 0) + 1
+        if data_source is not None:
+            if self.by_data_source is None:
+                self.by_data_source = {}
+            self.by_data_source.setdefault(data_source, MismatchFigures()).add(figures)
+
+    def absorb(self, other: MismatchFigures) -> None:
+        """Add ``other``'s responses (one call's) to these."""
+        self.count += other.count
+        self.tokens += other.tokens
+        for name, value in other.sums.items():
+            self.sums[name] = self.sums.get(name, 0.0) + value
+        for name, value in other.maxima.items():
+            self.maxima[name] = max(self.maxima.get(name, 0.0), value)
+        for name, counts in other.buckets.items():
+            into = self.buckets.setdefault(name, {})
+            for key, n in counts.items():
+                into[key] = into.get(key, 0) + n
+        for name, figures in (other.by_data_source or {}).items():
+            if self.by_data_source is None:
+                self.by_data_source = {}
+            self.by_data_source.setdefault(name, MismatchFigures()).absorb(figures)
+
+    def attribute(self) -> dict[str, Any] | None:
+        """The end record's ``valgen.mismatch``; None before the first response with figures."""
+        if not self.count:
+            return None
+        out: dict[str, Any] = {STEP_COUNT: self.count, TOKENS: self.tokens}
+        for name in FIGURES:
+            if name in self.sums:
+                out[f"{name}.sum"] = self.sums[name]
+                out[f"{name}.max"] = self.maxima[name]
+                out[f"{name}.buckets"] = dict(sorted(self.buckets[name].items()))
+        if self.by_data_source:
+            out[BY_DATA_SOURCE] = {
+                name: figures.attribute() for name, figures in sorted(self.by_data_source.items()) if figures.count
+            }
+        return out
+
+
+def quantile(buckets: Mapping[str, Any], q: float, largest: float | None = None) -> float | None:
+    """The nearest-rank ``q`` quantile of a buckets map (rank ``ceil(q * n)``), at most ``largest``."""
+    counts = [(key, int(n)) for key, n in buckets.items() if isinstance(n, int | float) and n > 0]
+    total = sum(n for _, n in counts)
+    if total == 0:
+        return None
+    counts.sort(key=lambda item: -math.inf if item[0] == ZERO_BUCKET else int(item[0]))
+    rank = max(1, math.ceil(q * total))
+    seen = 0
+    for key, n in counts:
+        seen += n
+        if seen >= rank:
+            value = bucket_value(key)
+            return min(value, largest) if largest is not None else value
+    return None  # unreachable: rank <= total
+
+
+def summary(merged: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """A summary's ``valgen.mismatch``: the merged figures with each figure's mean and quantiles."""
+    if merged is None:
+        return None
+    out = dict(merged)
+    by_data_source = merged.get(BY_DATA_SOURCE)
+    if isinstance(by_data_source, Mapping):
+        out[BY_DATA_SOURCE] = {
+            name: summary(figures) for name, figures in by_data_source.items() if isinstance(figures, Mapping)
+        }
+    count = merged.get(STEP_COUNT)
+    if not isinstance(count, int | float) or count <= 0:
+        return out
+    for name in FIGURES:
+        total, buckets = merged.get(f"{name}.sum"), merged.get(f"{name}.buckets")
+        if isinstance(total, int | float):
+            out[f"{name}.mean"] = total / count
+        if isinstance(buckets, Mapping):
+            largest = merged.get(f"{name}.max")
+            for suffix, q in QUANTILES:
+                value = quantile(buckets, q, largest if isinstance(largest, int | float) else None)
+                if value is not None:
+                    out[name + suffix] = value
+    return out
+
+
+def scalars(figures: Mapping[str, Any] | None, prefix: str = "mismatch") -> dict[str, float]:
+    """A summary's figures as tracker scalars: ``mismatch/<figure>_<mean|p50|p90|p99|max>``, per data source too."""
+    if not figures:
+        return {}
+    out: dict[str, float] = {}
+    by_data_source = figures.get(BY_DATA_SOURCE)
+    for name, inner in by_data_source.items() if isinstance(by_data_source, Mapping) else ():
+        if isinstance(inner, Mapping):
+            clean = "".join(c if c.isalnum() or c in "_-." else "_" for c in str(name)) or "_"
+            out.update(scalars(inner, f"{prefix}/{BY_DATA_SOURCE}/{clean}"))
+    for name in FIGURES:
+        for suffix in (".mean", ".p50", ".p90", ".p99", ".max"):
+            value = figures.get(name + suffix)
+            if isinstance(value, int | float) and math.isfinite(value):
+                out[f"{prefix}/{name}_{suffix[1:]}"] = float(value)
+    if isinstance(figures.get(STEP_COUNT), int | float):
+        out[f"{prefix}/responses"] = float(figures[STEP_COUNT])
+    return out
+
+
+def caption(figures: Mapping[str, Any] | None) -> str | None:
+    """One line for ``show``: responses compared, |d| mean/p90/p99/max, KL, masked share."""
+    if not figures or not figures.get(STEP_COUNT):
+        return None
+
+    def get(key: str) -> float:
+        value = figures.get(key)
+        return float(value) if isinstance(value, int | float) else math.nan
+
+    parts = [
+        f"{figures[STEP_COUNT]} responses compared ({figures.get(TOKENS, 0)} tokens)",
+        f"|logprob diff| mean {get('mean_abs.mean'):.3g}, p90 {get('mean_abs.p90'):.3g}, "
+        f"p99 {get('mean_abs.p99'):.3g}; largest token {get('max_abs.max'):.3g}",
+        f"KL(k3) p50 {get('kl.p50'):.3g}, p99 {get('kl.p99'):.3g}",
+    ]
+    if f"{MASKED_SHARE}.mean" in figures:
+        parts.append(f"masked {get('masked.mean'):.1%} mean, p99 {get('masked.p99'):.1%}")
+    return " · ".join(parts)
