@@ -208,6 +208,15 @@ def test_the_summary_quantiles_are_within_the_relative_accuracy_of_the_exact_one
         assert abs(summary["mean_abs" + suffix] - exact) <= tokens.RELATIVE_ACCURACY * exact * (1 + 1e-9), suffix
 
 
+def test_the_quantiles_are_the_nearest_rank() -> None:
+    """Of 0.01, 1 and 100: p50 is the 2nd (rank ceil(1.5)), p90 and p99 the 3rd; each within 1%."""
+    summary = tokens.summary(_step([0.01, 1.0, 100.0]).attribute())
+    assert summary is not None
+    assert summary["mean_abs.p50"] == pytest.approx(1.0, rel=tokens.RELATIVE_ACCURACY)
+    assert summary["mean_abs.p90"] == summary["mean_abs.p99"] == 100.0  # at most the max
+    assert summary["mean_abs.max"] == 100.0
+
+
 def test_scalars_and_caption_name_the_distribution() -> None:
     """The trackers get each figure's mean, quantiles and max, per data source too; show gets one line."""
     summary = tokens.summary(_step([0.01, 0.02, 0.5], "math").attribute())

@@ -545,6 +545,7 @@ def mismatch_cases() -> dict[str, object]:
             [("a", 100, _mismatch_of(5, 100, "gsm8k")), ("b", 100, _mismatch_of(6, 100, "math"))],
         ),
         ("one_response", [("a", 1, _mismatch_of(7, 1))]),
+        ("three_responses_ranks_matter", [("a", 2, _mismatch_of(8, 2)), ("b", 1, _mismatch_of(9, 1))]),
         ("none_reported", [("a", 10, None), ("b", 10, None)]),
     ]
     cases: list[dict[str, object]] = []

@@ -650,6 +650,47 @@ MUTATIONS: tuple[Mutation, ...] = (
         "limit = min(limit, int(kth) - 1)",
         ("tests/test_sampling.py", "tests/test_presampling.py"),
     ),
+    # --- Token by token: the figures, the wire encoding, the step's distribution -----------
+    Mutation(
+        "py.tokens.model_tokens_only",
+        "a response's figures are over its model tokens only (a tool's tokens are left out)",
+        "otel_valgen/tokens.py",
+        "            compared &= model.astype(bool)",
+        "            compared &= np.ones_like(compared)",
+        ("tests/test_tokens.py",),
+    ),
+    Mutation(
+        "py.tokens.nearest_rank",
+        "the summary's quantiles are the nearest rank, ceil(q * n)",
+        "otel_valgen/tokens.py",
+        "    rank = max(1, math.ceil(q * total))",
+        "    rank = max(1, math.floor(q * total))",
+        ("tests/test_tokens.py",),
+    ),
+    Mutation(
+        "py.tokens.cut_marked",
+        "tokens left out to fit the budget are marked on the attribute",
+        "otel_valgen/tokens.py",
+        "    return {**header, CUT_FROM: head, CUT_COUNT: cut, **packed}, cut",
+        "    return {**header, CUT_FROM: head, **packed}, cut",
+        ("tests/test_tokens.py",),
+    ),
+    Mutation(
+        "go.mismatch.nearest_rank",
+        "the collector's quantiles are the nearest rank, ceil(q * n)",
+        _go("mismatch.go"),
+        "rank := math.Max(1, math.Ceil(q*total))",
+        "rank := math.Max(1, math.Floor(q*total))",
+        GO,
+    ),
+    Mutation(
+        "go.mismatch.latest_end",
+        "a source's distribution is its end record's with the largest seen",
+        _go("mismatch.go"),
+        "if end.mismatch != nil && end.seen >= s.end.seen {",
+        "if end.mismatch != nil {",
+        GO,
+    ),
     # --- Python: sample ids ---------------------------------------------------------------
     Mutation(
         "py.ids.empty_uid_fallback",
