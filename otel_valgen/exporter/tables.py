@@ -21,7 +21,7 @@ import inspect
 from typing import Any, Final, Literal
 
 from otel_valgen import contract
-from otel_valgen.exporter import conversation_cells
+from otel_valgen.exporter import conversation_cells, token_cells
 from otel_valgen.exporter.steps import ClosedStep
 from otel_valgen.reader import Generation
 
@@ -233,7 +233,14 @@ def rollout_columns(step: ClosedStep) -> list[str]:
     """A rollout step's columns: ``ROLLOUT_COLUMNS``, the extra columns, ``param_version`` if any, ``attempt``."""
     names, versioned = _rollout_extras(step)
     version = [_PARAM_VERSION_COLUMN] if versioned else []
-    return [*ROLLOUT_COLUMNS, *conversation_cells.columns(step), *names, *version, "attempt"]
+    return [
+        *ROLLOUT_COLUMNS,
+        *conversation_cells.columns(step),
+        *token_cells.columns(step),
+        *names,
+        *version,
+        "attempt",
+    ]
 
 
 def _rollout_row(step: ClosedStep, generation: Generation, names: list[str], versioned: bool) -> list[Any]:
@@ -251,6 +258,7 @@ def _rollout_row(step: ClosedStep, generation: Generation, names: list[str], ver
         generation.ground_truth,
         generation.data_source,
         *conversation_cells.values(step, generation),
+        *token_cells.values(step, generation),
         *(generation.extra.get(name) for name in names),
         *([attributes.get(PARAM_VERSION)] if versioned else []),
         step.attempt,
@@ -264,9 +272,15 @@ def rollout_rows(step: ClosedStep, skip: set[str] | frozenset[str] = frozenset()
 
 
 def rollout_dicts(step: ClosedStep) -> list[dict[str, Any]]:
-    """A rollout step's rows as dicts, by column name."""
+    """A rollout step's rows as dicts, by column name (a ``tokens`` cell as its line of text, ``token_cells.text``)."""
     columns = rollout_columns(step)
-    return [dict(zip(columns, row, strict=True)) for row in rollout_rows(step)]
+    return [
+        {
+            name: token_cells.text(value) if token_cells.is_cell(value) else value
+            for name, value in zip(columns, row, strict=True)
+        }
+        for row in rollout_rows(step)
+    ]
 
 
 _HEADING_COLUMNS: Final = frozenset({"step", "prompt_id", "input", "sample_id"})

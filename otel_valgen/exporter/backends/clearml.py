@@ -31,7 +31,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-from otel_valgen.exporter import conversation_cells
+from otel_valgen.exporter import conversation_cells, token_cells
 from otel_valgen.exporter.backends import (
     BackendUnavailable,
     StepNotWritable,
@@ -90,7 +90,14 @@ def table_rows(step: ClosedStep) -> list[list[Any]]:
 
 def _plotly_cells(rows: list[list[Any]]) -> list[list[Any]]:
     """The rows with each conversation value as plotly table HTML."""
-    return [[conversation_cells.plotly_html(v) if conversation_cells.is_cell(v) else v for v in row] for row in rows]
+    return [[_cell(v) for v in row] for row in rows]
+
+
+def _cell(value: Any) -> Any:
+    """A conversation as plotly table HTML, a response's tokens as their line of text, any other value as it is."""
+    if conversation_cells.is_cell(value):
+        return conversation_cells.plotly_html(value)
+    return token_cells.text(value) if token_cells.is_cell(value) else value
 
 
 class ClearMLBackend:

@@ -32,7 +32,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
-from otel_valgen.exporter import conversation_cells
+from otel_valgen.exporter import conversation_cells, token_cells
 from otel_valgen.exporter.backends import (
     BackendUnavailable,
     StepNotWritable,
@@ -129,7 +129,7 @@ class TrackioBackend:
         payload: dict[str, Any] = {}
         if traces:
             columns, rows = rows_layout(step)
-            cells = [[conversation_cells.text(v) if conversation_cells.is_cell(v) else v for v in row] for row in rows]
+            cells = [[_text(v) for v in row] for row in rows]
             payload[key] = traces
             payload[f"{key}/table"] = trackio.Table(columns=columns, data=cells)
         if self.config.scalars:
@@ -191,3 +191,10 @@ class TrackioBackend:
     def close(self, *, teardown: bool = False) -> None:
         """Nothing stays open between steps."""
         del teardown
+
+
+def _text(value: Any) -> Any:
+    """A conversation or a response's tokens as the text Trackio's table shows, any other value as it is."""
+    if conversation_cells.is_cell(value):
+        return conversation_cells.text(value)
+    return token_cells.text(value) if token_cells.is_cell(value) else value

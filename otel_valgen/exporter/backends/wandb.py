@@ -28,7 +28,9 @@ Training rollouts (``valgen.kind = rollout``) go to a table of their own, ``roll
 
 A step with conversations gets a ``conversation`` column (``conversation_<i>`` in ``verl``) of
 ``wandb.Html`` cells, each the conversation turn by turn (``conversation_cells.html``): wandb's
-table renders an HTML cell as the page it is.
+table renders an HTML cell as the page it is. A rollout step with per-token data gets the
+responses' figures and a ``tokens`` column of ``wandb.Html`` pages, each token coloured by how far
+the trainer's log-probability is from the rollout engine's (``token_cells.html``).
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ from typing import Any, Literal, cast
 import wandb
 
 from otel_valgen import contract
-from otel_valgen.exporter import conversation_cells
+from otel_valgen.exporter import conversation_cells, token_cells
 from otel_valgen.exporter.backends import CORRECTED, BackendUnavailable, TableKeys, correction, superseded
 from otel_valgen.exporter.ledger import Ledger
 from otel_valgen.exporter.steps import ClosedStep, summary_scalars
@@ -83,17 +85,18 @@ def run_ref(step: ClosedStep, project: str | None = None, entity: str | None = N
     )
 
 
+def _html(value: Any) -> Any:
+    """A conversation or a response's tokens as a ``wandb.Html`` cell (a page), any other value as it is."""
+    if conversation_cells.is_cell(value):
+        return wandb.Html(conversation_cells.html(value), inject=False, data_is_not_path=True)
+    if token_cells.is_cell(value):
+        return wandb.Html(token_cells.html(value), inject=False, data_is_not_path=True)
+    return value
+
+
 def html_cells(rows: list[list[Any]]) -> list[list[Any]]:
-    """The rows with each conversation value as a ``wandb.Html`` cell (a page of its turns)."""
-    return [
-        [
-            wandb.Html(conversation_cells.html(value), inject=False, data_is_not_path=True)
-            if conversation_cells.is_cell(value)
-            else value
-            for value in row
-        ]
-        for row in rows
-    ]
+    """The rows with each conversation and each response's tokens as a ``wandb.Html`` cell."""
+    return [[_html(value) for value in row] for row in rows]
 
 
 @dataclass(frozen=True)
