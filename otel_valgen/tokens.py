@@ -76,6 +76,7 @@ TOKENS: Final = "tokens"  # model tokens compared (a response's, a step's sum)
 STEP_COUNT: Final = "count"  # responses with figures
 BY_DATA_SOURCE: Final = "by_data_source"
 QUANTILES: Final = ((".p50", 0.5), (".p90", 0.9), (".p99", 0.99))
+BUCKETS: Final = ".buckets"
 
 RELATIVE_ACCURACY: Final = 0.01
 GAMMA: Final = (1 + RELATIVE_ACCURACY) / (1 - RELATIVE_ACCURACY)
@@ -525,7 +526,7 @@ class MismatchFigures:
             if name in self.sums:
                 out[f"{name}.sum"] = self.sums[name]
                 out[f"{name}.max"] = self.maxima[name]
-                out[f"{name}.buckets"] = dict(sorted(self.buckets[name].items()))
+                out[name + BUCKETS] = dict(sorted(self.buckets[name].items()))
         if self.by_data_source:
             out[BY_DATA_SOURCE] = {
                 name: figures.attribute() for name, figures in sorted(self.by_data_source.items()) if figures.count
@@ -551,7 +552,11 @@ def quantile(buckets: Mapping[str, Any], q: float, largest: float | None = None)
 
 
 def summary(merged: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """A summary's ``valgen.mismatch``: the merged figures with each figure's mean and quantiles."""
+    """A summary's ``valgen.mismatch``: the merged figures with each figure's mean and quantiles, without buckets.
+
+    The buckets stay on the end records (and a summary's ``valgen.source_figures``, for merges of
+    partial groups): a summary's attributes become Loki's structured metadata, a few per figure.
+    """
     if merged is None:
         return None
     out = dict(merged)
@@ -562,9 +567,9 @@ def summary(merged: Mapping[str, Any] | None) -> dict[str, Any] | None:
         }
     count = merged.get(STEP_COUNT)
     if not isinstance(count, int | float) or count <= 0:
-        return out
+        return {key: value for key, value in out.items() if not key.endswith(BUCKETS)}
     for name in FIGURES:
-        total, buckets = merged.get(f"{name}.sum"), merged.get(f"{name}.buckets")
+        total, buckets = merged.get(f"{name}.sum"), merged.get(name + BUCKETS)
         if isinstance(total, int | float):
             out[f"{name}.mean"] = total / count
         if isinstance(buckets, Mapping):
@@ -573,7 +578,7 @@ def summary(merged: Mapping[str, Any] | None) -> dict[str, Any] | None:
                 value = quantile(buckets, q, largest if isinstance(largest, int | float) else None)
                 if value is not None:
                     out[name + suffix] = value
-    return out
+    return {key: value for key, value in out.items() if not key.endswith(BUCKETS)}
 
 
 def scalars(figures: Mapping[str, Any] | None, prefix: str = "mismatch") -> dict[str, float]:

@@ -90,8 +90,15 @@ func putMismatch(attrs pcommon.Map, g *group) {
 	_ = attrs.PutEmptyMap(attrMismatch).FromRaw(merged) // raw ints, doubles and maps always convert
 }
 
-// deriveMismatch adds F.mean = F.sum / count and F.p50, F.p90, F.p99 from F.buckets.
+// deriveMismatch adds F.mean = F.sum / count and F.p50, F.p90, F.p99 from F.buckets, then leaves
+// the buckets out: a summary's attributes become Loki's structured metadata, a few per figure
+// (the buckets stay on the end records and in valgen.source_figures, for merges of partial groups).
 func deriveMismatch(merged map[string]any) {
+	defer func() {
+		for _, name := range mismatchFigures {
+			delete(merged, name+".buckets")
+		}
+	}()
 	count, ok := merged[mismatchCount]
 	if !ok || !isNumber(count) || asDouble(count) <= 0 {
 		return

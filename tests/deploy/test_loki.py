@@ -155,6 +155,7 @@ def test_requests_to_loki_fit_its_documented_mapping_and_the_configs_limits(loki
     """What the collector posts to /otlp/v1/logs: timed records, no two keys on one Loki name, within limits."""
     config = yaml.safe_load(loki_model.LOKI_CONFIG.read_text(encoding="utf-8"))["limits_config"]
     max_line, max_metadata = _bytes(config["max_line_size"]), _bytes(config["max_structured_metadata_size"])
+    max_entries = int(config["max_structured_metadata_entries_count"])
     assert loki.requests
     label_name = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
     for request in loki.requests:
@@ -166,6 +167,7 @@ def test_requests_to_loki_fit_its_documented_mapping_and_the_configs_limits(loki
             assert len(entry.line.encode()) <= max_line
             # The limit is on the structured metadata of a line; names plus values, as we read it.
             assert sum(len(k.encode()) + len(v.encode()) for k, v in entry.metadata.items()) <= max_metadata
+            assert len(entry.metadata) <= max_entries
 
 
 def test_dashboard_queries_use_only_names_in_what_loki_stores(loki: LokiStandIn) -> None:
