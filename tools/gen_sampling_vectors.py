@@ -565,8 +565,8 @@ def mismatch_cases() -> dict[str, object]:
         "description": (
             "Each case: the end records of one step (source, service.instance.id, valgen.seen, "
             "valgen.emitted, and valgen.mismatch when present), in any order; expected: the summary's "
-            "valgen.mismatch (without the buckets), null when absent. A source's figures are those of its end record with the "
-            "largest seen. The ended sources' figures merge as valgen.trajectories do (a key ending in "
+            "valgen.mismatch (without the buckets), null when absent. A source's figures are those of its "
+            "end record with the largest seen. The ended sources' figures merge as valgen.trajectories do (a key ending in "
             "'.max' takes the largest value, a map merges key by key, any other number adds up); then, "
             "for each figure F of mean_abs, max_abs, kl, masked: F.mean = F.sum / count, and F.p50, "
             "F.p90, F.p99 = the value of the bucket holding the nearest-rank quantile (rank ceil(q * "
