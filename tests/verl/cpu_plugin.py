@@ -40,7 +40,7 @@ async def rollouter_init_workers(self: Any) -> None:
     from tests.verl import harness
 
     harness.replaced("FullyAsyncRollouter.init_workers")
-    harness.rollouter_cpu_init_workers(self)
+    await harness.rollouter_cpu_init_workers(self)
 
 
 def sync_init_workers(self: Any) -> None:

@@ -20,6 +20,8 @@ from __future__ import annotations
 import json
 import os
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +29,8 @@ if TYPE_CHECKING:
     import transformers
     from omegaconf import DictConfig
     from verl import DataProto
+
+    from tests.e2e.harness import Collector
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -59,7 +63,8 @@ REPLACED: list[tuple[str, str]] = [
         "FullyAsyncRollouter.init_workers",
         "starts the RewardLoopManager workers, vLLM/SGLang LLM server replicas and agent-loop workers. "
         "cpu_plugin.py replaces it, in every process, by rollouter_cpu_init_workers: its CPU-only steps run as "
-        "verl runs them (_init_async_objects, SkipManager.init) and the two attributes below are set.",
+        "verl runs them (_init_async_objects, SkipManager.init) and the two attributes below are set; with "
+        "multi-turn on, verl's own _create_reward_loop_manager runs too (real rule-based reward workers).",
     ),
     (
         "FullyAsyncRollouter.llm_server_manager",
@@ -71,7 +76,10 @@ REPLACED: list[tuple[str, str]] = [
         "FullyAsyncAgentLoopManager generates with an LLM server and scores with reward-loop workers. Set to "
         "CpuRolloutManager: generate_sequences (validation) and generate_sequences_single (the rollouter's fit) "
         "return deterministic responses, verl's own gsm8k score (default_compute_score) and, for training "
-        "samples, zero rollout log-probs, in the fields verl's _validate, extract_reward and the trainer read.",
+        "samples, zero rollout log-probs, in the fields verl's _validate, extract_reward and the trainer read. "
+        "With actor_rollout_ref.rollout.multi_turn.enable=True (real_agent_loop) it is verl's real "
+        "FullyAsyncAgentLoopManager with its AgentLoopWorker actors (the configured agent loop, tools and "
+        "parser) and the real reward-loop workers; only its llm_client is stood in for (CpuLLMClient, as v1's).",
     ),
     (
         "RayPPOTrainer.init_workers",
@@ -86,7 +94,10 @@ REPLACED: list[tuple[str, str]] = [
     ),
     (
         "RayPPOTrainer.async_rollout_manager",
-        "AgentLoopManager on GPU LLM servers; set to CpuRolloutManager (same as the fully-async one).",
+        "AgentLoopManager on GPU LLM servers; set to CpuRolloutManager (same as the fully-async one). With "
+        "multi_turn.enable=True (real_agent_loop) it is verl's real AgentLoopManager, built as init_workers "
+        "builds it, with its AgentLoopWorker actors and the real reward-loop workers; only its llm_client is "
+        "stood in for (CpuLLMClient, as v1's).",
     ),
     (
         "RayPPOTrainer.actor_rollout_wg",
@@ -103,8 +114,9 @@ REPLACED: list[tuple[str, str]] = [
     (
         "RayPPOTrainer.reward_loop_manager, RayPPOTrainer.teacher_model_manager",
         "RewardLoopManager starts reward workers (GPU reward models when enabled); None here, as for no "
-        "reward model (use_rm is False: fit and _validate take rm_scores from the rollout). No teacher "
-        "(distillation off), as init_workers sets it.",
+        "reward model (use_rm is False: fit and _validate take rm_scores from the rollout); with multi-turn on "
+        "(real_agent_loop), verl's real RewardLoopManager (rule-based reward workers, no model), whose workers "
+        "the real AgentLoopManager scores with. No teacher (distillation off), as init_workers sets it.",
     ),
     (
         "PPOTrainer (v1)._validate",
@@ -145,6 +157,34 @@ _WHY = dict(REPLACED)
 def replaced(name: str) -> str:
     """The reason ``name`` is replaced; raises KeyError if a replacement is not listed in ``REPLACED``."""
     return _WHY[name]
+
+
+@contextmanager
+def collector(root: Path) -> Iterator[Collector]:
+    """The built collector with its shipped config (``root/collector``), exporting to a wandb and a Loki stand-in.
+
+    ``VALGEN_DECISION_WAIT`` is 10 s: at least twice the jobs' progress interval (docs/configuration.md),
+    and v1's agent-loop validation takes longer than 2 s. Stopped on exit. (Imported here: verl's
+    processes import this module through ``cpu_plugin`` and need none of the test's servers.)
+    """
+    from tests.e2e import harness as e2e
+
+    assert e2e.COLLECTOR_BIN.is_file(), "build/otelcol-valgen is missing: `make collector` builds it"
+    with e2e.wandb_stand_in() as wandb_stand_in, e2e.loki_stand_in() as loki_stand_in:
+        started = e2e.start_collector(
+            root,
+            "collector",
+            ["collector.yaml"],
+            {
+                "VALGEN_TRACKER_EXPORTER_ENDPOINT": wandb_stand_in.endpoint,
+                "VALGEN_LOKI_OTLP_ENDPOINT": loki_stand_in.endpoint,
+                "VALGEN_DECISION_WAIT": "10s",
+            },
+        )
+        try:
+            yield started
+        finally:
+            started.stop()
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -609,15 +649,37 @@ class CpuActorWorkerGroup:
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-def rollouter_cpu_init_workers(rollouter: Any) -> str:
-    """``FullyAsyncRollouter.init_workers`` on CPU: its CPU part plus the two stand-ins (run in the actor)."""
+def real_agent_loop(config: Any) -> bool:
+    """Whether a job runs verl's real agent-loop manager on ``CpuLLMClient``: multi-turn configured.
+
+    v1 always does; the legacy and fully-async stand-ins keep ``CpuRolloutManager`` for single-turn jobs.
+    """
+    return bool(config.actor_rollout_ref.rollout.multi_turn.enable)
+
+
+async def rollouter_cpu_init_workers(rollouter: Any) -> str:
+    """``FullyAsyncRollouter.init_workers`` on CPU: its CPU part plus the two stand-ins (run in the actor).
+
+    With multi-turn on, verl's own ``_create_reward_loop_manager`` and its real ``FullyAsyncAgentLoopManager``
+    (created as ``_init_async_rollout_manager`` creates it) on ``CpuLLMClient``.
+    """
     from verl.utils.skip import SkipManager
 
     rollouter._init_async_objects()
     replaced("FullyAsyncRollouter.llm_server_manager")
     rollouter.llm_server_manager = CpuLLMServerManager()
     rollouter.async_rollout_mode = True
-    rollouter.async_rollout_manager = CpuRolloutManager(rollouter.tokenizer)
+    if real_agent_loop(rollouter.config):
+        from verl.experimental.fully_async_policy.fully_async_rollouter import FullyAsyncAgentLoopManager
+
+        await rollouter._create_reward_loop_manager()
+        rollouter.async_rollout_manager = await FullyAsyncAgentLoopManager.create(
+            config=rollouter.config,
+            llm_client=CpuLLMClient(rollouter.config.actor_rollout_ref.model.path),
+            reward_loop_worker_handles=rollouter.reward_loop_manager.reward_loop_workers,
+        )
+    else:
+        rollouter.async_rollout_manager = CpuRolloutManager(rollouter.tokenizer)
     SkipManager.init(rollouter.config)
     return replaced("FullyAsyncRollouter.async_rollout_manager")
 
@@ -636,6 +698,8 @@ def sync_cpu_init_workers(trainer: Any) -> None:
     is in the actor), ``reward_loop_manager``, ``async_rollout_mode``, ``teacher_model_manager``,
     ``llm_server_manager``, ``async_rollout_manager`` and verl's real ``CheckpointEngineManager`` built
     from the rollout's ``checkpoint_engine`` config as verl builds it, then ``sleep_replicas`` as verl does.
+    With multi-turn on (``real_agent_loop``), verl's real ``RewardLoopManager`` and ``AgentLoopManager`` on
+    ``CpuLLMClient``, as ``init_workers`` creates them.
     """
     from verl.checkpoint_engine import CheckpointEngineManager
     from verl.utils.config import omega_conf_to_dataclass
@@ -652,7 +716,18 @@ def sync_cpu_init_workers(trainer: Any) -> None:
     replaced("RayPPOTrainer.llm_server_manager")
     trainer.llm_server_manager = CpuLLMServerManager()
     replaced("RayPPOTrainer.async_rollout_manager")
-    trainer.async_rollout_manager = CpuRolloutManager(trainer.tokenizer)
+    if real_agent_loop(trainer.config):
+        from verl.experimental.agent_loop import AgentLoopManager
+        from verl.experimental.reward_loop import RewardLoopManager
+
+        trainer.reward_loop_manager = RewardLoopManager(config=trainer.config, rm_resource_pool=None)
+        trainer.async_rollout_manager = AgentLoopManager.create(
+            config=trainer.config,
+            llm_client=CpuLLMClient(trainer.config.actor_rollout_ref.model.path),
+            reward_loop_worker_handles=trainer.reward_loop_manager.reward_loop_workers,
+        )
+    else:
+        trainer.async_rollout_manager = CpuRolloutManager(trainer.tokenizer)
     trainer.checkpoint_manager = CheckpointEngineManager(
         config=omega_conf_to_dataclass(trainer.config.actor_rollout_ref.rollout.checkpoint_engine),
         actor_wg=trainer.actor_rollout_wg,

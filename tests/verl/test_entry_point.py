@@ -57,46 +57,32 @@ def job(
 ) -> Iterator[Job]:
     """The collector, then verl's launcher run to its end one of the two ways."""
     variant: str = request.param
-    assert e2e.COLLECTOR_BIN.is_file(), "build/otelcol-valgen is missing: `make collector` builds it"
     root = tmp_path_factory.mktemp(variant)
     train_path, val_path = harness.make_dataset(root / "data", VAL_PROMPTS, n_train=PROMPTS)
     files = replace(verl_files, train_path=train_path, val_path=val_path)
-    with e2e.wandb_stand_in() as wandb_stand_in, e2e.loki_stand_in() as loki_stand_in:
-        collector = e2e.start_collector(
-            root,
-            "collector",
-            ["collector.yaml"],
-            {
-                "VALGEN_TRACKER_EXPORTER_ENDPOINT": wandb_stand_in.endpoint,
-                "VALGEN_LOKI_OTLP_ENDPOINT": loki_stand_in.endpoint,
-                "VALGEN_DECISION_WAIT": "10s",  # twice the 5 s progress interval (docs/configuration.md)
-            },
+    with harness.collector(root) as collector:
+        run_root = root / "run"
+        run_root.mkdir()
+        test_env = launcher.stand_in_env(run_root, ROLLOUT_K)
+        job_env = {**launcher.user_env(collector.http_endpoint), **test_env}
+        overrides = launcher.launcher_overrides(
+            run_root, files, K, local_cluster=variant != "job_submit", prompts=PROMPTS, n=N, dump=True
         )
-        try:
-            run_root = root / "run"
-            run_root.mkdir()
-            test_env = launcher.stand_in_env(run_root, ROLLOUT_K)
-            job_env = {**launcher.user_env(collector.http_endpoint), **test_env}
-            overrides = launcher.launcher_overrides(
-                run_root, files, K, local_cluster=variant != "job_submit", prompts=PROMPTS, n=N, dump=True
-            )
-            if variant == "ray_init":
-                launch = launcher.launch_local(run_root, overrides, ray_env(job_env))
-            elif variant == "config_route":  # docs/verl.md, "Without the hook variable"
-                config_route = [
-                    "+ray_kwargs.ray_init.runtime_env.worker_process_setup_hook=otel_valgen.ray.setup_worker",
-                    f"+ray_kwargs.ray_init.runtime_env.env_vars.OTEL_EXPORTER_OTLP_ENDPOINT={job_env['OTEL_EXPORTER_OTLP_ENDPOINT']}",
-                ]
-                env = ray_env(test_env)
-                launch = launcher.launch_local(run_root, [*overrides, *config_route], env)
-            else:
-                with ray_head(ray_env(), root, num_cpus=32) as head:
-                    launch = launcher.launch_job(run_root, head, overrides, job_env, ray_env())
-            print(f"{variant}: verl's launcher ran {launch.seconds:.1f}s, exit code {launch.returncode}")
-            assert launch.returncode == 0, launch.tail()
-            yield Job(variant, launch, collector)
-        finally:
-            collector.stop()
+        if variant == "ray_init":
+            launch = launcher.launch_local(run_root, overrides, ray_env(job_env))
+        elif variant == "config_route":  # docs/verl.md, "Without the hook variable"
+            config_route = [
+                "+ray_kwargs.ray_init.runtime_env.worker_process_setup_hook=otel_valgen.ray.setup_worker",
+                f"+ray_kwargs.ray_init.runtime_env.env_vars.OTEL_EXPORTER_OTLP_ENDPOINT={job_env['OTEL_EXPORTER_OTLP_ENDPOINT']}",
+            ]
+            env = ray_env(test_env)
+            launch = launcher.launch_local(run_root, [*overrides, *config_route], env)
+        else:
+            with ray_head(ray_env(), root, num_cpus=32) as head:
+                launch = launcher.launch_job(run_root, head, overrides, job_env, ray_env())
+        print(f"{variant}: verl's launcher ran {launch.seconds:.1f}s, exit code {launch.returncode}")
+        assert launch.returncode == 0, launch.tail()
+        yield Job(variant, launch, collector)
 
 
 def test_each_validation_lands_at_the_trainers_version_with_exactly_k(job: Job) -> None:

@@ -62,41 +62,25 @@ def _launch(
     ``hook=False`` leaves ``RAY_RUNTIME_ENV_HOOK`` out of the environment (what a user who forgot it runs);
     ``options`` adds documented ``OTEL_VALGEN_*`` variables.
     """
-    assert e2e.COLLECTOR_BIN.is_file(), "build/otelcol-valgen is missing: `make collector` builds it"
     root = root_factory.mktemp(f"main_ppo_{trainer}")
     model_dir = harness.make_model_dir(root / "model", verl_files.tokenizer)
     train_path, val_path = harness.make_dataset(root / "data", VAL_PROMPTS, n_train=PROMPTS)
     files = replace(verl_files, train_path=train_path, val_path=val_path)
-    with e2e.wandb_stand_in() as wandb_stand_in, e2e.loki_stand_in() as loki_stand_in:
-        collector = e2e.start_collector(
-            root,
-            "collector",
-            ["collector.yaml"],
-            {
-                "VALGEN_TRACKER_EXPORTER_ENDPOINT": wandb_stand_in.endpoint,
-                "VALGEN_LOKI_OTLP_ENDPOINT": loki_stand_in.endpoint,
-                # docs/configuration.md: at least twice the jobs' progress interval (5 s). v1's validation
-                # runs verl's agent-loop actors and takes longer than 2 s: a shorter wait cuts it off.
-                "VALGEN_DECISION_WAIT": "10s",
-            },
+    with harness.collector(root) as collector:
+        run_root = root / "run"
+        run_root.mkdir()
+        user_env = launcher.user_env(collector.http_endpoint)
+        if not hook:
+            del user_env["RAY_RUNTIME_ENV_HOOK"]
+        user_env |= options or {}
+        job_env = {**user_env, **launcher.stand_in_env(run_root, ROLLOUT_K)}
+        overrides = launcher.main_ppo_overrides(
+            run_root, files, model_dir, K, use_v1=trainer == "v1", prompts=PROMPTS, n=N, dump=True
         )
-        try:
-            run_root = root / "run"
-            run_root.mkdir()
-            user_env = launcher.user_env(collector.http_endpoint)
-            if not hook:
-                del user_env["RAY_RUNTIME_ENV_HOOK"]
-            user_env |= options or {}
-            job_env = {**user_env, **launcher.stand_in_env(run_root, ROLLOUT_K)}
-            overrides = launcher.main_ppo_overrides(
-                run_root, files, model_dir, K, use_v1=trainer == "v1", prompts=PROMPTS, n=N, dump=True
-            )
-            launch = launcher.launch_local(run_root, overrides, ray_env(job_env), module=launcher.MAIN_PPO)
-            print(f"{trainer}: main_ppo ran {launch.seconds:.1f}s, exit code {launch.returncode}")
-            assert launch.returncode == 0, launch.tail()
-            yield Job(trainer, launch, collector)
-        finally:
-            collector.stop()
+        launch = launcher.launch_local(run_root, overrides, ray_env(job_env), module=launcher.MAIN_PPO)
+        print(f"{trainer}: main_ppo ran {launch.seconds:.1f}s, exit code {launch.returncode}")
+        assert launch.returncode == 0, launch.tail()
+        yield Job(trainer, launch, collector)
 
 
 @pytest.fixture(scope="module", params=TRAINERS)

@@ -1,12 +1,21 @@
-"""User story: a multi-turn tool run of ``main_ppo`` logs each kept row as the conversation verl's agent loop held.
+"""User story: a multi-turn tool run logs each kept row as the conversation verl's agent loop held, in every mode.
 
-``python -m verl.trainer.main_ppo`` (verl 0.9.1's default v1 trainer, with TransferQueue and verl's
-real ``AgentLoopManagerTQ`` workers) runs unmodified with multi-turn configured as users configure it:
-``actor_rollout_ref.rollout.multi_turn.enable=True``, a ``multi_turn.tool_config_path`` yaml naming a
-tool (verl's own ``BaseTool`` as ``calc``), the hermes format, and verl's ``tool_agent`` loop
-(``ToolAgentLoop``, its hermes ``ToolParser``, its tool calls). Only the LLM server is stood in for
-(``harness.CpuLLMClient`` with ``harness.TOOL_CALLS_ENV``: one or two hermes ``<tool_call>`` turns,
-then an answer), besides the GPU parts of ``harness.REPLACED``. Nothing but the two documented
+verl 0.9.1's real entry points run unmodified, as users launch them, with multi-turn configured as users
+configure it: ``actor_rollout_ref.rollout.multi_turn.enable=True``, a ``multi_turn.tool_config_path`` yaml
+naming a tool (verl's own ``BaseTool`` as ``calc``), the hermes format, and verl's ``tool_agent`` loop
+(``ToolAgentLoop``, its hermes ``ToolParser``, its tool calls). Once per mode (``MODES``):
+
+- ``v1``: ``python -m verl.trainer.main_ppo`` (its default v1 trainer, TransferQueue and verl's real
+  ``AgentLoopManagerTQ`` workers);
+- ``legacy``: the same with ``trainer.use_v1=False`` (``main_ppo_v0.TaskRunner``, ``RayPPOTrainer.fit``,
+  verl's real ``AgentLoopManager``);
+- ``fully_async``: ``python -m verl.experimental.fully_async_policy.fully_async_main`` (the rollouter
+  validates and generates through verl's real ``FullyAsyncAgentLoopManager``; the trainer trains on the
+  samples the message queue carries).
+
+In each, verl's agent-loop workers, reward-loop workers and tool run for real; only the LLM server is
+stood in for (``harness.CpuLLMClient`` with ``harness.TOOL_CALLS_ENV``: one or two hermes ``<tool_call>``
+turns, then an answer), besides the GPU parts of ``harness.REPLACED``. Nothing but the two documented
 variables (and ``OTEL_VALGEN_ROLLOUT_COUNT``) is set for otel-valgen.
 
 verl's own record of every trajectory is the messages its ``ToolAgentLoop`` held when it ended
@@ -42,21 +51,43 @@ N = 2  # actor_rollout_ref.rollout.n
 ROLLOUT_K = 2  # OTEL_VALGEN_ROLLOUT_COUNT
 RESPONSE_LENGTH = 512  # room for three turns and two tool results (one token per byte)
 AGENT_MESSAGES = "agent_messages"  # cpu_plugin.AGENT_MESSAGES_ENV's folder in the run's root
+MODES = ("v1", "legacy", "fully_async")  # main_ppo's default, main_ppo with trainer.use_v1=False, fully_async_main
+TRAINED_STEP = 1  # the one training step's global_steps (fully-async: the trainer's version after it)
 
 
 @dataclass
 class ToolRun:
+    mode: str
     launch: launcher.Launch
     collector: e2e.Collector
     recorded: list[list[dict[str, Any]]]  # verl's AgentData.messages of every trajectory
 
 
-def _overrides(run_root: Path, files: VerlFiles, model_dir: Path, tools: Path) -> list[str]:
-    base = launcher.main_ppo_overrides(run_root, files, model_dir, K, use_v1=True, prompts=PROMPTS, n=N, dump=True)
+def _overrides(mode: str, run_root: Path, files: VerlFiles, model_dir: Path, tools: Path) -> list[str]:
+    """The mode's hydra overrides for one training step, with multi-turn and the tool as users configure them.
+
+    The legacy trainer and the fully-async rollouter build verl's real agent-loop manager here (v1 always
+    does), which needs the rollout's name (the server behind it is ``CpuLLMClient``) and, on this machine,
+    one reward-loop worker and two agent-loop workers instead of verl's 8 each.
+    """
+    if mode == "fully_async":
+        base = launcher.launcher_overrides(
+            run_root, replace(files, tokenizer_dir=model_dir), K, local_cluster=True, prompts=PROMPTS, n=N, dump=True
+        )
+    else:
+        base = launcher.main_ppo_overrides(
+            run_root, files, model_dir, K, use_v1=mode == "v1", prompts=PROMPTS, n=N, dump=True
+        )
     longer = {"data.max_response_length", "actor_rollout_ref.rollout.response_length"}
+    agent_loop = [
+        "actor_rollout_ref.rollout.name=vllm",
+        "reward.num_workers=1",
+        "actor_rollout_ref.rollout.agent.num_workers=2",
+    ]
     return [
         *(item for item in base if item.split("=", 1)[0] not in longer),
         *(f"{name}={RESPONSE_LENGTH}" for name in sorted(longer)),
+        *(agent_loop if mode != "v1" else []),  # v1: main_ppo_overrides has them (V1_OVERRIDES, sync_overrides)
         "actor_rollout_ref.rollout.multi_turn.enable=True",
         f"actor_rollout_ref.rollout.multi_turn.tool_config_path={tools}",
         "actor_rollout_ref.rollout.multi_turn.format=hermes",
@@ -64,48 +95,38 @@ def _overrides(run_root: Path, files: VerlFiles, model_dir: Path, tools: Path) -
     ]
 
 
-@pytest.fixture(scope="module")
-def run(verl_files: VerlFiles, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ToolRun]:
-    """The collector, then ``main_ppo`` with a tool, validating before and after one training step."""
-    assert e2e.COLLECTOR_BIN.is_file(), "build/otelcol-valgen is missing: `make collector` builds it"
-    root = tmp_path_factory.mktemp("tool_agent")
+@pytest.fixture(scope="module", params=MODES)
+def run(
+    request: pytest.FixtureRequest, verl_files: VerlFiles, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ToolRun]:
+    """The collector, then the mode's entry point with a tool, validating before and after one training step."""
+    mode: str = request.param
+    root = tmp_path_factory.mktemp(f"tool_agent_{mode}")
     model_dir = harness.make_model_dir(root / "model", verl_files.tokenizer)
     train_path, val_path = harness.make_dataset(root / "data", VAL_PROMPTS, n_train=PROMPTS)
     files = replace(verl_files, train_path=train_path, val_path=val_path)
     tools = harness.tool_config(root / "tools.yaml")
-    with e2e.wandb_stand_in() as wandb_stand_in, e2e.loki_stand_in() as loki_stand_in:
-        collector = e2e.start_collector(
-            root,
-            "collector",
-            ["collector.yaml"],
-            {
-                "VALGEN_TRACKER_EXPORTER_ENDPOINT": wandb_stand_in.endpoint,
-                "VALGEN_LOKI_OTLP_ENDPOINT": loki_stand_in.endpoint,
-                "VALGEN_DECISION_WAIT": "10s",  # v1's agent-loop validation takes longer than 2 s
-            },
-        )
-        try:
-            run_root = root / "run"
-            (run_root / AGENT_MESSAGES).mkdir(parents=True)
-            job_env = {
-                **launcher.user_env(collector.http_endpoint),
-                **launcher.stand_in_env(run_root, ROLLOUT_K),
-                harness.TOOL_CALLS_ENV: "1",
-                "VALGEN_TEST_AGENT_MESSAGES": str(run_root / AGENT_MESSAGES),
-            }
-            overrides = _overrides(run_root, files, model_dir, tools)
-            launch = launcher.launch_local(run_root, overrides, ray_env(job_env), module=launcher.MAIN_PPO)
-            print(f"tool agent: main_ppo ran {launch.seconds:.1f}s, exit code {launch.returncode}")
-            assert launch.returncode == 0, launch.tail()
-            recorded = [
-                json.loads(line)
-                for path in sorted((run_root / AGENT_MESSAGES).glob("*.jsonl"))
-                for line in path.read_text(encoding="utf-8").splitlines()
-                if line.strip()
-            ]
-            yield ToolRun(launch, collector, recorded)
-        finally:
-            collector.stop()
+    with harness.collector(root) as collector:
+        run_root = root / "run"
+        (run_root / AGENT_MESSAGES).mkdir(parents=True)
+        job_env = {
+            **launcher.user_env(collector.http_endpoint),
+            **launcher.stand_in_env(run_root, ROLLOUT_K),
+            harness.TOOL_CALLS_ENV: "1",
+            "VALGEN_TEST_AGENT_MESSAGES": str(run_root / AGENT_MESSAGES),
+        }
+        overrides = _overrides(mode, run_root, files, model_dir, tools)
+        module = launcher.LAUNCHER if mode == "fully_async" else launcher.MAIN_PPO
+        launch = launcher.launch_local(run_root, overrides, ray_env(job_env), module=module)
+        print(f"tool agent, {mode}: {module} ran {launch.seconds:.1f}s, exit code {launch.returncode}")
+        assert launch.returncode == 0, launch.tail()
+        recorded = [
+            json.loads(line)
+            for path in sorted((run_root / AGENT_MESSAGES).glob("*.jsonl"))
+            for line in path.read_text(encoding="utf-8").splitlines()
+            if line.strip()
+        ]
+        yield ToolRun(mode, launch, collector, recorded)
 
 
 def _trajectories(recorded: list[list[dict[str, Any]]]) -> list[tuple[list[Any], list[Any]]]:
@@ -144,9 +165,17 @@ def _assert_rows_are_verls_trajectories(run: ToolRun, step: int, kind: str, expe
 
 
 def test_kept_validation_rows_carry_verls_conversations(run: ToolRun) -> None:
-    """Both validations' k kept rows are verl's trajectories turn by turn, tool calls and results included."""
-    steps = run.launch.validation_steps()
-    assert steps == [0, 1], steps
+    """Every validation's k kept rows are verl's trajectories turn by turn, tool calls and results included.
+
+    The sync trainers validate at global_steps 0 and 1; the fully-async rollouter at the trainer's versions,
+    from 0 (before training) to the version after the step (at least two validations).
+    """
+    steps = sorted(set(run.launch.validation_steps()))
+    if run.mode == "fully_async":
+        assert steps[0] == 0, steps
+        assert steps[-1] >= TRAINED_STEP, steps
+    else:
+        assert steps == [0, TRAINED_STEP], steps
     launcher.wait_for_steps(run.collector.file_path, steps)
     for step in steps:
         _assert_rows_are_verls_trajectories(run, step, contract.KIND_VALIDATION, K)
@@ -154,6 +183,7 @@ def test_kept_validation_rows_carry_verls_conversations(run: ToolRun) -> None:
 
 def test_kept_rollout_rows_carry_verls_conversations(run: ToolRun) -> None:
     """The training step's kept GRPO groups are verl's trajectories turn by turn."""
-    assert run.launch.training_steps() == [1]
-    launcher.wait_for_steps(run.collector.file_path, [1], kind=contract.KIND_ROLLOUT)
-    _assert_rows_are_verls_trajectories(run, 1, contract.KIND_ROLLOUT, ROLLOUT_K * N)
+    if run.mode != "fully_async":  # the fully-async trainer logs no training metrics of the sync trainers' keys
+        assert run.launch.training_steps() == [TRAINED_STEP]
+    launcher.wait_for_steps(run.collector.file_path, [TRAINED_STEP], kind=contract.KIND_ROLLOUT)
+    _assert_rows_are_verls_trajectories(run, TRAINED_STEP, contract.KIND_ROLLOUT, ROLLOUT_K * N)
