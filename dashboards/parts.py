@@ -50,13 +50,13 @@ def convert_to_number(*fields: str) -> DataTransformerConfig:
     return DataTransformerConfig(id_val="convertFieldType", options={"conversions": conversions, "fields": {}})
 
 
-def sort_by(*fields: str) -> DataTransformerConfig:
-    """Sort rows by the given columns, ascending.
+def sort_by(*fields: str, descending: bool = False) -> DataTransformerConfig:
+    """Sort rows by the given columns, ascending (or descending).
 
     Grafana 12's sortBy reads only the first entry of the list (its source says so: multi-sort
     is for future versions), so the first field alone decides the order Grafana shows.
     """
-    return DataTransformerConfig(id_val="sortBy", options={"sort": [{"desc": False, "field": f} for f in fields]})
+    return DataTransformerConfig(id_val="sortBy", options={"sort": [{"desc": descending, "field": f} for f in fields]})
 
 
 def organize(columns: dict[str, str], keep_others: bool = False) -> DataTransformerConfig:

@@ -102,6 +102,11 @@ PROMPTS_KEPT = loki_name(contract.PROMPTS_KEPT)
 # attribute; sent as an extra column (valgen.extra.param_version) it shows among the extras.
 PARAM_VERSION = "valgen_param_version"
 EXTRA = loki_name(contract.EXTRA_PREFIX)  # valgen_extra_<name>: the extra columns of a generation
+# A kept rollout response's per-token figures (valgen.mismatch.<figure>), and a rollout step
+# summary's distribution of every response's (valgen.mismatch, a map Loki flattens to
+# valgen_mismatch_<figure>_<p50|p90|p99|max|mean>; otel_valgen/tokens.py).
+MISMATCH = loki_name(contract.MISMATCH_PREFIX)
+MISMATCH_COLUMNS = tuple(f"{MISMATCH}{name}" for name in ("mean_abs", "max_abs", "kl", "masked"))
 TRACE_ID = "trace_id"  # Loki's structured metadata for LogRecord.trace_id (hex)
 SERVICE = loki_name("service.name")  # the one index label the queries select streams by
 
@@ -133,6 +138,25 @@ Q_MEAN_SCORE = (
 )
 Q_ROLLOUT_SUMMARIES = f"{STREAMS} {OF_RUN} {ROLLOUTS} {SUMMARIES_ONLY}"
 Q_ROLLOUT_GENERATIONS = f'{STREAMS} {OF_RUN} {ROLLOUTS} | {STEP}=~"$step" {OF_DATA_SOURCE} {KEPT_ONLY} {BODY}'
+# The kept responses of a rollout step that carry per-token figures (the most disagreeing first, in the table).
+Q_MISMATCHED = f'{STREAMS} {OF_RUN} {ROLLOUTS} | {STEP}=~"$step" {OF_DATA_SOURCE} {KEPT_ONLY} | {MISMATCH}kl!="" {BODY}'
+
+
+def rollout_summary_value(field: str) -> str:
+    """One figure of the rollout step summaries per step (max, so a summary delivered twice counts once)."""
+    return (
+        f"max by ({STEP}) (max_over_time({STREAMS} {OF_RUN} {ROLLOUTS} {SUMMARIES_ONLY} "
+        f'| unwrap {field} | __error__="" [$__range]))'
+    )
+
+
+# The step's distribution over every response (the summary): |trainer - rollout| per response, and the largest token.
+MISMATCH_SERIES = (
+    f"{MISMATCH}mean_abs_p50",
+    f"{MISMATCH}mean_abs_p90",
+    f"{MISMATCH}mean_abs_p99",
+    f"{MISMATCH}max_abs_max",
+)
 # One kept generation of either kind (dashboards/trajectory.py), its line the body's rendering, turn by turn.
 Q_TRAJECTORY = (
     f'{STREAMS} {OF_RUN} | {STEP}=~"$step" | {SAMPLE_ID}=~"${trajectory.VARIABLE}(@[0-9a-f]*)?" {KEPT_ONLY} {BODY} '
@@ -564,6 +588,57 @@ def panels() -> list[Builder[dashboard_models.Panel]]:
         mean_score,
         late,
         *rollout_panels(top=41),
+        *mismatch_panels(top=MISMATCH_TOP),
+    ]
+
+
+MISMATCH_TABLE_COLUMNS = {
+    SAMPLE_ID: "sample id",
+    STEP: "step",
+    DATA_SOURCE: "data source",
+    f"{MISMATCH}kl": "KL (k3)",
+    f"{MISMATCH}mean_abs": "mean |diff|",
+    f"{MISMATCH}max_abs": "max |diff|",
+    f"{MISMATCH}masked": "masked",
+    f"{MISMATCH}tokens": "tokens compared",
+    SCORE: "reward",
+    contract.BODY_OUTPUT: "response",
+    TRACE_ID: "trace id",
+}
+
+
+def mismatch_panels(top: int) -> list[Builder[dashboard_models.Panel]]:
+    """Where the rollout engine and the trainer disagree: the steps' distribution, kept responses worst first."""
+    chart = per_step_chart(
+        61,
+        "Training-inference mismatch per rollout step: |trainer - rollout| log-probability",
+        "From the rollout step summaries, over every response of the step (not only the kept ones) that carried "
+        "per-token log-probabilities (log_rollouts(..., tokens=...)): A, B, C: the p50, p90 and p99 of the "
+        "responses' mean |trainer - rollout| over their model tokens (estimates within 1%); D: the largest "
+        "difference of any token. Choose one run.",
+        grid(0, top, 10, 10),
+        [instant_query(ref, rollout_summary_value(field)) for ref, field in zip("ABCD", MISMATCH_SERIES, strict=True)],
+    )
+    worst = table_panel(
+        62,
+        "Kept responses of step $step, the most disagreeing first",
+        "The kept rollout responses that carry per-token figures, by their KL estimate (k3, the mean of e^d - 1 - d "
+        "with d = trainer - rollout over the model's tokens), largest first: the first row is the step's worst kept "
+        "response. Click its sample id to read it; `otel-valgen show --tokens SAMPLE_ID` colours each token.",
+        grid(10, top, 14, 10),
+        logs_query("A", Q_MISMATCHED, max_lines=1000),
+        [
+            parts.extract_label_fields(),
+            parts.convert_to_number(STEP, SCORE, *MISMATCH_COLUMNS, f"{MISMATCH}tokens"),
+            parts.sort_by(f"{MISMATCH}kl", descending=True),
+            parts.organize(MISMATCH_TABLE_COLUMNS),
+        ],
+    )
+    return [
+        chart,
+        with_columns(
+            worst, ([contract.BODY_OUTPUT, "response"], WIDE_TEXT), ([SAMPLE_ID, "sample id"], [trajectory_link()])
+        ),
     ]
 
 
@@ -624,7 +699,8 @@ def rollout_panels(top: int) -> list[Builder[dashboard_models.Panel]]:
     ]
 
 
-TRAJECTORY_TOP = 66  # below the rollouts
+MISMATCH_TOP = 66  # below the rollouts
+TRAJECTORY_TOP = MISMATCH_TOP + 10
 PIPELINE_TOP = TRAJECTORY_TOP + 14
 
 

@@ -99,6 +99,39 @@ def run_job(http_endpoint: str, extra: bool = False) -> Job:
     return Job()
 
 
+ROLLOUT_STEP = 300
+ROLLOUT_PROMPTS = 6
+ROLLOUT_RESPONSES = 2
+ROLLOUT_K = 2
+
+
+def token_rows(prompt: int, response: int) -> dict[str, list[float]]:
+    """A response's per-token log-probabilities (the engine drifts from the trainer by (1 + prompt) * 0.01) and mask."""
+    trainer = [-0.5 - 0.1 * t for t in range(8)]
+    drift = (1 + prompt) * 0.01 * (1 + response)
+    rollout = [value - drift * (t % 3) for t, value in enumerate(trainer)]
+    return {"trainer": trainer, "rollout": rollout, "masked": [t == prompt % 8 for t in range(8)]}
+
+
+def send_token_rollouts(http_endpoint: str) -> None:
+    """Send one rollout step of the job's run whose responses carry per-token log-probabilities."""
+    rows = [(p, r) for p in range(ROLLOUT_PROMPTS) for r in range(ROLLOUT_RESPONSES)]
+    columns = [token_rows(p, r) for p, r in rows]
+    with _job_process(http_endpoint, presample=True):
+        vg.log_rollouts(
+            [f"rollout prompt {p}" for p, _ in rows],
+            [f"response {r} to {p}" for p, r in rows],
+            [float(r) for _, r in rows],
+            step=ROLLOUT_STEP,
+            source="trainer",
+            count=ROLLOUT_K,
+            ground_truths=[str(p) for p, _ in rows],
+            data_sources=[DATA_SOURCE] * len(rows),
+            tokens={name: [c[name] for c in columns] for name in ("trainer", "rollout", "masked")},
+        )
+        assert vg.flush(10.0), "the collector did not confirm the rollouts"
+
+
 def send_late_generation(http_endpoint: str, step: int, sample_id: str) -> None:
     """Send one more generation for an already closed `step` of the job's run, from a straggler."""
     with _job_process(http_endpoint, presample=False):

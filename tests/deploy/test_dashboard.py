@@ -25,7 +25,7 @@ from dashboards import DASHBOARDS
 from dashboards import validation_generations as vgd
 from dashboards.__main__ import main as generate
 from dashboards.render import render
-from otel_valgen import contract
+from otel_valgen import contract, tokens
 from otel_valgen.sampling import split_sample_id, untagged
 from tests.deploy import compose, grafana_table, harness, logql_subset, loki_model
 from tests.deploy.loki_query import substitute
@@ -191,12 +191,20 @@ def _queries(dashboard: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 def _record_attributes() -> set[str]:
-    """Every record attribute key of the wire contract (otel_valgen.contract)."""
-    return {
+    """Every record attribute key of the wire contract (otel_valgen.contract), maps' keys as Loki flattens them.
+
+    Of the maps, the ones the dashboard reads: a kept response's ``valgen.mismatch.<figure>`` and
+    a rollout summary's ``valgen.mismatch`` figures (``<figure>.<mean|p50|p90|p99|max>``).
+    """
+    plain = {
         value
         for name, value in vars(contract).items()
         if name.isupper() and not name.startswith("EVENT_") and isinstance(value, str) and value.startswith("valgen.")
     }
+    figures = {contract.MISMATCH_PREFIX + figure for figure in (*tokens.FIGURES, tokens.TOKENS)}
+    suffixes = (".mean", ".max", *(suffix for suffix, _ in tokens.QUANTILES))
+    flattened = {f"{contract.MISMATCH}_{figure}{suffix}" for figure in tokens.FIGURES for suffix in suffixes}
+    return plain | figures | flattened
 
 
 def test_every_query_parses_with_our_logql_subset_parser(dashboard: dict[str, Any]) -> None:
@@ -388,7 +396,12 @@ VALIDATION_PANELS = (
     "Sampled generations of step",
     "Mean score per step",
 )
-ROLLOUT_PANELS = ("Rollout steps: prompts seen and kept", "Rollout prompts of step")
+ROLLOUT_PANELS = (
+    "Rollout steps: prompts seen and kept",
+    "Rollout prompts of step",
+    "Training-inference mismatch per rollout step",
+    "Kept responses of step $step, the most disagreeing first",
+)
 BOTH_KINDS_PANELS = ("Outputs for one prompt across steps", "Late generations", "Trajectory")
 
 

@@ -19,6 +19,7 @@ import yaml
 from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
 
 from dashboards import validation_generations as vgd
+from otel_valgen import tokens
 from otel_valgen.sampling import untagged
 from tests.deploy import grafana_table, harness, logql_subset, loki_model
 from tests.deploy.loki_query import substitute, variables
@@ -26,6 +27,10 @@ from tests.deploy.steps import (
     CONVERSATION_RUN,
     CONVERSATION_TURNS,
     PROMPTS,
+    ROLLOUT_K,
+    ROLLOUT_PROMPTS,
+    ROLLOUT_RESPONSES,
+    ROLLOUT_STEP,
     Job,
     expected_ids,
     extra_columns,
@@ -33,6 +38,8 @@ from tests.deploy.steps import (
     score,
     send_conversation,
     send_late_generation,
+    send_token_rollouts,
+    token_rows,
 )
 from tests.support.otlp_http import OtlpHttpStandIn
 
@@ -40,6 +47,7 @@ DASHBOARD = harness.REPO / "docker" / "grafana" / "dashboards" / "validation-gen
 LOKI_PATH = "/otlp/v1/logs"
 # Late generations are forwarded (not the compose default, `drop`) so that the dashboard's
 # "Late generations" panel has something to show.
+MISMATCH_TABLE_ID = 62  # the kept rollout responses with per-token figures (dashboards: mismatch_panels)
 COLLECTOR_ENV = {"VALGEN_DECISION_WAIT": "60s", "VALGEN_LATE_RECORDS": "forward"}
 
 
@@ -83,9 +91,16 @@ def loki(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LokiStandIn]:
         env = {"VALGEN_LOKI_OTLP_ENDPOINT": f"{sink.base_url}/otlp", **COLLECTOR_ENV}
         with harness.collector(["collector.yaml"], env, workdir) as running:
             job = run_job(running.http_endpoint, extra=True)
+            send_token_rollouts(running.http_endpoint)
             stand_in = LokiStandIn(job, running.http_endpoint, sink)
             harness.wait_for(
                 lambda: len(_summaries(stand_in)) == len(job.steps), 30, "the step summaries at the Loki stand-in"
+            )
+            # A rollout part names no expected sources: its step closes after the decision wait (60 s here).
+            harness.wait_for(
+                lambda: stand_in.logs(substitute(vgd.Q_ROLLOUT_SUMMARIES, **variables(job))) != [],
+                90,
+                "the rollout step's summary at the Loki stand-in",
             )
             yield stand_in
             assert [path for path, _ in sink.by_path if path != LOKI_PATH] == []
@@ -184,7 +199,7 @@ def test_dashboard_queries_use_only_names_in_what_loki_stores(loki: LokiStandIn)
         assert names.fields <= stored, f"{panel['title']}: {names.fields - stored}"
         assert names.parsed <= body_fields, f"{panel['title']}: {names.parsed - body_fields}"
         checked += 1
-    assert checked == 13
+    assert checked == 18
 
 
 def test_step_table_lists_the_kept_generations_of_the_step(loki: LokiStandIn) -> None:
@@ -272,13 +287,14 @@ def test_every_table_column_is_in_what_loki_returns(loki: LokiStandIn) -> None:
         if panel["type"] != "table" or "Late" in panel["title"]:
             continue  # late generations exist only with late_records: forward
         if panel["title"].startswith("Rollout"):
-            continue  # this job validates only; tests/e2e/test_rollouts.py checks the rollout tables
-        rows = loki.logs(substitute(panel["targets"][0]["expr"], **variables(loki.job, step="100")))
+            continue  # tests/e2e/test_rollouts.py checks the rollout tables
+        step = str(ROLLOUT_STEP) if panel["id"] == MISMATCH_TABLE_ID else "100"  # its rollout step, with tokens
+        rows = loki.logs(substitute(panel["targets"][0]["expr"], **variables(loki.job, step=step)))
         assert rows, panel["title"]
         missing = grafana_table.kept_columns(panel) - set().union(*rows)
         assert not missing, f"{panel['title']}: {missing}"
         checked += 1
-    assert checked == 3
+    assert checked == 4
 
 
 def test_late_panel_lists_generations_that_arrive_after_their_step_closed(loki: LokiStandIn) -> None:
@@ -311,3 +327,30 @@ def test_the_trajectory_panel_shows_a_kept_conversation_turn_by_turn(loki: LokiS
     assert roles == [message["role"] for message in CONVERSATION_TURNS]
     none = substitute(vgd.Q_TRAJECTORY, **variables(loki.job, run=CONVERSATION_RUN, trajectory=""))
     assert logql_subset.lines(none, loki.entries) == [], "no trajectory until one is picked"
+
+
+def test_the_mismatch_panels_show_the_steps_distribution_and_its_worst_kept_response(loki: LokiStandIn) -> None:
+    """The chart's queries give the rollout summary's quantiles over every response; the table ranks the kept by KL."""
+    whole = tokens.MismatchFigures()
+    for prompt in range(ROLLOUT_PROMPTS):
+        for response in range(ROLLOUT_RESPONSES):
+            columns = {name: [values] for name, values in token_rows(prompt, response).items()}
+            read = tokens.read_response(columns, 0)
+            assert read is not None
+            figures = tokens.response_figures(read)
+            assert figures is not None
+            whole.add(figures)
+    expected = tokens.summary(whole.attribute())
+    assert expected is not None
+    values = variables(loki.job)
+    for field in vgd.MISMATCH_SERIES:
+        key = field.removeprefix(vgd.MISMATCH).replace("_p", ".p").replace("abs_max", "abs.max")
+        got = loki.metric(substitute(vgd.rollout_summary_value(field), **values))
+        assert got == {str(ROLLOUT_STEP): pytest.approx(expected[key], rel=1e-9)}, field
+    rows = loki.logs(substitute(vgd.Q_MISMATCHED, **variables(loki.job, step=str(ROLLOUT_STEP))))
+    assert len(rows) == ROLLOUT_K * ROLLOUT_RESPONSES
+    kept = {row["valgen_prompt_id"] for row in rows}
+    worst = max(rows, key=lambda row: float(row[f"{vgd.MISMATCH}kl"]))
+    prompt = int(worst["input"].removeprefix("rollout prompt "))
+    assert prompt == max(int(row["input"].removeprefix("rollout prompt ")) for row in rows), "the most drift is worst"
+    assert len(kept) == ROLLOUT_K
