@@ -44,6 +44,7 @@ from typing import Any, Final
 import numpy as np
 
 from otel_valgen._sanitize import clean_text
+from otel_valgen.trajectories import metric_name
 
 IDS: Final = "ids"
 PIECES: Final = "pieces"
@@ -589,8 +590,7 @@ def scalars(figures: Mapping[str, Any] | None, prefix: str = "mismatch") -> dict
     by_data_source = figures.get(BY_DATA_SOURCE)
     for name, inner in by_data_source.items() if isinstance(by_data_source, Mapping) else ():
         if isinstance(inner, Mapping):
-            clean = "".join(c if c.isalnum() or c in "_-." else "_" for c in str(name)) or "_"
-            out.update(scalars(inner, f"{prefix}/{BY_DATA_SOURCE}/{clean}"))
+            out.update(scalars(inner, f"{prefix}/{BY_DATA_SOURCE}/{metric_name(str(name))}"))
     for name in FIGURES:
         for suffix in (".mean", ".p50", ".p90", ".p99", ".max"):
             value = figures.get(name + suffix)

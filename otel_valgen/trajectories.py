@@ -383,7 +383,7 @@ def scalars(figures: Mapping[str, Any] | None, prefix: str = "trajectories") -> 
     by_data_source = figures.get(BY_DATA_SOURCE)
     for name, inner in by_data_source.items() if isinstance(by_data_source, Mapping) else ():
         if isinstance(inner, Mapping):
-            out.update(scalars(inner, f"{prefix}/{BY_DATA_SOURCE}/{_metric_name(str(name))}"))
+            out.update(scalars(inner, f"{prefix}/{BY_DATA_SOURCE}/{metric_name(str(name))}"))
     for key in (
         COUNT,
         TURNS_MEAN,
@@ -400,7 +400,7 @@ def scalars(figures: Mapping[str, Any] | None, prefix: str = "trajectories") -> 
     by_name = figures.get(TOOL_CALLS_BY_NAME)
     for name, value in by_name.items() if isinstance(by_name, Mapping) else ():
         if _number(value):
-            out[f"{prefix}/tool_calls/{_metric_name(str(name))}"] = float(value)
+            out[f"{prefix}/tool_calls/{metric_name(str(name))}"] = float(value)
     return out
 
 
@@ -411,7 +411,7 @@ _REWARD_SCALARS: Final = (
 """The reward figures the trackers get (absent ones are left out)."""
 
 
-def _metric_name(name: str) -> str:
+def metric_name(name: str) -> str:
     """A tool name as a metric name part every tracker takes (MLflow's characters)."""
     return "".join(c if c.isalnum() or c in "_-." else "_" for c in name) or "_"
 

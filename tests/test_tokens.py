@@ -13,10 +13,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from otel_valgen import tokens
+from otel_valgen import contract, tokens
+from otel_valgen.partials import merge_summaries
 from otel_valgen.reader import EndRecord
 from otel_valgen.selection import select_steps
 from otel_valgen.trajectories import merge
+from tests.support.partial_summaries import one_sampler_per_source
 
 
 def _response(n: int, seed: int = 0, model_gap: tuple[int, int] | None = None) -> dict[str, list[Any]]:
@@ -276,3 +278,14 @@ def test_show_merges_the_end_records_mismatch_as_the_shared_cases_say(case: dict
             assert step.mismatch is None
         else:
             _same_figures(step.mismatch, case["expected"])
+
+
+@pytest.mark.parametrize(
+    "case",
+    [c for c in _MISMATCH_CASES if c["expected"] is not None and len(c["end_records"]) > 1],  # a merge
+    ids=lambda case: case["name"],
+)
+def test_merged_parts_give_the_mismatch_one_sampler_would_have(case: dict[str, Any]) -> None:
+    """Samplers' summaries, one source each, merge (otel_valgen.partials) to the whole step's distribution."""
+    parts = one_sampler_per_source(case["end_records"], contract.FIELD_MISMATCH, "mismatch")
+    _same_figures(merge_summaries(parts, [])[contract.MISMATCH], case["expected"])

@@ -22,6 +22,7 @@ from otel_valgen.reader import EndRecord
 from otel_valgen.selection import select_steps
 from otel_valgen.testing import capture_records
 from tests.e2e.agentic_job import trajectory
+from tests.support.partial_summaries import one_sampler_per_source
 from tests.support.process import run_show
 
 CASES = json.loads(
@@ -41,27 +42,11 @@ def test_show_merges_the_end_records_figures_as_the_shared_cases_say(case: dict[
         assert step.trajectories == case["expected"]
 
 
-def test_merged_parts_give_the_figures_one_sampler_would_have() -> None:
-    """Two samplers' summaries, each with one source's figures, merge to the step's figures."""
-    (case,) = [c for c in CASES if c["name"] == "two_sources_add_up_and_max"]
-    parts = [
-        {
-            contract.RUN_ID: "r",
-            contract.STEP: 1,
-            contract.SAMPLER: f"s{i}",
-            contract.SOURCE_FIGURES: [
-                {
-                    "source": f"{e['source']}@{e['instance']}",
-                    "announced": True,
-                    "ended": True,
-                    "seen": e["seen"],
-                    "emitted": 0,
-                    contract.FIELD_TRAJECTORIES: e["trajectories"],
-                }
-            ],
-        }
-        for i, e in enumerate(case["end_records"])
-    ]
+@pytest.mark.parametrize("name", ["two_sources_add_up_and_max", "rewards_min_max_and_sums", "rewards_per_data_source"])
+def test_merged_parts_give_the_figures_one_sampler_would_have(name: str) -> None:
+    """Two samplers' summaries, each with one source's figures (rewards too), merge to the step's figures."""
+    (case,) = [c for c in CASES if c["name"] == name]
+    parts = one_sampler_per_source(case["end_records"], contract.FIELD_TRAJECTORIES, "trajectories")
     assert merge_summaries(parts, [])[contract.TRAJECTORIES] == case["expected"]
 
 
@@ -164,30 +149,6 @@ def test_the_reward_cases_merge_min_max_and_sums_as_computed_by_hand() -> None:
     # only a has turn scores: trajectories (0, 1, .5) and (1,), so the last scores .5 and 1
     derived = ("turn_scores.mean", "turn_scores.per_trajectory", "turn_scores.last.mean")
     assert [expected[key] for key in derived] == [2.5 / 4, 2.5 / 2, 1.5 / 2]
-
-
-@pytest.mark.parametrize("case", REWARD_CASES, ids=[c["name"] for c in REWARD_CASES])
-def test_merged_parts_give_the_reward_figures_one_sampler_would_have(case: dict[str, Any]) -> None:
-    """Partial groups merge the reward figures by the same rule (one sampler per source)."""
-    parts = [
-        {
-            contract.RUN_ID: "r",
-            contract.STEP: 1,
-            contract.SAMPLER: f"s{i}",
-            contract.SOURCE_FIGURES: [
-                {
-                    "source": f"{e['source']}@{e['instance']}",
-                    "announced": True,
-                    "ended": True,
-                    "seen": e["seen"],
-                    "emitted": 0,
-                    contract.FIELD_TRAJECTORIES: e["trajectories"],
-                }
-            ],
-        }
-        for i, e in enumerate(case["end_records"])
-    ]
-    assert merge_summaries(parts, [])[contract.TRAJECTORIES] == case["expected"]
 
 
 def _rewards_of(figures: dict[str, Any]) -> dict[str, Any]:

@@ -357,3 +357,21 @@ func sliceOf(t *testing.T, lr plog.LogRecord, key string) []any {
 	require.Equal(t, pcommon.ValueTypeSlice, v.Type(), key)
 	return v.Slice().AsRaw()
 }
+
+// summaryOfEnds consumes one step's end records, in order or reversed, shuts the sampler down and
+// returns the step's one summary (the shared end-record cases replay through it).
+func summaryOfEnds(t *testing.T, ends []rec, reverse bool) plog.LogRecord {
+	t.Helper()
+	h := newHarness(t, nil)
+	for i := range ends {
+		e := ends[i]
+		if reverse {
+			e = ends[len(ends)-1-i]
+		}
+		h.consume(t, logsOf(e))
+	}
+	require.NoError(t, h.p.Shutdown(context.Background()))
+	out := collect(h.sink)
+	require.Len(t, out.summaries, 1)
+	return out.summaries[0]
+}

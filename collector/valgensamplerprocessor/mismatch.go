@@ -21,7 +21,6 @@ import (
 const (
 	attrMismatch             = "valgen.mismatch"
 	mismatchCount            = "count"
-	mismatchByDataSource     = "by_data_source"
 	mismatchZeroBucket       = "z"
 	mismatchRelativeAccuracy = 0.01
 )
@@ -60,34 +59,7 @@ func (s *sourceState) addMismatch(end endInfo) {
 // source order) with each figure's mean and quantiles, for the step and for each data source;
 // nothing when no ended source sent one.
 func putMismatch(attrs pcommon.Map, g *group) {
-	ids := make([]sourceID, 0, len(g.sources))
-	for id := range g.sources {
-		ids = append(ids, id)
-	}
-	sort.Slice(ids, func(i, j int) bool { return ids[i].String() < ids[j].String() })
-	var merged map[string]any
-	for _, id := range ids {
-		state := g.sources[id]
-		if !state.ended || state.end.mismatch == nil {
-			continue
-		}
-		if merged == nil {
-			merged = map[string]any{}
-		}
-		mergeFigures(merged, state.end.mismatch)
-	}
-	if merged == nil {
-		return
-	}
-	deriveMismatch(merged)
-	if perSource, ok := merged[mismatchByDataSource].(map[string]any); ok {
-		for _, figures := range perSource {
-			if m, ok := figures.(map[string]any); ok {
-				deriveMismatch(m)
-			}
-		}
-	}
-	_ = attrs.PutEmptyMap(attrMismatch).FromRaw(merged) // raw ints, doubles and maps always convert
+	putMergedFigures(attrs, attrMismatch, g, func(s *sourceState) map[string]any { return s.end.mismatch }, deriveMismatch)
 }
 
 // deriveMismatch adds F.mean = F.sum / count and F.p50, F.p90, F.p99 from F.buckets, then leaves

@@ -4,7 +4,6 @@
 package valgensamplerprocessor
 
 import (
-	"context"
 	"fmt"
 	"math"
 	"testing"
@@ -56,23 +55,15 @@ func TestStepSummaryScoreStatistics(t *testing.T) {
 	for _, c := range cases.Cases {
 		for _, reverse := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/reverse=%v", c.Name, reverse), func(t *testing.T) {
-				h := newHarness(t, nil)
-				n := len(c.EndRecords)
-				for i := range n {
-					e := c.EndRecords[i]
-					if reverse {
-						e = c.EndRecords[n-1-i]
-					}
+				ends := make([]rec, 0, len(c.EndRecords))
+				for _, e := range c.EndRecords {
 					r := rec{event: eventEnd, step: 1, source: e.Source, instance: e.Instance, seen: e.Seen, emitted: e.Emitted}
 					if e.ScoreCount != nil {
 						r.scored, r.scoreCount, r.scoreSum = true, *e.ScoreCount, *e.ScoreSum
 					}
-					h.consume(t, logsOf(r))
+					ends = append(ends, r)
 				}
-				require.NoError(t, h.p.Shutdown(context.Background()))
-				out := collect(h.sink)
-				require.Len(t, out.summaries, 1)
-				s := out.summaries[0]
+				s := summaryOfEnds(t, ends, reverse)
 				count, ok := s.Attributes().Get(attrScoreCount)
 				if c.Expected.ScoreCount == nil {
 					assert.False(t, ok, "valgen.score.count should be absent")

@@ -145,6 +145,15 @@ func asDouble(v any) float64 {
 // source order), with turns.mean, tool_calls.mean and the turn and length limits' shares of
 // count, for the step and for each data source; nothing when no ended source sent figures.
 func putTrajectories(attrs pcommon.Map, g *group) {
+	putMergedFigures(attrs, attrTrajectories, g, func(s *sourceState) map[string]any { return s.end.trajectories }, deriveFigures)
+}
+
+// putMergedFigures writes a summary's figure map `key` (valgen.trajectories, valgen.mismatch): the
+// ended sources' maps that `of` picks, merged in source order by mergeFigures, then `derive`d for
+// the step and for each data source (by_data_source); nothing when no ended source sent one.
+func putMergedFigures(
+	attrs pcommon.Map, key string, g *group, of func(*sourceState) map[string]any, derive func(map[string]any),
+) {
 	ids := make([]sourceID, 0, len(g.sources))
 	for id := range g.sources {
 		ids = append(ids, id)
@@ -153,26 +162,27 @@ func putTrajectories(attrs pcommon.Map, g *group) {
 	var merged map[string]any
 	for _, id := range ids {
 		state := g.sources[id]
-		if !state.ended || state.end.trajectories == nil {
+		figures := of(state)
+		if !state.ended || figures == nil {
 			continue
 		}
 		if merged == nil {
 			merged = map[string]any{}
 		}
-		mergeFigures(merged, state.end.trajectories)
+		mergeFigures(merged, figures)
 	}
 	if merged == nil {
 		return
 	}
-	deriveFigures(merged)
+	derive(merged)
 	if perSource, ok := merged[trajectoryByDataSource].(map[string]any); ok {
 		for _, figures := range perSource {
 			if m, ok := figures.(map[string]any); ok {
-				deriveFigures(m)
+				derive(m)
 			}
 		}
 	}
-	_ = attrs.PutEmptyMap(attrTrajectories).FromRaw(merged) // raw ints, doubles and maps always convert
+	_ = attrs.PutEmptyMap(key).FromRaw(merged) // raw ints, doubles and maps always convert
 }
 
 // deriveFigures adds turns.mean, tool_calls.mean and the turn and length limits' shares of count,

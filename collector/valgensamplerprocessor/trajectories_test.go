@@ -5,7 +5,6 @@ package valgensamplerprocessor
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -73,22 +72,14 @@ func TestStepSummaryTrajectoryFigures(t *testing.T) {
 	for _, c := range cases.Cases {
 		for _, reverse := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/reverse=%v", c.Name, reverse), func(t *testing.T) {
-				h := newHarness(t, nil)
-				n := len(c.EndRecords)
-				for i := range n {
-					e := c.EndRecords[i]
-					if reverse {
-						e = c.EndRecords[n-1-i]
-					}
-					h.consume(t, logsOf(rec{
+				ends := make([]rec, 0, len(c.EndRecords))
+				for _, e := range c.EndRecords {
+					ends = append(ends, rec{
 						event: eventEnd, step: 1, source: e.Source, instance: e.Instance,
 						seen: e.Seen, emitted: e.Emitted, trajectories: e.Trajectories,
-					}))
+					})
 				}
-				require.NoError(t, h.p.Shutdown(context.Background()))
-				out := collect(h.sink)
-				require.Len(t, out.summaries, 1)
-				got, ok := out.summaries[0].Attributes().Get(attrTrajectories)
+				got, ok := summaryOfEnds(t, ends, reverse).Attributes().Get(attrTrajectories)
 				if string(c.Expected) == "null" {
 					assert.False(t, ok, "valgen.trajectories should be absent")
 					return
