@@ -260,7 +260,7 @@ def batch_figures(
         limits = np.array([_length(value, shape[1]) for value in lengths], dtype=np.int64)
         valid = np.arange(shape[1])[None, :] < limits[:, None]
         model = valid if model is None else model & valid
-    return _figures_2d(floats[0].astype(np.float64), floats[1].astype(np.float64), model, masked)
+    return _figures_2d(floats[0], floats[1], model, masked)
 
 
 _UNFIT: Final = object()  # a mask column that does not fit the float columns' matrix
@@ -329,16 +329,18 @@ def _figures_2d(
 ) -> list[dict[str, float | int] | None]:
     """The figures of each row of [responses, tokens] arrays (the one implementation of the rule)."""
     with np.errstate(all="ignore"):
-        compared = np.isfinite(rollout) & np.isfinite(trainer)
+        # In float64 (the inputs are often float32): d is not finite exactly where either side is not.
+        d = np.subtract(trainer, rollout, dtype=np.float64)
+        compared = np.isfinite(d)
         if model is not None:
-            compared &= model.astype(bool)
-        counts = compared.sum(axis=1)
-        d = np.where(compared, trainer - rollout, 0.0)
+            compared &= model.astype(bool, copy=False)
+        d[~compared] = 0.0  # every figure below is 0 for a token left out
+        counts = np.count_nonzero(compared, axis=1)
         magnitude = np.abs(d)
         denominator = np.maximum(counts, 1)
         mean_abs = magnitude.sum(axis=1) / denominator
         max_abs = magnitude.max(axis=1, initial=0.0)
-        kl = np.maximum(np.where(compared, np.expm1(d) - d, 0.0).sum(axis=1) / denominator, 0.0)
+        kl = np.maximum((np.expm1(d) - d).sum(axis=1) / denominator, 0.0)  # e^0 - 1 - 0 = 0
         share = None
         if masked is not None:
             own = model.astype(bool) if model is not None else np.ones(masked.shape, dtype=bool)

@@ -655,7 +655,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "py.tokens.model_tokens_only",
         "a response's figures are over its model tokens only (a tool's tokens are left out)",
         "otel_valgen/tokens.py",
-        "            compared &= model.astype(bool)",
+        "            compared &= model.astype(bool, copy=False)",
         "            compared &= np.ones_like(compared)",
         ("tests/test_tokens.py",),
     ),
