@@ -44,7 +44,7 @@ from typing import Any, Final
 import numpy as np
 
 from otel_valgen._sanitize import clean_text
-from otel_valgen.trajectories import metric_name
+from otel_valgen.trajectories import BY_DATA_SOURCE, metric_name
 
 IDS: Final = "ids"
 PIECES: Final = "pieces"
@@ -75,7 +75,7 @@ MASKED_SHARE: Final = "masked"
 FIGURES: Final = (MEAN_ABS, MAX_ABS, KL, MASKED_SHARE)
 TOKENS: Final = "tokens"  # model tokens compared (a response's, a step's sum)
 STEP_COUNT: Final = "count"  # responses with figures
-BY_DATA_SOURCE: Final = "by_data_source"
+
 QUANTILES: Final = ((".p50", 0.5), (".p90", 0.9), (".p99", 0.99))
 BUCKETS: Final = ".buckets"
 

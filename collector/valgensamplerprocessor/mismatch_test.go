@@ -4,12 +4,8 @@
 package valgensamplerprocessor
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
 	"math"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -35,12 +31,8 @@ type mismatchCases struct {
 // arrive) and its other numbers as float64.
 func readMismatchCases(t *testing.T) mismatchCases {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join("..", "..", "testdata", "sampling", "mismatch.json"))
-	require.NoError(t, err)
-	decoder := json.NewDecoder(bytes.NewReader(data))
-	decoder.UseNumber()
 	var cases mismatchCases
-	require.NoError(t, decoder.Decode(&cases))
+	readJSONNumbers(t, "mismatch.json", &cases)
 	for _, c := range cases.Cases {
 		for _, e := range c.EndRecords {
 			numbersToRaw(e.Mismatch)

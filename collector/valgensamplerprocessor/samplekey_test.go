@@ -4,6 +4,7 @@
 package valgensamplerprocessor
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -76,6 +77,17 @@ func readJSON(t *testing.T, name string, into any) {
 	data, err := os.ReadFile(filepath.Join(sharedVectors, name))
 	require.NoError(t, err)
 	require.NoError(t, json.Unmarshal(data, into))
+}
+
+// readJSONNumbers reads a shared vectors file keeping its numbers as json.Number, so that its
+// figure maps can be turned into the int64 and float64 values OTLP delivers (numbersToRaw).
+func readJSONNumbers(t *testing.T, name string, into any) {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(sharedVectors, name))
+	require.NoError(t, err)
+	decoder := json.NewDecoder(bytes.NewReader(data))
+	decoder.UseNumber()
+	require.NoError(t, decoder.Decode(into))
 }
 
 func parseUint(t *testing.T, s string) uint64 {

@@ -4,11 +4,8 @@
 package valgensamplerprocessor
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -33,12 +30,8 @@ type trajectoryCases struct {
 // OTLP ints arrive) and its other numbers as float64.
 func readTrajectoryCases(t *testing.T) trajectoryCases {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join("..", "..", "testdata", "sampling", "trajectories.json"))
-	require.NoError(t, err)
-	decoder := json.NewDecoder(bytes.NewReader(data))
-	decoder.UseNumber()
 	var cases trajectoryCases
-	require.NoError(t, decoder.Decode(&cases))
+	readJSONNumbers(t, "trajectories.json", &cases)
 	for _, c := range cases.Cases {
 		for _, e := range c.EndRecords {
 			numbersToRaw(e.Trajectories)
