@@ -5,6 +5,8 @@
 #                            requirements/demo.lock (each + this checkout)
 #   build/lanes/newest       `make test-ranges`: the newest versions pyproject.toml's ranges allow today
 #   build/lanes/lowest       `make test-ranges`: the lowest version of every direct dependency
+#   build/tools/phoenix-venv `make phoenix` (part of `make test`): exactly requirements/phoenix.lock,
+#                            Arize Phoenix's server for tests/e2e/test_phoenix_traces.py
 BOOTSTRAP_PYTHON ?= python3
 GO ?= go
 UV_VERSION := 0.13.8
@@ -15,16 +17,19 @@ PYTHON := $(VENV)/bin/python
 LOCK := requirements/dev.lock
 EXPORTER_LOCK := requirements/exporter.lock
 DEMO_LOCK := requirements/demo.lock
+PHOENIX_LOCK := requirements/phoenix.lock
+PHOENIX_VENV := build/tools/phoenix-venv
 LOCK_PLATFORM := --python-version 3.11 --python-platform x86_64-unknown-linux-gnu --generate-hashes
 COLLECTOR_BIN := build/otelcol-valgen
 PROCESSOR_DIR := collector/valgensamplerprocessor
+CONNECTOR_DIR := collector/valgenspanconnector
 K8S_TEST_DIR := deploy/kubernetes/manifest_test
 # The library's own tests: what the range lanes run (the library and its runtime dependencies only).
 LIBRARY_TESTS := tests/test_api.py tests/test_accounting.py tests/test_bad_input.py tests/test_conversations.py tests/test_k_rule.py \
 	tests/test_launchers.py tests/test_lifecycle.py tests/test_presampling.py tests/test_sampling.py \
 	tests/test_settings.py tests/test_testing_helpers.py
 
-.PHONY: demo dist install install-dev lock test-ranges range-lane-newest range-lane-lowest collector docker go-test go-lint lint typecheck test-py test deploy-check k8s-check
+.PHONY: demo dist install install-dev lock test-ranges range-lane-newest range-lane-lowest collector docker chromium phoenix go-test go-lint lint typecheck test-py test deploy-check k8s-check
 
 demo: install
 	$(PYTHON) -m otel_valgen.cli demo
@@ -52,11 +57,14 @@ install-dev: $(PYTHON)
 
 # Refreshes the locks to the newest versions pyproject.toml's ranges allow (commit them with it).
 # The exporter image's and the demo's locks are constrained to the dev lock: they hold the versions
-# the suite ran. Adding a package without moving the others: the same commands without --upgrade.
+# the suite ran. Phoenix's lock is compiled from requirements/phoenix.in on its own (it cannot share
+# the dev lock's graphql-core; phoenix.in says why). Adding a package without moving the others: the
+# same commands without --upgrade.
 lock: | $(UV)
 	$(UV) pip compile --quiet --upgrade $(LOCK_PLATFORM) --extra dev -o $(LOCK) pyproject.toml
 	$(UV) pip compile --quiet --upgrade $(LOCK_PLATFORM) --extra exporter --constraint $(LOCK) -o $(EXPORTER_LOCK) pyproject.toml
 	$(UV) pip compile --quiet --upgrade $(LOCK_PLATFORM) --extra cli --extra ray --constraint $(LOCK) -o $(DEMO_LOCK) pyproject.toml
+	$(UV) pip compile --quiet --upgrade $(LOCK_PLATFORM) -o $(PHOENIX_LOCK) requirements/phoenix.in
 
 # The library's ranges at both ends, each in a venv of its own: the newest versions (index
 # metadata refreshed, never a cached answer) and the lowest direct versions.
@@ -81,11 +89,34 @@ docker:
 	bash tools/docker/compose.sh
 	bash tools/docker/base-images.sh
 
+# Debian's Chromium (installed when missing; root the first time), for the test that opens MLflow's
+# trace view in a headless browser (tests/e2e/test_mlflow_traces.py).
+chromium:
+	bash tools/chromium.sh
+
+# Arize Phoenix's server in a venv of its own, for the test that sends a step's trace to it
+# (tests/e2e/test_phoenix_traces.py): exactly $(PHOENIX_LOCK), installed as `install-dev` installs
+# the dev lock (hash-checked, never resolved again). The venv keeps a copy of the lock it was
+# synced to: when it is this lock, nothing is done.
+phoenix: | $(UV)
+	@if cmp -s $(PHOENIX_LOCK) $(PHOENIX_VENV)/synced.lock && [ -x $(PHOENIX_VENV)/bin/phoenix ]; then \
+		echo "phoenix: $(PHOENIX_VENV) holds $(PHOENIX_LOCK)"; \
+	else \
+		set -e; \
+		rm -f $(PHOENIX_VENV)/synced.lock; \
+		[ -x $(PHOENIX_VENV)/bin/python ] || $(UV) venv --quiet --clear \
+			--python "$$($(BOOTSTRAP_PYTHON) -c 'import sys; print(sys.executable)')" $(PHOENIX_VENV); \
+		$(UV) pip sync --quiet --python $(PHOENIX_VENV)/bin/python --require-hashes $(PHOENIX_LOCK); \
+		cp $(PHOENIX_LOCK) $(PHOENIX_VENV)/synced.lock; \
+		echo "phoenix: $(PHOENIX_VENV) synced to $(PHOENIX_LOCK)"; \
+	fi
+
 go-test:
 	cd $(PROCESSOR_DIR) && $(GO) vet ./... && $(GO) test -count=1 ./...
+	cd $(CONNECTOR_DIR) && $(GO) vet ./... && $(GO) test -count=1 ./...
 
 go-lint:
-	@unformatted="$$(gofmt -l $(PROCESSOR_DIR))"; if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
+	@unformatted="$$(gofmt -l $(PROCESSOR_DIR) $(CONNECTOR_DIR))"; if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 
 lint: install-dev
 	$(VENV)/bin/ruff check .
@@ -108,13 +139,13 @@ test-py:
 		-n $(PYTEST_WORKERS) --dist loadscope --no-loadscope-reorder --durations=30
 
 # Installs everything this project needs (the locked Python packages, the collector build, Docker
-# and its tools) and runs every check, the compose stack among them. The set-up targets run side
+# and its tools, Chromium, Phoenix) and runs every check, the compose stack among them. The set-up targets run side
 # by side (downloads overlap compiles), then the static checks, then pytest; each phase prints
 # its time (tools/phase.sh).
 PHASE := bash tools/phase.sh
 SUBMAKE := $(MAKE) --no-print-directory --output-sync=target
 test:
-	$(PHASE) set-up $(SUBMAKE) -j3 install-dev collector docker
+	$(PHASE) set-up $(SUBMAKE) -j3 install-dev collector docker chromium phoenix
 	$(PHASE) checks $(SUBMAKE) -j3 lint typecheck go-lint go-test k8s-check
 	$(PHASE) pytest $(MAKE) --no-print-directory test-py
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds build/otelcol-valgen, the otel-valgen collector distribution, with the pinned
 # OpenTelemetry Collector Builder. Idempotent: does nothing when the binary is newer than the
-# manifest and the processor sources. Set OTELCOL_VALGEN_FORCE_BUILD=1 to rebuild anyway.
+# manifest and the sources of the processor and the connector. Set OTELCOL_VALGEN_FORCE_BUILD=1
+# to rebuild anyway.
 set -euo pipefail
 
 BUILDER_VERSION="v0.161.0"
@@ -19,9 +20,10 @@ if ! command -v go >/dev/null 2>&1; then
   exit 1
 fi
 
-# Up to date: the binary is newer than the manifest, this script and every processor source.
+# Up to date: the binary is newer than the manifest, this script and every source of the
+# components built from this repository.
 if [[ -x "$BIN" && "${OTELCOL_VALGEN_FORCE_BUILD:-0}" != "1" ]]; then
-  newer="$(find "$MANIFEST" collector/build.sh collector/valgensamplerprocessor \
+  newer="$(find "$MANIFEST" collector/build.sh collector/valgensamplerprocessor collector/valgenspanconnector \
     -path '*/testdata' -prune -o -type f ! -name '*_test.go' \
     \( -name '*.go' -o -name 'go.mod' -o -name 'go.sum' -o -name '*.yaml' -o -name '*.sh' \) \
     -newer "$BIN" -print -quit)"

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Regenerates the processor's mdatagen code (internal/metadata, documentation.md, ...) from
-# metadata.yaml with mdatagen v0.161.0. `go install .../mdatagen@v0.161.0` does not work here:
+# Regenerates a component's mdatagen code (internal/metadata, documentation.md, ...) from its
+# metadata.yaml with mdatagen v0.161.0.
+# Usage: bash collector/mdatagen.sh [component directory under collector/]
+#        (default valgensamplerprocessor; e.g. valgenspanconnector) `go install .../mdatagen@v0.161.0` does not work here:
 # its go.mod has local replace directives and its internal/schemagen v0.161.0 is not served by
 # the Go module proxy, so this builds it from the module cache with schemagen v0.159.0.
 set -euo pipefail
@@ -23,6 +25,7 @@ if [[ ! -x "$TOOL" ]]; then
     GOFLAGS=-mod=mod go build -o "$TOOL" .
   )
 fi
-cd "$ROOT/collector/valgensamplerprocessor"
+COMPONENT="${1:-valgensamplerprocessor}"
+cd "$ROOT/collector/$COMPONENT"
 "$TOOL" metadata.yaml
-echo "mdatagen.sh: regenerated from collector/valgensamplerprocessor/metadata.yaml"
+echo "mdatagen.sh: regenerated from collector/$COMPONENT/metadata.yaml"

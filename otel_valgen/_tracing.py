@@ -3,6 +3,9 @@
 Records of one (run, step) carry one trace id: the one of the validation span when its
 carrier reaches the process, else one derived from (run, step) so that processes that got
 no carrier still agree.
+
+``step_trace_id`` is the trace id of the trace the collector's ``valgen_spans`` connector makes of
+a closed step, of either kind; the exporter's MLflow backend links that trace to the job's run.
 """
 
 from __future__ import annotations
@@ -14,14 +17,33 @@ from opentelemetry.context import Context, get_current
 from opentelemetry.trace import NonRecordingSpan, Span, SpanContext, TraceFlags
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from otel_valgen import contract
+
 _PROPAGATOR = TraceContextTextMapPropagator()
 _TRACER_NAME = "otel_valgen"
 SPAN_NAME = "valgen.validation"
 
 
+def _step_digest(run_id: str, step: int, kind: str) -> bytes:
+    """SHA-256 of ``valgen.trace``, run and step (in decimal), NUL-separated, then NUL and kind unless validation."""
+    text = f"valgen.trace\0{run_id}\0{step}" + ("" if kind == contract.KIND_VALIDATION else f"\0{kind}")
+    return hashlib.sha256(text.encode("utf-8", "replace")).digest()
+
+
+def step_trace_id(run_id: str, step: int, kind: str = contract.KIND_VALIDATION) -> int:
+    """The trace id of a step's trace: the first 16 bytes of ``_step_digest`` (0 becomes 1).
+
+    The ``valgen_spans`` connector gives each closed (run, step, kind) this trace id
+    (collector/valgenspanconnector/ids.go, ``traceIDOf``); for validation it is also the one
+    ``derived_ids`` gives the step's records. tests/test_trace_ids.py checks it against the
+    connector's vectors (testdata/spans).
+    """
+    return int.from_bytes(_step_digest(run_id, step, kind)[:16], "big") or 1
+
+
 def derived_ids(run_id: str, step: int) -> tuple[int, int]:
     """Trace and span ids derived from (run, step): SHA-256 of ``valgen.trace``, run and step, NUL-separated."""
-    digest = hashlib.sha256(f"valgen.trace\0{run_id}\0{step}".encode("utf-8", "replace")).digest()
+    digest = _step_digest(run_id, step, contract.KIND_VALIDATION)
     trace_id = int.from_bytes(digest[:16], "big") or 1
     span_id = int.from_bytes(digest[16:24], "big") or 1
     return trace_id, span_id

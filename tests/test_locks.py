@@ -6,6 +6,10 @@ refused it under ``--require-hashes``, so the README's compose command failed fo
 Every lock is now installed without resolution (the Dockerfile's ``pip install --no-deps``, the
 Makefile's ``uv pip sync``). These tests install each lock that way into a new venv and check
 that nothing it needs is missing (``pip check``) and that it holds exactly the lock.
+
+Three locks are compiled from pyproject.toml's extras (the suite's, the exporter image's, the
+demo's); requirements/phoenix.lock is compiled from requirements/phoenix.in, for the Phoenix
+server the trace test starts from a venv of its own (build/tools/phoenix-venv).
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ from tests.support.require import require_or_skip
 
 LOCKS = sorted((REPO / "requirements").glob("*.lock"))
 DEV_LOCK = REPO / "requirements" / "dev.lock"
+PHOENIX_LOCK = REPO / "requirements" / "phoenix.lock"
+PHOENIX_IN = REPO / "requirements" / "phoenix.in"
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s\\;]+)")
 
 
@@ -45,12 +51,26 @@ def _extras(lock: Path) -> set[str]:
     return set(re.findall(r"--extra (\S+)", header))
 
 
-def unmet(site_packages: Path, project_extras: set[str]) -> list[str]:
+def _in_requirements(path: Path) -> list[str]:
+    """The requirements a ``.in`` file names (its lines but comments and blanks)."""
+    lines = (line.split("#", 1)[0].strip() for line in path.read_text(encoding="utf-8").splitlines())
+    return [line for line in lines if line]
+
+
+def _source(lock: Path) -> Path | None:
+    """The ``.in`` file the lock was compiled from (its header's last argument), None for pyproject.toml."""
+    header = lock.read_text(encoding="utf-8").split("\n", 3)[1]
+    source = header.split()[-1]
+    return None if source == "pyproject.toml" else REPO / source
+
+
+def unmet(site_packages: Path, project_extras: set[str], requirements: list[str] | None = None) -> list[str]:
     """What the installed packages ask for and do not have, following every extra asked for.
 
     ``pip check`` reads each package's own requirements only: it does not see that trackio's
     ``uvicorn[standard]`` needs uvloop. This walks the requirements from this project with
-    ``project_extras``, adding each extra a requirement names to what its package must provide.
+    ``project_extras`` (or, for a lock compiled from a ``.in`` file, from its ``requirements``),
+    adding each extra a requirement names to what its package must provide.
     """
     installed = {canonicalize_name(d.metadata["Name"]): d for d in metadata.distributions(path=[str(site_packages)])}
     project = metadata.distribution("otel-valgen")
@@ -65,7 +85,10 @@ def unmet(site_packages: Path, project_extras: set[str]) -> list[str]:
             if markers is None or any(markers.evaluate({"extra": extra}) for extra in extras | {""}):
                 queue.append((owner, text, requirement))
 
-    visit("otel-valgen", project.requires, project_extras)
+    if requirements is None:
+        visit("otel-valgen", project.requires, project_extras)
+    else:
+        visit("the .in file", requirements, set())
     while queue:
         owner, text, requirement = queue.pop()
         name = canonicalize_name(requirement.name)
@@ -99,9 +122,9 @@ def _uv() -> Path:
     return uv
 
 
-def test_the_project_has_its_three_locks() -> None:
-    """The suite's set, the exporter image's and the demo's (a renamed lock would make the rest pass vacuously)."""
-    assert {lock.name for lock in LOCKS} == {"dev.lock", "exporter.lock", "demo.lock"}
+def test_the_project_has_its_four_locks() -> None:
+    """The suite's, the exporter image's, the demo's, Phoenix's (a renamed lock would let the rest pass vacuously)."""
+    assert {lock.name for lock in LOCKS} == {"dev.lock", "exporter.lock", "demo.lock", "phoenix.lock"}
 
 
 def _install(lock: Path, venv: Path, *options: str) -> tuple[Path, Path]:
@@ -125,19 +148,43 @@ def test_a_lock_installed_without_resolution_is_complete_and_exactly_itself(lock
     # package's own requirements are met; `unmet` adds the extras other packages ask for.
     check = _run([sys.executable, "-m", "pip", "--python", str(python), "check"])
     assert check.returncode == 0, f"{lock.name} is incomplete:\n{check.stdout}{check.stderr}"
-    assert unmet(site_packages, _extras(lock)) == [], f"{lock.name} lacks what its packages' extras ask for"
+    source = _source(lock)
+    requirements = None if source is None else _in_requirements(source)
+    assert unmet(site_packages, _extras(lock), requirements) == [], (
+        f"{lock.name} lacks what its packages' extras ask for"
+    )
     listed = _run([sys.executable, "-m", "pip", "--python", str(python), "list", "--format=json"])
     assert listed.returncode == 0, listed.stderr
     have = {canonicalize_name(entry["name"]): entry["version"] for entry in json.loads(listed.stdout)}
     assert have == pins(lock)
 
 
-@pytest.mark.parametrize("lock", [lock for lock in LOCKS if lock != DEV_LOCK], ids=lambda lock: lock.name)
+@pytest.mark.parametrize(
+    "lock", [lock for lock in LOCKS if lock not in (DEV_LOCK, PHOENIX_LOCK)], ids=lambda lock: lock.name
+)
 def test_every_lock_holds_the_versions_the_suite_ran(lock: Path) -> None:
     """The exporter image and the demo install packages at the dev lock's versions (`make lock` constrains them)."""
     dev = pins(DEV_LOCK)
     differ = {name: (version, dev.get(name)) for name, version in pins(lock).items() if dev.get(name) != version}
     assert not differ, f"{lock.name} differs from dev.lock (name: (here, dev)): {differ}"
+
+
+def test_the_phoenix_lock_is_its_in_file_compiled_on_its_own() -> None:
+    """phoenix.lock holds phoenix.in's exact pins, compiled for the same platform as the other locks.
+
+    Not constrained to the dev lock (as the exporter's and the demo's are): Phoenix needs a
+    graphql-core that MLflow's graphene in the dev lock excludes (phoenix.in says so).
+    """
+    assert _source(PHOENIX_LOCK) == PHOENIX_IN
+    header = PHOENIX_LOCK.read_text(encoding="utf-8").split("\n", 3)[1]
+    dev_header = DEV_LOCK.read_text(encoding="utf-8").split("\n", 3)[1]
+    platform = dev_header.split(" --extra")[0].removeprefix("#    uv pip compile")
+    assert header.startswith(f"#    uv pip compile{platform} ")
+    phoenix = pins(PHOENIX_LOCK)
+    for text in _in_requirements(PHOENIX_IN):
+        requirement = Requirement(text)
+        assert str(requirement.specifier).startswith("=="), f"phoenix.in pins {requirement.name} exactly"
+        assert requirement.specifier.contains(phoenix[canonicalize_name(requirement.name)])
 
 
 def test_the_exporter_lock_holds_the_build_backend_its_image_builds_with() -> None:

@@ -109,10 +109,30 @@ _mlflow_experiment = click.option(
     help="MLflow: the experiment of runs made for records without mlflow.run_id.",
 )
 
+_mlflow_link_traces = click.option(
+    "--mlflow-link-traces/--no-mlflow-link-traces",
+    envvar="VALGEN_MLFLOW_LINK_TRACES",
+    default=False,
+    show_default=True,
+    help="MLflow: link each step's trace (the collector's traces-mlflow.yaml overlay sends it to the same "
+    "tracking server) to the run its records name (mlflow.run_id) [env: VALGEN_MLFLOW_LINK_TRACES].",
+)
+_mlflow_link_traces_wait = click.option(
+    "--mlflow-link-traces-wait",
+    envvar="VALGEN_MLFLOW_LINK_TRACES_WAIT",
+    type=click.FloatRange(min=0),
+    default=600.0,
+    show_default=True,
+    help="MLflow: seconds a step's trace link waits for its trace before it is given up "
+    "[env: VALGEN_MLFLOW_LINK_TRACES_WAIT].",
+)
+
 
 def _tracker_options(command: F) -> F:
     """The options that say where and how steps are written, shared by both commands."""
     for option in (
+        _mlflow_link_traces_wait,
+        _mlflow_link_traces,
         _mlflow_experiment,
         _mlflow_uri,
         _tensorboard_dir,
@@ -148,7 +168,11 @@ def _configs(options: dict[str, Any], max_runs: int = 16) -> dict[str, Any]:
         "clearml": ClearMLConfig(**keys),
         "trackio": TrackioConfig(**keys),
         "mlflow": MlflowConfig(
-            tracking_uri=options["mlflow_tracking_uri"] or None, experiment=options["mlflow_experiment"], **keys
+            tracking_uri=options["mlflow_tracking_uri"] or None,
+            experiment=options["mlflow_experiment"],
+            link_traces=options["mlflow_link_traces"],
+            link_traces_wait_s=options["mlflow_link_traces_wait"],
+            **keys,
         ),
         "tensorboard": TensorBoardConfig(root=options["tensorboard_dir"], **keys),
     }

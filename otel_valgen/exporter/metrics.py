@@ -42,7 +42,12 @@ valgen_exporter_steps_requeued_total{backend}   counter   steps queued again fro
 valgen_exporter_backend_up{backend}             gauge     0 while the last write found the tracker
                                                           unavailable, else 1
 valgen_exporter_backend_outages_total{backend}  counter   times the tracker became unavailable
+valgen_exporter_trace_links_total               counter   step traces linked to their run (MLflow
+{backend,outcome}                                         with --mlflow-link-traces): made, given_up
+valgen_exporter_trace_links_pending{backend}    gauge     links waiting for their trace
 ==============================================  ========  ==========================================
+
+The trace link families hold samples only for backends that link traces.
 """
 
 from __future__ import annotations
@@ -140,6 +145,15 @@ class ServiceCollector(Collector):
             value=self._service.config.max_pending_steps,
         )
         yield from (steps, rows, held, limit, age, spooled, requeued, up, outages)
+
+        links = counter("trace_links", "Step traces linked to their run, by outcome.", ["backend", "outcome"])
+        waiting = gauge("trace_links_pending", "Trace links waiting for their trace.", ["backend"])
+        for name, worker in backends.items():
+            if "trace_links" in worker:
+                for outcome in ("made", "given_up"):
+                    links.add_metric([name, outcome], worker["trace_links"][outcome])
+                waiting.add_metric([name], worker["trace_links"]["pending"])
+        yield from (links, waiting)
 
 
 def registry_for(service: ExporterService) -> CollectorRegistry:

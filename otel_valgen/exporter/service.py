@@ -15,8 +15,10 @@ attempts ran at the same time with no common source (one launch split into attem
 so is a step whose summary names sources that ran verl's own table (``otel_valgen.unhooked``).
 Validation steps and training rollout steps (``valgen.kind``) take the same way; the service
 counts steps per kind (``validation_steps``, ``rollout_steps``) and each worker counts what
-it did in total and per kind (``kinds``). These counters are the only ones: ``stats()`` reads
-them for the log line at shutdown and ``otel_valgen.exporter.metrics`` for ``/metrics``.
+it did in total and per kind (``kinds``); a backend that links step traces to runs (MLflow with
+``link_traces``) adds its ``trace_links`` (made, pending, given up). These counters are the only
+ones: ``stats()`` reads them for the log line at shutdown and ``otel_valgen.exporter.metrics`` for
+``/metrics``.
 
 A step that came in parts (agents re-routed it between samplers, each closing a part) is
 merged as its parts arrive (``otel_valgen.exporter.parts``): each later part hands the merged
@@ -367,10 +369,18 @@ class ExporterService:
                 "pending": worker.pending,
                 "oldest_pending_s": worker.oldest_pending_age(),
                 "failing": worker.failing,
+                **_trace_links(worker.backend),
             }
             for worker in self.workers
         }
         return counts
+
+
+def _trace_links(backend: Backend) -> dict[str, Any]:
+    """``{"trace_links": {made, pending, given_up}}`` of a backend that links traces (MLflow's, when on), else {}."""
+    stats = getattr(backend, "trace_link_stats", None)
+    links = stats() if callable(stats) else None
+    return {} if links is None else {"trace_links": links}
 
 
 def _unhooked_sources(step: ClosedStep) -> list[str]:

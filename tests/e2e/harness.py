@@ -174,7 +174,9 @@ def launch_collector(
     args = [str(COLLECTOR_BIN)]
     for config in configs:
         args += ["--config", str(CONFIG_DIR / config)]
-    if "auth.yaml" in configs:  # the overlay appends to the base's extension list (see auth.yaml)
+    # auth.yaml appends to the base's extension list, a traces-*.yaml overlay to the logs
+    # pipeline's exporters (see their headers): both need the list-append merge.
+    if "auth.yaml" in configs or any(Path(config).name.startswith("traces-") for config in configs):
         feature_gates = (*feature_gates, AUTH_FEATURE_GATE)
     if feature_gates:
         args.append(f"--feature-gates={','.join(feature_gates)}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import time
 import urllib.request
 from pathlib import Path
 
@@ -44,3 +45,17 @@ class MlflowServer:
         if self.server is not None:
             self.server.stop()
             self.server = None
+
+    def post_trace(self, experiment_id: str, trace_id: str, name: str = "valgen validation step") -> None:
+        """Send one span of trace ``trace_id`` (32 hex) to the server's OTLP endpoint, as a collector does."""
+        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+        message = ExportTraceServiceRequest()
+        span = message.resource_spans.add().scope_spans.add().spans.add()
+        now = time.time_ns()
+        span.trace_id, span.span_id, span.name = bytes.fromhex(trace_id), os.urandom(8), name
+        span.start_time_unix_nano, span.end_time_unix_nano = now - 1_000_000, now
+        headers = {"Content-Type": "application/x-protobuf", "x-mlflow-experiment-id": experiment_id}
+        request = urllib.request.Request(f"{self.uri}/v1/traces", data=message.SerializeToString(), headers=headers)
+        with urllib.request.urlopen(request, timeout=30) as response:
+            assert response.status == 200, response.read()

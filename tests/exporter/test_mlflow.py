@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import logging
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client.exposition import generate_latest
 
 from otel_valgen._identity import tracker_resource
 from otel_valgen.exporter.backends import create_backends
@@ -207,3 +210,83 @@ def test_a_conversation_steps_rows_hold_its_messages_as_json(server: MlflowServe
     assert rows[1]["conversation"] is None
     plain = json.loads(Path(client.download_artifacts(run_id, "val_step2.json", str(tmp_path / "2"))).read_text())
     assert [sorted(row) for row in plain] == [sorted(rows[1].keys() - {"conversation"})] * 2
+
+
+def linking_service(server: MlflowServer, wait_s: float) -> ExporterService:
+    """A started service writing to MLflow with trace linking on (``--mlflow-link-traces``)."""
+    config = MlflowConfig(tracking_uri=server.uri, link_traces=True, link_traces_wait_s=wait_s)
+    service = ExporterService(ServiceConfig(retry_after_s=1.0), create_backends(["mlflow"], None, {"mlflow": config}))
+    service.start()
+    return service
+
+
+def trace_links(service: ExporterService) -> dict[str, int]:
+    """The MLflow backend's trace links: made, pending, given_up."""
+    return dict(service.stats()["backends"]["mlflow"]["trace_links"])
+
+
+def test_a_steps_trace_that_comes_after_the_write_is_linked_to_the_jobs_run(
+    server: MlflowServer, tmp_path: Path
+) -> None:
+    """With linking on, each written step's trace (validation and rollouts) is linked to the run the records name.
+
+    The traces reach MLflow only after the steps are written: the links wait for them, then the
+    run lists exactly the two traces (search_traces(run_id=...)), and /metrics counts them as made.
+    """
+    from otel_valgen._tracing import step_trace_id
+    from otel_valgen.exporter.metrics import registry_for
+
+    run_id, resource = trainer_run(server, "exp-links")
+    client = mlflow.MlflowClient(server.uri)
+    experiment_id = client.get_run(run_id).info.experiment_id
+    service = linking_service(server, wait_s=120)
+    try:
+        for item in both_kinds("valgen-links", 3, {"service.name": "trainer"} | resource):
+            service.accept(to_otlp_json(item))
+        wait_for(lambda: written(service, "mlflow") == 2, 60)
+        time.sleep(1.5)  # a few tries without the traces
+        assert trace_links(service) == {"made": 0, "pending": 2, "given_up": 0}
+        ids = [f"{step_trace_id('valgen-links', 3, kind):032x}" for kind in ("validation", "rollout")]
+        for trace_id in ids:
+            server.post_trace(experiment_id, trace_id)
+        wait_for(lambda: trace_links(service)["made"] == 2, 60)
+        linked = client.search_traces(locations=[experiment_id], run_id=run_id, include_spans=False)
+        assert sorted(trace.info.trace_id for trace in linked) == sorted(f"tr-{trace_id}" for trace_id in ids)
+        text = generate_latest(registry_for(service)).decode()
+        assert 'valgen_exporter_trace_links_total{backend="mlflow",outcome="made"} 2.0' in text
+        assert 'valgen_exporter_trace_links_pending{backend="mlflow"} 0.0' in text
+    finally:
+        service.stop()
+    assert trace_links(service) == {"made": 2, "pending": 0, "given_up": 0}
+
+
+def test_a_trace_that_never_comes_is_given_up_with_the_fix(
+    server: MlflowServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """No traces overlay: the step is written all the same; its link is given up after the wait, warned once."""
+    run_id, resource = trainer_run(server, "exp-no-traces")
+    service = linking_service(server, wait_s=1.0)
+    try:
+        with caplog.at_level(logging.WARNING, logger="otel_valgen.exporter"):
+            for step in (1, 2):
+                service.accept(to_otlp_json(step_for("valgen-no-traces", step, 2, resource)))
+            wait_for(lambda: written(service, "mlflow") == 2, 60)
+            wait_for(lambda: trace_links(service) == {"made": 0, "pending": 0, "given_up": 2}, 60)
+    finally:
+        service.stop()
+    (warning,) = [r.getMessage() for r in caplog.records if "trace_links" in r.getMessage()]
+    assert f"could not be linked to run {run_id}: its trace did not reach the tracker within 1 s" in warning
+    assert "traces-mlflow.yaml" in warning
+    assert "VALGEN_MLFLOW_LINK_TRACES=false" in warning
+    kept = mlflow.MlflowClient(server.uri).get_metric_history(run_id, f"{KEY}/kept")
+    assert sorted(m.step for m in kept) == [1, 2]
+
+
+def test_linking_is_off_by_default(server: MlflowServer, tmp_path: Path) -> None:
+    """Without --mlflow-link-traces the backend links nothing and reports no trace links."""
+    _, resource = trainer_run(server, "exp-no-links")
+    service = service_for(server, tmp_path, ["mlflow"])
+    service.accept(to_otlp_json(step_for("valgen-no-links", 1, 2, resource)))
+    wait_for(lambda: written(service, "mlflow") == 1, 60)
+    service.stop()
+    assert "trace_links" not in service.stats()["backends"]["mlflow"]

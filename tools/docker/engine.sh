@@ -29,8 +29,9 @@ command -v dockerd >/dev/null 2>&1 || missing+=(docker.io)
 command -v debootstrap >/dev/null 2>&1 || missing+=(debootstrap)
 if ((${#missing[@]})); then
   echo "engine.sh: installing ${missing[*]} from Debian's packages"
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  # make test runs tools/chromium.sh beside this script: wait for dpkg's lock, never fail on it.
+  apt-get -o DPkg::Lock::Timeout=600 update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq "${missing[@]}" >/dev/null
   DOCKER="$(bash "$ROOT/tools/docker/client.sh")"
 fi
 mkdir -p "$LOG_DIR"
