@@ -130,8 +130,9 @@ def otel_valgen_run(
     vg.configure(
         run_id="bench", count=K, presample=presample, directory=directory, sample_by=sample_by, extremes=extremes
     )
-    vg.log_generations(["warm"], ["up"], [0.0], step=0)
-    vg.end_step(0)
+    # A job's first validation step starts the process's progress thread, once; this one does.
+    with vg.validation(step=0):
+        vg.log_generations(["warm"], ["up"], [0.0])
     # The dataset's uids exist before validation starts (verl keeps them in its batch).
     ids = [[text[: text.index(":")] for text in inputs] if uids else None for inputs, _, _ in data]
     columns = [full_row(inputs, scores, by_source) if row else {} for inputs, _, scores in data]

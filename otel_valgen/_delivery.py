@@ -93,8 +93,10 @@ class CountingExporter(LogRecordExporter):
         spool: Callable[[], Spool] | None = None,
         capacity: int = 2048,
         answer_within_s: float = 2.0,
+        local: bool = False,
     ) -> None:
         self._inner = inner
+        self._local = local  # a local file: nothing to wait for, so each export runs in the caller's thread
         self.answer_within_s = max(answer_within_s, MIN_ANSWER_WAIT_S)
         self._stats = stats
         self.description = description
@@ -269,6 +271,8 @@ class CountingExporter(LogRecordExporter):
         batch is spooled meanwhile, so a late success delivers it twice, which the collector
         and the trackers' ledgers take once.
         """
+        if self._local:
+            return _safe_export(self._inner, batch, self.description, self._stats)
         outcome: list[bool] = []
         answered = threading.Event()
 
