@@ -4,9 +4,14 @@ Two paths, one per trainer kind: the legacy trainer's batch (a ``DataProto``, ``
 ``main_ppo``'s default v1 trainer's (the same rows in a real TransferQueue, ``PPOTrainer``).
 
 The batch is a real verl ``DataProto`` of 256 prompts x 8 responses (2,048 rows): prompts
-left-padded to 1,024 tokens, responses right-padded to 2,048 (lengths vary; some hit the
-limit), ``token_level_scores``, ``advantages`` (GRPO, per prompt group), ``response_mask``,
-``attention_mask`` and ``uid``/``data_source``/``reward_model``. The tokens are real text of a
+left-padded to 1,024 tokens, responses right-padded to 4,096 (lognormal lengths, median about
+1,450; some hit the limit), ``token_level_scores``, ``advantages`` (GRPO, per prompt group),
+``response_mask``, ``attention_mask``, ``uid``/``data_source``/``reward_model``, the agent
+loop's ``raw_prompt`` (the prompt as one user message) and ``__num_turns__`` (2, single turn), and
+the per-token fields verl has with ``calculate_log_probs``, a reference policy and the rollout
+correction's importance weights: ``rollout_log_probs``, ``old_log_probs``, ``ref_log_prob``,
+``rollout_is_weights`` (float32, the trainer's a little off the rollout's). ``--no-tokens``: no
+per-token field, responses right-padded to 2,048 (median about 720). The tokens are real text of a
 byte-level BPE (vocabulary 32k) that the bench trains with ``tokenizers`` on generated text and
 wraps in ``transformers.PreTrainedTokenizerFast`` (cached under ``--cache-dir``).
 
@@ -18,29 +23,36 @@ wraps in ``transformers.PreTrainedTokenizerFast`` (cached under ``--cache-dir``)
   on a local CPU Ray cluster, one SimpleStorage unit, as ``tests/verl`` run it under ``main_ppo``),
   written as verl's ``AgentLoopWorkerTQ`` writes them (one unpadded row per key ``{uid}_{session}_0``,
   ``verl.utils.tensordict_utils.list_of_dict_to_tensordict``: nested ``prompts``, ``responses``,
-  ``response_mask``, ``rm_scores``; ``reward_model``, ``data_source``, ``extra_fields``; tags with the
-  param versions), then the trainer's nested ``advantages``. Timed: verl's real, unbound v1
-  ``PPOTrainer._log_rollout_data`` (fetches its fields with ``tq.kv_batch_get``, decodes every row) on a
-  minimal object as above, and otel-valgen's v1 hook ``verl_rollouts.send_v1_step(trainer, batch,
-  global_steps)`` on the same ``KVBatchMeta`` (fetches ``V1_FIELDS`` from TransferQueue, then
-  ``send_rollout_batch``).
+  ``response_mask``, ``rm_scores``, ``rollout_log_probs``; ``reward_model``, ``data_source``,
+  ``raw_prompt``, ``num_turns``, ``extra_fields``; tags with the lengths and param versions), then
+  what the trainer writes back (nested ``old_log_probs``, ``ref_log_prob``, ``advantages``,
+  ``rollout_is_weights``). Timed: verl's
+  real, unbound v1 ``PPOTrainer._log_rollout_data`` (fetches its fields with ``tq.kv_batch_get``,
+  decodes every row) on a minimal object as above, and otel-valgen's v1 hook
+  ``verl_rollouts.send_v1_step(trainer, batch, global_steps)`` on the same ``KVBatchMeta`` (fetches
+  from TransferQueue in two phases, then ``vg.log_rollouts``).
 - otel-valgen, k = 4 prompts (``rollout_count``), sending OTLP/HTTP to the built collector
   (``build/otelcol-valgen``, ``collector-config/collector.yaml``, destinations stand-ins):
   ``otel_valgen.integrations.verl_rollouts.send_rollout_batch`` when this checkout has it (keys
-  prompts from token ids, decodes only the k·n rows it keeps), and always a baseline:
-  ``vg.log_rollouts`` given texts decoded beforehand (untimed), the other columns taken from
-  the batch's tensors (timed). Both return once the step's records are flushed to the collector.
+  prompts from token ids, decodes only the k·n rows it keeps, sends their per-token data when the
+  checkout captures it), and always a baseline: ``vg.log_rollouts`` given texts decoded beforehand
+  (untimed), the other columns taken from the batch's tensors (timed; no per-token data). Each
+  returns once the step's records are flushed to the collector.
+- On the wire: one more step of each hook, untimed, with the OTLP exporter's requests looked at:
+  the protobuf size of each kept record and of its ``valgen.tokens`` attribute (OTLP/HTTP sends
+  them uncompressed by default).
 
-Run: ``python bench/rollout_dump_bench.py [--repeats 5] [--no-v1]`` (needs ``make collector``; the
-first run trains the tokenizer, about a minute on 2 cores; v1 starts a local Ray cluster). Prints
-medians per step and each otel-valgen path's ratio to verl's own dump of the same trainer; none is
-asserted.
+Run: ``python bench/rollout_dump_bench.py [--repeats 5] [--no-v1] [--no-tokens]`` (needs ``make
+collector``; the first run trains the tokenizer, about a minute on 2 cores; v1 starts a local Ray
+cluster). Prints medians per step, each otel-valgen path's ratio to verl's own dump of the same
+trainer and the bytes per kept response; none is asserted.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import io
 import math
 import os
@@ -58,13 +70,33 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's 
 import numpy as np
 import torch
 
-PROMPTS, N, PROMPT_LEN, RESPONSE_LEN = 256, 8, 1024, 2048
 K = 4
 VOCAB = 32_000
 SPECIAL = ("<pad>", "<s>", "</s>")  # ids 0, 1, 2
 PAD, EOS = 0, 2
 CORPUS_WORDS = 1_500_000
 DEFAULT_CACHE = Path(tempfile.gettempdir()) / "otel-valgen-bench"
+
+
+@dataclasses.dataclass(frozen=True)
+class Shape:
+    """The step's batch: prompts x n responses, their padded widths, and whether it has per-token fields."""
+
+    prompts: int = 256
+    n: int = 8
+    prompt_len: int = 1024
+    response_len: int = 4096
+    tokens: bool = True
+
+    @property
+    def rows(self) -> int:
+        """Responses in the step."""
+        return self.prompts * self.n
+
+
+TOKENS = Shape()
+TEXT = Shape(response_len=2048, tokens=False)  # the text-only batch of the earlier figures
+TOKEN_FIELDS = ("rollout_log_probs", "old_log_probs", "ref_log_prob", "rollout_is_weights")
 
 
 def _pseudo_words(rng: random.Random, count: int) -> list[str]:
@@ -120,39 +152,68 @@ def tokenizer_and_pool(cache: Path) -> tuple[Any, np.ndarray]:
     return tokenizer, np.load(pool_path)
 
 
-def _lengths(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """Prompt lengths (one per prompt, 64..1024) and response lengths (lognormal, about 9 % cut at 2048)."""
-    prompt = rng.integers(64, PROMPT_LEN + 1, size=PROMPTS)
-    response = np.clip(rng.lognormal(mean=6.6, sigma=0.7, size=PROMPTS * N).astype(np.int64), 16, RESPONSE_LEN)
-    return prompt, response
+def _lengths(rng: np.random.Generator, shape: Shape) -> tuple[np.ndarray, np.ndarray]:
+    """Prompt lengths (one per prompt, 64..prompt_len) and response lengths (lognormal, 7-9 % cut at the limit)."""
+    prompt = rng.integers(min(64, shape.prompt_len), shape.prompt_len + 1, size=shape.prompts)
+    mean = 6.6 + math.log(shape.response_len / 2048)  # median about 720 tokens for 2,048, 1,450 for 4,096
+    response = rng.lognormal(mean=mean, sigma=0.7, size=shape.rows).astype(np.int64)
+    return prompt, np.clip(response, min(16, shape.response_len), shape.response_len)
 
 
-def make_batch(pool: np.ndarray, seed: int = 1) -> Any:
-    """A verl DataProto as the trainer has it when it dumps rollouts (after reward and advantage)."""
+def _token_fields(rows: int, width: int, response_mask: torch.Tensor, seed: int) -> dict[str, torch.Tensor]:
+    """Per-token float32 fields as verl pads them (0 past the response): log-probabilities and IS weights."""
+    generator = torch.Generator().manual_seed(seed)
+    rollout = torch.log(torch.rand(rows, width, generator=generator).clamp_min(1e-4))
+    trainer = rollout + 0.02 * torch.randn(rows, width, generator=generator)
+    reference = rollout + 0.1 * torch.randn(rows, width, generator=generator)
+    weights = torch.exp(trainer - rollout).clamp(max=2.0)
+    mask = response_mask.float()
+    return {
+        name: (values * mask).contiguous()
+        for name, values in zip(TOKEN_FIELDS, (rollout, trainer, reference, weights), strict=True)
+    }
+
+
+def _messages(tokenizer: Any, prompts: torch.Tensor, lengths: np.ndarray, n: int) -> np.ndarray:
+    """Each row's ``raw_prompt``: its prompt as one user message, as the dataset gives verl's agent loop."""
+    width = prompts.shape[1]
+    texts = tokenizer.batch_decode([prompts[p * n, width - length :] for p, length in enumerate(lengths)])
+    out = np.empty(len(lengths) * n, dtype=object)
+    out[:] = [[{"role": "user", "content": text}] for text in texts for _ in range(n)]
+    return out
+
+
+def make_batch(pool: np.ndarray, shape: Shape, tokenizer: Any, seed: int = 1) -> Any:
+    """A verl DataProto as the trainer has it when it dumps rollouts (after reward and advantage).
+
+    With verl's agent loop's columns: ``raw_prompt`` (the prompt's messages) and ``__num_turns__`` (2:
+    single-turn), which make each row a conversation for otel-valgen.
+    """
     from verl import DataProto
 
     rng = np.random.default_rng(seed)
-    prompt_lengths, response_lengths = _lengths(rng)
-    rows = PROMPTS * N
-    prompts = torch.full((rows, PROMPT_LEN), PAD, dtype=torch.long)
-    responses = torch.full((rows, RESPONSE_LEN), PAD, dtype=torch.long)
+    prompt_lengths, response_lengths = _lengths(rng, shape)
+    rows, n, width, prompt_len = shape.rows, shape.n, shape.response_len, shape.prompt_len
+    prompts = torch.full((rows, prompt_len), PAD, dtype=torch.long)
+    responses = torch.full((rows, width), PAD, dtype=torch.long)
     for p, length in enumerate(prompt_lengths):
         start = int(rng.integers(0, len(pool) - length))
-        prompts[p * N : (p + 1) * N, PROMPT_LEN - length :] = torch.from_numpy(pool[start : start + length])
+        prompts[p * n : (p + 1) * n, prompt_len - length :] = torch.from_numpy(pool[start : start + length])
     for row, length in enumerate(response_lengths):
         start = int(rng.integers(0, len(pool) - length))
         responses[row, :length] = torch.from_numpy(pool[start : start + length])
-        if length < RESPONSE_LEN:  # it ended by itself: its last token is EOS
+        if length < width:  # it ended by itself: its last token is EOS
             responses[row, length - 1] = EOS
-    response_mask = (torch.arange(RESPONSE_LEN)[None, :] < torch.from_numpy(response_lengths)[:, None]).long()
-    prompt_mask = torch.arange(PROMPT_LEN)[None, :] >= (PROMPT_LEN - torch.from_numpy(prompt_lengths))[:, None]
-    prompt_mask = prompt_mask.long().repeat_interleave(N, dim=0)
+    response_mask = (torch.arange(width)[None, :] < torch.from_numpy(response_lengths)[:, None]).long()
+    prompt_mask = torch.arange(prompt_len)[None, :] >= (prompt_len - torch.from_numpy(prompt_lengths))[:, None]
+    prompt_mask = prompt_mask.long().repeat_interleave(n, dim=0)
     correct = torch.from_numpy(rng.random(rows) < 0.4).float()
-    scores = torch.zeros(rows, RESPONSE_LEN)
+    scores = torch.zeros(rows, width)
     scores[torch.arange(rows), torch.from_numpy(response_lengths - 1)] = correct
-    grouped = correct.view(PROMPTS, N)
+    grouped = correct.view(shape.prompts, n)
     advantage = ((grouped - grouped.mean(1, keepdim=True)) / (grouped.std(1, keepdim=True) + 1e-6)).view(rows)
-    uids = np.repeat(np.array([f"uid-{p:05d}" for p in range(PROMPTS)], dtype=object), N)
+    uids = np.repeat(np.array([f"uid-{p:05d}" for p in range(shape.prompts)], dtype=object), n)
+    fields = _token_fields(rows, width, response_mask, seed) if shape.tokens else {}
     return DataProto.from_single_dict(
         {
             "prompts": prompts,
@@ -163,10 +224,14 @@ def make_batch(pool: np.ndarray, seed: int = 1) -> Any:
             "token_level_scores": scores,
             "token_level_rewards": scores.clone(),
             "advantages": advantage[:, None] * response_mask,
+            **fields,
             "uid": uids,
+            "raw_prompt": _messages(tokenizer, prompts, prompt_lengths, n),
+            "__num_turns__": np.full(rows, 2, dtype=np.int32),
             "data_source": np.array(["synthetic/arith"] * rows, dtype=object),
             "reward_model": np.array(
-                [{"ground_truth": str(p * 7), "style": "rule"} for p in range(PROMPTS) for _ in range(N)], dtype=object
+                [{"ground_truth": str(p * 7), "style": "rule"} for p in range(shape.prompts) for _ in range(n)],
+                dtype=object,
             ),
         }
     )
@@ -219,6 +284,7 @@ def log_rollouts_baseline(
     """Seconds for the columns from the batch's tensors plus ``vg.log_rollouts`` of pre-decoded texts."""
     import otel_valgen as vg
 
+    limit = batch.batch["responses"].shape[1]
     started = time.perf_counter()
     lengths = batch.batch["response_mask"].sum(-1)
     accepted = vg.log_rollouts(
@@ -229,13 +295,13 @@ def log_rollouts_baseline(
         prompt_ids=batch.non_tensor_batch["uid"].tolist(),
         advantages=batch.batch["advantages"][:, 0].tolist(),
         response_lengths=lengths.tolist(),
-        truncated=(lengths >= RESPONSE_LEN).tolist(),
+        truncated=(lengths >= limit).tolist(),
         ground_truths=[rm.get("ground_truth") for rm in batch.non_tensor_batch["reward_model"]],
         data_sources=batch.non_tensor_batch["data_source"].tolist(),
         extra=extra,
     )
     elapsed = time.perf_counter() - started
-    assert accepted == PROMPTS * N, accepted
+    assert accepted == len(batch), accepted
     return elapsed
 
 
@@ -250,15 +316,16 @@ def the_hook() -> Callable[..., int] | None:
 
 
 def hook_run(send: Callable[..., int], batch: Any, tokenizer: Any, extra: dict[str, list[float]], step: int) -> float:
-    """Seconds in ``send_rollout_batch`` for the whole batch."""
+    """Seconds in ``send_rollout_batch`` for the whole batch (the response length limit: the responses' width)."""
+    limit = batch.batch["responses"].shape[1]
     started = time.perf_counter()
-    send(batch, tokenizer, step=step, reward_extra_info=extra, max_response_length=RESPONSE_LEN, source="trainer")
+    send(batch, tokenizer, step=step, reward_extra_info=extra, max_response_length=limit, source="trainer")
     return time.perf_counter() - started
 
 
-def decode_kept(batch: Any, tokenizer: Any) -> float:
+def decode_kept(batch: Any, tokenizer: Any, n: int) -> float:
     """Seconds to decode k·n rows' prompts and responses: what a hook that picks first still decodes."""
-    rows = torch.arange(K * N)
+    rows = torch.arange(K * n)
     started = time.perf_counter()
     tokenizer.batch_decode(batch.batch["prompts"][rows], skip_special_tokens=True)
     tokenizer.batch_decode(batch.batch["responses"][rows], skip_special_tokens=True)
@@ -269,22 +336,30 @@ V1_METHODS = (*VERL_METHODS[1:],)  # the v1 trainer's own dump methods; _log_rol
 V1_PARTITION = "train"
 
 
-def v1_rows(batch: Any) -> tuple[list[str], list[dict[str, Any]], list[dict[str, Any]], Any]:
+TRAINER_FIELDS = ("advantages", "old_log_probs", "ref_log_prob", "rollout_is_weights")
+"""What v1's trainer writes back into TransferQueue (``response_to_nested``): the agent loop's rows have the rest."""
+
+
+def v1_rows(batch: Any) -> tuple[list[str], list[dict[str, Any]], list[dict[str, Any]], dict[str, list[Any]]]:
     """The batch as verl's ``AgentLoopWorkerTQ`` puts it into TransferQueue: keys, one unpadded dict per row, tags.
 
-    Also the nested ``advantages`` the trainer writes back after computing them (``response_to_nested``).
+    Also the nested fields the trainer writes back (``TRAINER_FIELDS`` the batch has), one row each.
     """
     prompts, responses = batch.batch["prompts"], batch.batch["responses"]
-    prompt_mask = batch.batch["attention_mask"][:, :PROMPT_LEN].bool()
+    prompt_mask = batch.batch["attention_mask"][:, : prompts.shape[1]].bool()
     response_mask = batch.batch["response_mask"]
     scores = batch.batch["token_level_scores"]
-    advantages = batch.batch["advantages"]
+    rollout = batch.batch["rollout_log_probs"] if "rollout_log_probs" in batch.batch.keys() else None  # noqa: SIM118
+    written = [name for name in TRAINER_FIELDS if name in batch.batch.keys()]  # noqa: SIM118
     extra_acc = (scores.sum(-1) > 0).float().tolist()
-    keys, rows, tags, nested_advantages = [], [], [], []
+    sessions: dict[str, int] = {}
+    keys, rows, tags = [], [], []
+    trainer: dict[str, list[Any]] = {name: [] for name in written}
     for row in range(len(batch)):
         length = int(response_mask[row].sum())
         uid = str(batch.non_tensor_batch["uid"][row])
-        keys.append(f"{uid}_{row % N}_0")
+        session = sessions[uid] = sessions.get(uid, -1) + 1
+        keys.append(f"{uid}_{session}_0")
         rows.append(
             {
                 "uid": uid,  # the dataset row's columns come with it (verl's agent loop: field.update(kwargs))
@@ -292,7 +367,10 @@ def v1_rows(batch: Any) -> tuple[list[str], list[dict[str, Any]], list[dict[str,
                 "responses": responses[row, :length].clone(),
                 "response_mask": response_mask[row, :length].clone(),
                 "rm_scores": scores[row, :length].clone(),
+                **({"rollout_log_probs": rollout[row, :length].clone()} if rollout is not None else {}),
                 "reward_model": batch.non_tensor_batch["reward_model"][row],
+                "raw_prompt": batch.non_tensor_batch["raw_prompt"][row],
+                "num_turns": int(batch.non_tensor_batch["__num_turns__"][row]),
                 "data_source": str(batch.non_tensor_batch["data_source"][row]),
                 "extra_fields": {
                     "reward_extra_info": {"acc": extra_acc[row]},
@@ -312,8 +390,9 @@ def v1_rows(batch: Any) -> tuple[list[str], list[dict[str, Any]], list[dict[str,
                 "max_global_steps": 0,
             }
         )
-        nested_advantages.append(advantages[row, :length].clone())
-    return keys, rows, tags, nested_advantages
+        for name in written:
+            trainer[name].append(batch.batch[name][row, :length].clone())
+    return keys, rows, tags, trainer
 
 
 @contextlib.contextmanager
@@ -325,7 +404,7 @@ def v1_queue(batch: Any) -> Any:
     from tensordict import TensorDict
     from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 
-    keys, rows, tags, advantages = v1_rows(batch)
+    keys, rows, tags, trainer = v1_rows(batch)
     ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
     try:
         tq.init(OmegaConf.create({"backend": {"SimpleStorage": {"num_data_storage_units": 1}}}))
@@ -337,10 +416,11 @@ def v1_queue(batch: Any) -> Any:
                 fields=list_of_dict_to_tensordict(rows[start:end]),
                 tags=tags[start:end],
             )
-        nested = torch.nested.as_nested_tensor(advantages, layout=torch.jagged)
-        meta = tq.kv_batch_put(
-            keys=keys, partition_id=V1_PARTITION, fields=TensorDict({"advantages": nested}, batch_size=[len(keys)])
-        )
+        meta = None
+        for name, values in trainer.items():  # one put per trainer stage, as _compute_old_log_prob ... do
+            nested = torch.nested.as_nested_tensor(values, layout=torch.jagged)
+            fields = TensorDict({name: nested}, batch_size=[len(keys)])
+            meta = tq.kv_batch_put(keys=keys, partition_id=V1_PARTITION, fields=fields)
         yield meta
     finally:
         with contextlib.suppress(Exception):
@@ -396,10 +476,52 @@ def ms(seconds: list[float]) -> float:
     return statistics.median(seconds) * 1000
 
 
+@dataclasses.dataclass
+class Wire:
+    """The protobuf sizes of a hook's kept records as the OTLP/HTTP exporter sends them."""
+
+    records: list[int] = dataclasses.field(default_factory=list)  # each kept record, whole
+    tokens: list[int] = dataclasses.field(default_factory=list)  # its valgen.tokens attribute
+    counts: list[int] = dataclasses.field(default_factory=list)  # its response's tokens
+
+
+@contextlib.contextmanager
+def wire_tap(wire: Wire) -> Any:
+    """Note the size of each generation record the SDK's OTLP/HTTP exporter sends while the block runs."""
+    from opentelemetry.exporter.otlp.proto.common._internal import _encode_attributes
+    from opentelemetry.exporter.otlp.proto.common._internal._log_encoder import _encode_log
+    from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
+
+    from otel_valgen import contract
+
+    export = OTLPLogExporter.export
+
+    def tapped(self: Any, batch: Any) -> Any:
+        for readable in batch:
+            record = readable.log_record
+            if record.event_name != contract.EVENT_GENERATION:
+                continue
+            wire.records.append(_encode_log(readable).ByteSize())
+            packed = (record.attributes or {}).get(contract.TOKENS)
+            if packed is not None:
+                wire.tokens.append(_encode_attributes({contract.TOKENS: packed})[0].ByteSize())
+                wire.counts.append(int(packed["count"]))
+        return export(self, batch)
+
+    OTLPLogExporter.export = tapped  # type: ignore[method-assign]
+    try:
+        yield wire
+    finally:
+        OTLPLogExporter.export = export  # type: ignore[method-assign]
+
+
 def measure(
-    batch: Any, tokenizer: Any, extra: dict[str, list[float]], repeats: int, *, v1: bool = True
-) -> tuple[dict[str, list[float]], list[dict[str, Any]]]:
-    """Seconds per step of each variant (a first, untimed round warms up), and the collector's rollout summaries."""
+    batch: Any, tokenizer: Any, extra: dict[str, list[float]], repeats: int, shape: Shape, *, v1: bool = True
+) -> tuple[dict[str, list[float]], list[dict[str, Any]], dict[str, Wire]]:
+    """Seconds per step of each variant, the collector's rollout summaries, each hook's kept records on the wire.
+
+    A first, untimed round warms up; the wire is looked at in one more step of each hook, untimed.
+    """
     import otel_valgen as vg
     from tests.e2e import harness
 
@@ -407,6 +529,7 @@ def measure(
     send = the_hook()
     times: dict[str, list[float]] = {"verl": [], "verl_written": [], "baseline": [], "hook": [], "decode": []}
     times.update({"v1_verl": [], "v1_verl_written": [], "v1_hook": []})
+    wires = {"legacy": Wire(), "v1": Wire()}
     queue = v1_queue(batch) if v1 and send else contextlib.nullcontext()
     with (
         tempfile.TemporaryDirectory() as tmp,
@@ -428,13 +551,14 @@ def measure(
             # what send_v1_step reads of the v1 trainer: its tokenizer and the response length limit
             v1_trainer = type("V1Trainer", (), {})()
             v1_trainer.tokenizer = tokenizer
-            v1_trainer.config = OmegaConf.create({"actor_rollout_ref": {"rollout": {"response_length": RESPONSE_LEN}}})
+            limit = {"actor_rollout_ref": {"rollout": {"response_length": shape.response_len}}}
+            v1_trainer.config = OmegaConf.create(limit)
         for step in range(1, repeats + 2):  # step 1 warms up (verl's thread, the OTLP connection)
             measured = (
                 *verl_dump(verl, batch, extra, os.path.join(tmp, "rollout_data_dir"), step),
                 log_rollouts_baseline(batch, texts, extra, step),
                 hook_run(send, batch, tokenizer, extra, step + 10_000) if send else float("nan"),
-                decode_kept(batch, tokenizer),
+                decode_kept(batch, tokenizer, shape.n),
             )
             if meta is not None:  # v1: verl's dump, then the hook, on the same rows in TransferQueue
                 measured += (
@@ -443,21 +567,31 @@ def measure(
                 )
             for name, value in zip(times, measured, strict=False):
                 times[name] += [value] if step > 1 else []
+        if send is not None:
+            with wire_tap(wires["legacy"]):
+                hook_run(send, batch, tokenizer, extra, 30_000)
+        if meta is not None:
+            with wire_tap(wires["v1"]):
+                v1_hook_run(v1_trainer, meta, 40_000)
         verl._shutdown_dump_executor()
         if meta is not None:
             v1_verl._shutdown_dump_executor()
         vg.shutdown()
-        otel_steps = (repeats + 1) * (1 + (send is not None) + (meta is not None))
+        otel_steps = (
+            (repeats + 1) * (1 + (send is not None) + (meta is not None)) + (send is not None) + (meta is not None)
+        )
         harness.wait_for(lambda: len(rollout_summaries(wandb)) >= otel_steps, 60, "every rollout summary")
-        return times, rollout_summaries(wandb)
+        return times, rollout_summaries(wandb), wires
 
 
-def report(times: dict[str, list[float]], summaries: list[dict[str, Any]], repeats: int) -> None:
-    """Print the medians and the ratios to verl's dump."""
+def report(
+    times: dict[str, list[float]], summaries: list[dict[str, Any]], wires: dict[str, Wire], repeats: int, shape: Shape
+) -> None:
+    """Print the medians, the ratios to verl's dump and the kept records' bytes on the wire."""
     verl_ms, base_ms = ms(times["verl"]), ms(times["baseline"])
-    whole = {(s["valgen.prompts_kept"], s["valgen.kept"]) for s in summaries} == {(K, K * N)}
+    whole = {(s["valgen.prompts_kept"], s["valgen.kept"]) for s in summaries} == {(K, K * shape.n)}
     print("destination: the built collector (build/otelcol-valgen, collector.yaml) over OTLP/HTTP, stand-ins after it")
-    print(f"  {len(summaries)} rollout steps closed, each {K} prompts x {N} responses kept: {whole}")
+    print(f"  {len(summaries)} rollout steps closed, each {K} prompts x {shape.n} responses kept: {whole}")
     print(f"per step, median of {repeats} runs:")
     print(f"  verl _log_rollout_data, as the loop waits     {verl_ms:9.1f} ms   1.000x")
     print(f"  verl, until its JSONL write completes         {ms(times['verl_written']):9.1f} ms")
@@ -469,7 +603,7 @@ def report(times: dict[str, list[float]], summaries: list[dict[str, Any]], repea
             f"  otel-valgen send_rollout_batch                {hook_ms:9.1f} ms   {hook_ms / verl_ms:.3f}x (goal 0.1x)"
         )
     print(f"  baseline: vg.log_rollouts, texts pre-decoded  {base_ms:9.1f} ms   {base_ms / verl_ms:.3f}x")
-    print(f"  decoding the k*n = {K * N} kept rows' texts         {ms(times['decode']):9.1f} ms")
+    print(f"  decoding the k*n = {K * shape.n} kept rows' texts         {ms(times['decode']):9.1f} ms")
     if times["v1_hook"]:
         v1_verl_ms, v1_hook_ms = ms(times["v1_verl"]), ms(times["v1_hook"])
         print("v1 (main_ppo's default), the same rows in a real TransferQueue, per step, median:")
@@ -481,6 +615,29 @@ def report(times: dict[str, list[float]], summaries: list[dict[str, Any]], repea
         )
     else:
         print("v1: not measured (--no-v1, or no verl_rollouts on this branch)")
+    for name, wire in wires.items():
+        report_wire(name, wire)
+
+
+def report_wire(name: str, wire: Wire) -> None:
+    """One hook's kept records on the wire: the median whole record and ``valgen.tokens``, per token too."""
+    if not wire.records:
+        return
+    record = statistics.median(wire.records)
+    print(f"{name} hook, on the wire per kept response (protobuf, uncompressed), median of {len(wire.records)}:")
+    if not wire.tokens:
+        print(f"  whole record {record / 1024:8.1f} KiB; no valgen.tokens (no per-token data sent)")
+        return
+    tokens, count = statistics.median(wire.tokens), statistics.median(wire.counts)
+    per_token = statistics.median(size / max(n, 1) for size, n in zip(wire.tokens, wire.counts, strict=True))
+    full = [size for size, n in zip(wire.tokens, wire.counts, strict=True) if n == max(wire.counts)]
+    print(
+        f"  whole record {record / 1024:8.1f} KiB, valgen.tokens {tokens / 1024:8.1f} KiB "
+        f"({per_token:.1f} B a token) for a median response of {count:.0f} tokens; "
+        f"{len(wire.tokens)} of {len(wire.records)} records carry tokens"
+    )
+    longest = statistics.median(full) / 1024
+    print(f"  the longest kept responses ({max(wire.counts)} tokens): valgen.tokens {longest:.1f} KiB")
 
 
 def main() -> None:
@@ -489,26 +646,31 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE, help="where the trained tokenizer is kept")
     parser.add_argument("--no-v1", action="store_true", help="leave out the v1 path (no Ray, no TransferQueue)")
+    parser.add_argument("--no-tokens", action="store_true", help="the text-only batch: 2,048-token responses")
     args = parser.parse_args()
     from tests.e2e import harness
 
     if not harness.COLLECTOR_BIN.is_file():
         sys.exit("build/otelcol-valgen is absent; run `make collector` first")
+    shape = TEXT if args.no_tokens else TOKENS
     tokenizer, pool = tokenizer_and_pool(args.cache_dir)
-    batch = make_batch(pool)
+    batch = make_batch(pool, shape, tokenizer)
     lengths = batch.batch["response_mask"].sum(-1)
     extra = {"acc": (batch.batch["token_level_scores"].sum(-1) > 0).float().tolist()}
     print(
-        f"machine: {os.cpu_count()} cores, Python {sys.version.split()[0]}, torch {torch.__version__}; "
+        f"machine: {os.cpu_count()} cores, load average {' '.join(f'{v:.2f}' for v in os.getloadavg())}, "
+        f"Python {sys.version.split()[0]}, torch {torch.__version__}; "
         f"tokenizer: byte-level BPE, {len(tokenizer)} tokens, {type(tokenizer).__name__} (fast: {tokenizer.is_fast})"
     )
+    fields = ", ".join(TOKEN_FIELDS) if shape.tokens else "none"
     print(
-        f"batch: {PROMPTS} prompts x {N} = {PROMPTS * N} rows, prompts {PROMPT_LEN} (left-padded), responses "
-        f"{RESPONSE_LEN} (right-padded); response tokens median {int(lengths.median())}, "
-        f"{int((lengths >= RESPONSE_LEN).sum())} cut at the limit; k = {K} prompts"
+        f"batch: {shape.prompts} prompts x {shape.n} = {shape.rows} rows, prompts {shape.prompt_len} (left-padded), "
+        f"responses {shape.response_len} (right-padded); response tokens median {int(lengths.median())}, "
+        f"{int((lengths >= shape.response_len).sum())} cut at the limit; per-token fields: {fields}; k = {K} prompts"
     )
-    times, summaries = measure(batch, tokenizer, extra, args.repeats, v1=not args.no_v1)
-    report(times, summaries, args.repeats)
+    times, summaries, wires = measure(batch, tokenizer, extra, args.repeats, shape, v1=not args.no_v1)
+    report(times, summaries, wires, args.repeats, shape)
+    print(f"load average after: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
 
 
 if __name__ == "__main__":

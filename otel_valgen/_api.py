@@ -28,6 +28,7 @@ def configure(
     rollout_rate: float | None = None,
     sample_by: str | None = None,
     extremes: int | None = None,
+    mismatched: int | None = None,
     seed: int | None = None,
     presample: bool | None = None,
     endpoint: str | None = None,
@@ -58,6 +59,9 @@ def configure(
             validation and rollouts (``OTEL_VALGEN_SAMPLE_BY``, ``step``).
         extremes: n, keep the n lowest- and n highest-scored validation generations of each step
             (of each data source) beside the k keyed picks (``OTEL_VALGEN_EXTREMES``, 0: off).
+        mismatched: n, keep the n training rollout responses of each step (of each data source)
+            with the largest KL between the rollout engine's and the trainer's log-probabilities
+            beside the k keyed prompts (``OTEL_VALGEN_MISMATCHED``, 0: off).
         seed: sampling seed (``OTEL_VALGEN_SEED``, 42).
         presample: keep only the local bottom-k per step (``OTEL_VALGEN_PRESAMPLE``, on).
         endpoint: OTLP base URL, like ``OTEL_EXPORTER_OTLP_ENDPOINT`` (HTTP appends ``/v1/logs``;
@@ -93,6 +97,7 @@ def configure(
         rollout_rate=rollout_rate,
         sample_by=sample_by,
         extremes=extremes,
+        mismatched=mismatched,
         seed=seed,
         presample=presample,
         endpoint=endpoint,

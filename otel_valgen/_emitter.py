@@ -36,7 +36,7 @@ import threading
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from opentelemetry._logs import SeverityNumber
 from opentelemetry.context import Context
@@ -63,7 +63,7 @@ from otel_valgen._tracing import derived_context
 from otel_valgen.data_sources import DataSourceTally, data_sources_of
 from otel_valgen.distinct import DistinctKeys
 from otel_valgen.sampling import Order, step_k
-from otel_valgen.tokens import MismatchFigures, batch_figures
+from otel_valgen.tokens import MismatchFigures, batch_figures, kl_of
 from otel_valgen.trajectories import TrajectoryFigures
 
 _logger = logging.getLogger("otel_valgen")
@@ -215,7 +215,8 @@ class Emitter:
             state.by_source = DataSourceTally()
         if self.settings.presample:
             extremes = self.settings.extremes if kind == contract.KIND_VALIDATION else 0
-            state.kept = LocalSample(state.count, state.rate, by_data_source, extremes)
+            mismatched = self.settings.mismatched if kind == contract.KIND_ROLLOUT else 0
+            state.kept = LocalSample(state.count, state.rate, by_data_source, extremes, mismatched)
         return state
 
     # -- steps ---------------------------------------------------------------------------
@@ -551,7 +552,10 @@ class Emitter:
             self.stats.failed("computing sample ids and keys", error, size)
             return 0
         trajectories = self._trajectories(batch, data_sources)
-        mismatch = self._mismatch(batch, data_sources)
+        mismatch, responses = self._mismatch(batch, data_sources)
+        if responses is not None and batch.rollout is not None:  # the records carry the figures ranked here
+            batch = replace(batch, rollout=replace(batch.rollout, figures=responses))
+        kls = [kl_of(figures) for figures in responses] if responses and kept is not None and kept.mismatched else None
         with self._lock:
             ended = state.finished
             if not ended:
@@ -564,7 +568,7 @@ class Emitter:
                 state.prompts_under_rate += under_rate
                 if state.by_source is not None and data_sources is not None:
                     state.by_source.add(data_sources, batch.scores)
-                entered, evicted = kept.offer(found, data_sources, scores) if kept is not None else ([], 0)
+                entered, evicted = kept.offer(found, data_sources, scores, kls) if kept is not None else ([], 0)
         if ended:  # its block was ended by another thread after this call found it
             self.refuse(state, size)
             self._ended_meanwhile(state, size)
@@ -608,26 +612,30 @@ class Emitter:
             )
         return figures
 
-    def _mismatch(self, batch: Batch, data_sources: list[str] | None) -> MismatchFigures:
-        """The figures of every response of a rollout call with per-token data; a failure costs the figures only.
+    def _mismatch(
+        self, batch: Batch, data_sources: list[str] | None
+    ) -> tuple[MismatchFigures, list[dict[str, float | int] | None] | None]:
+        """The figures of every response of a rollout call with per-token data, and each response's.
 
-        They are counted per data source whenever the call names them (not only with k per data source).
+        They are counted per data source whenever the call names them (not only with k per data
+        source). A failure costs the figures only (none, and None for the responses').
         """
         figures = MismatchFigures()
         columns = batch.rollout.tokens if batch.rollout is not None else None
         if not columns:
-            return figures
+            return figures, None
         try:
             if data_sources is None and batch.data_sources is not None:
                 data_sources = data_sources_of(batch.data_sources, len(batch.inputs))
             lengths = batch.rollout.response_lengths if batch.rollout is not None else None
-            for index, response in enumerate(batch_figures(columns, lengths)):
+            responses = batch_figures(columns, lengths)
+            for index, response in enumerate(responses):
                 if response is not None:
                     figures.add(response, data_sources[index] if data_sources is not None else None)
         except Exception as error:
             self.stats.failed("computing the responses' mismatch figures", error)
-            return MismatchFigures()
-        return figures
+            return MismatchFigures(), None
+        return figures, responses
 
     def refuse(self, state: StepState, generations: int) -> None:
         """Count generations that reach ``state`` only to be dropped whole (the caller counts the reason).

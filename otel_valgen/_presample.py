@@ -6,7 +6,8 @@ the bottom-k of generations; a rollout's responses enter and leave with their pr
 rollout rate (the watch-list) a prompt whose key is not below ``rate_threshold(rate)`` never
 enters: its responses are sampled out like those of any prompt the bottom-k left out. With k
 per data source (``sample_by = data_source``) each data source has its own group view
-(``otel_valgen.sampling.DataSourceViews``).
+(``otel_valgen.sampling.DataSourceViews``). With extremes (validation) or the most mismatched
+(rollouts) a generation outside the bottom-k may still be kept in one of those slots.
 
 A generation that enters is *held* until its fate is counted: sent at the end of the step (or
 part), dropped (its record failed to build, or the step ended before it was built), or sampled
@@ -56,19 +57,30 @@ def prompts_under_rate(prompt_keys: Iterable[int], rate: float | None) -> int:
     return sum(1 for key in prompt_keys if key < limit)
 
 
+def _first(members: list[Candidate], figures: Sequence[float | None] | None, n: int, sign: float) -> set[int]:
+    """Batch indices of the ``n`` members first by ``(sign * figure, sort key)`` (``figures`` by batch index)."""
+    if not n or figures is None:
+        return set()
+    ranked = [(sign * figure + 0.0, c[2], c[0]) for c in members if (figure := figures[c[0]]) is not None]
+    return {index for _, _, index in heapq.nsmallest(n, ranked)}
+
+
 def _batch_cut(
     found: list[Candidate],
     data_sources: Sequence[str] | None,
     k: int,
     scores: Sequence[float | None] | None = None,
     n: int = 0,
+    kls: Sequence[float | None] | None = None,
+    m: int = 0,
 ) -> list[Candidate]:
     """The candidates that can still be kept after the batch, of each data source (all one without them).
 
-    Those whose prompt is among the batch's ``k`` smallest prompts of its data source, and with
-    ``n`` extremes those among its ``n`` lowest- and ``n`` highest-scored (``scores`` by batch
-    index): no other can be in its data source's sample after the batch, so the cut saves
-    offering them one by one (what ``prefilter`` does for a step kept whole).
+    Those whose prompt is among the batch's ``k`` smallest prompts of its data source, with ``n``
+    extremes those among its ``n`` lowest- and ``n`` highest-scored (``scores`` by batch index),
+    and with ``m`` most mismatched those among its ``m`` of the largest KL (``kls``): no other can
+    be in its data source's sample after the batch, so the cut saves offering them one by one
+    (what ``prefilter`` does for a step kept whole).
     """
     by_source: dict[str, list[Candidate]] = {}
     for candidate in found:
@@ -77,11 +89,7 @@ def _batch_cut(
     for members in by_source.values():
         prompts = {prompt for _, prompt, _ in members}
         bound = heapq.nsmallest(k, prompts)[-1] if 0 < k < len(prompts) else None
-        extreme: set[int] = set()
-        if n and scores is not None:
-            scored = [(score + 0.0, c[2], c[0]) for c in members if (score := scores[c[0]]) is not None]
-            extreme = {index for _, _, index in heapq.nsmallest(n, scored)}
-            extreme |= {index for _, _, index in heapq.nsmallest(n, scored, key=lambda e: (-e[0], e[1]))}
+        extreme = _first(members, scores, n, 1.0) | _first(members, scores, n, -1.0) | _first(members, kls, m, -1.0)
         for candidate in members:
             keyed = len(prompts) <= k or (bound is not None and candidate[1] <= bound)
             if keyed or candidate[0] in extreme:
@@ -93,17 +101,25 @@ class LocalSample:
     """The bottom-k of what this process saw of one step, held until the step (or part) ends.
 
     With ``rate`` only prompts whose key is below ``rate_threshold(rate)`` enter (the watch-list);
-    ``by_data_source`` keeps k per data source; ``extremes`` also the n lowest- and highest-scored.
+    ``by_data_source`` keeps k per data source; ``extremes`` also the n lowest- and highest-scored,
+    ``mismatched`` the n responses of the largest KL.
     """
 
-    def __init__(self, k: int, rate: float | None = None, by_data_source: bool = False, extremes: int = 0) -> None:
-        self._kept: DataSourceViews[Kept] = DataSourceViews(k, rate, extremes)
+    def __init__(
+        self, k: int, rate: float | None = None, by_data_source: bool = False, extremes: int = 0, mismatched: int = 0
+    ) -> None:
+        self._kept: DataSourceViews[Kept] = DataSourceViews(k, rate, extremes, mismatched)
         self._kept.ask(by_data_source)
 
     @property
     def extremes(self) -> int:
         """The n lowest- and highest-scored kept beside the k keyed picks (0: none)."""
         return self._kept.extremes
+
+    @property
+    def mismatched(self) -> int:
+        """The n responses of the largest KL kept beside the k keyed prompts (0: none)."""
+        return self._kept.mismatched
 
     @property
     def k(self) -> int:
@@ -120,9 +136,9 @@ class LocalSample:
         With k per data source (the batch's ``data_sources``) the batch's k smallest may leave out
         what another data source keeps: no k, and the largest threshold of the batch's data
         sources (None while one of them keeps fewer than k), below which each one's picks are.
-        With extremes none: a generation above every threshold may be among the lowest or highest.
+        With extremes or the most mismatched none: a generation above every threshold may be among them.
         """
-        if self._kept.extremes:
+        if self._kept.extremes or self._kept.mismatched:
             return None, None
         if not self._kept.split:
             return self._kept.threshold(), self._kept.k
@@ -140,25 +156,28 @@ class LocalSample:
         found: list[Candidate],
         data_sources: Sequence[str] | None = None,
         scores: Sequence[float | None] | None = None,
+        kls: Sequence[float | None] | None = None,
     ) -> tuple[list[Entered], int]:
         """Offer a batch's candidates ``(index, prompt sort key, sort key)``, of ``data_sources[index]`` when split.
 
-        With extremes, ``scores[index]`` is each one's valid score (None: none). Returns those
-        still kept after the whole batch (to build), and how many held generations of earlier
-        calls they evicted (now sampled out).
+        With extremes, ``scores[index]`` is each one's valid score (None: none); with the most
+        mismatched, ``kls[index]`` its finite KL (None: none). Returns those still kept after the
+        whole batch (to build), and how many held generations of earlier calls they evicted (now
+        sampled out).
         """
         if not found:
             return [], 0
-        n = self._kept.extremes
-        if (self._kept.split and data_sources is not None) or n:
-            found = _batch_cut(found, data_sources if self._kept.split else None, self._kept.k, scores, n)
+        n, m = self._kept.extremes, self._kept.mismatched
+        if (self._kept.split and data_sources is not None) or n or m:
+            found = _batch_cut(found, data_sources if self._kept.split else None, self._kept.k, scores, n, kls, m)
         before = self._kept.kept()
         offered = []
         for index, prompt, order in found:
             item = Kept()
             source = data_sources[index] if data_sources is not None else ""
             score = scores[index] if scores is not None else None
-            if self._kept.offer(source, prompt, order, item, score):
+            kl = kls[index] if kls is not None else None
+            if self._kept.offer(source, prompt, order, item, score, kl):
                 offered.append((index, prompt, order, item))
         if not offered:
             return [], 0

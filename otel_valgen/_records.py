@@ -89,6 +89,9 @@ class RolloutColumns:
     tool_rewards: Sequence[Any] | None = None  # one list per trajectory (otel_valgen.trajectories)
     turn_scores: Sequence[Any] | None = None
     tokens: Mapping[str, Any] | None = None  # per-token columns (otel_valgen.tokens), rollouts only
+    # Each response's figures as the call computed them (tokens.batch_figures), so that a record
+    # carries the KL its process ranked it by (the most mismatched); None: computed per record.
+    figures: Sequence[Mapping[str, float | int] | None] | None = None
 
 
 def _utf8(value: object) -> bytes:
@@ -337,13 +340,16 @@ class RecordBuilder:
         seed = settings.seed % (1 << 64)
         # OTLP ints are int64: the seed travels as the same 64 bits read as signed.
         self._seed_attribute = seed - (1 << 64) if seed >= 1 << 63 else seed
-        # What each generation asks of its group's sampling beside k (valgen.sample_by, valgen.extremes).
+        # What each generation asks of its group's sampling beside k (valgen.sample_by, valgen.extremes,
+        # valgen.mismatched).
         rollout: dict[str, AnyValue] = {}
         if settings.sample_by == contract.SAMPLE_BY_DATA_SOURCE:
             rollout[contract.SAMPLE_BY] = contract.SAMPLE_BY_DATA_SOURCE
         validation = dict(rollout)
         if settings.extremes:
             validation[contract.EXTREMES] = settings.extremes
+        if settings.mismatched:
+            rollout[contract.MISMATCHED] = settings.mismatched
         self._asks = {contract.KIND_VALIDATION: validation, contract.KIND_ROLLOUT: rollout}
 
     def __call__(
@@ -509,7 +515,7 @@ class RecordBuilder:
                 read.repaired,
                 sample_id,
             )
-        figures = tokens.response_figures(read)
+        figures = columns.figures[index] if columns.figures is not None else tokens.response_figures(read)
         for name, value in (figures or {}).items():
             attributes[contract.MISMATCH_PREFIX + name] = value
         packed, cut = tokens.encode(read, self.settings.max_token_bytes)

@@ -78,7 +78,8 @@ def log_rollouts(
             response (a list, array or tensor of its tokens' values) or one 2-D array or tensor.
             Every response's mismatch figures go into the step's ``valgen.mismatch``; the kept
             ones carry their tokens (``valgen.tokens``) and figures. Rows padded past a response's
-            length are read up to ``response_lengths``.
+            length are read up to ``response_lengths``, or up to the mapping's ``length`` (one count
+            per response; ``tokens.LENGTH``) when given.
 
     Returns:
         How many responses were accepted (0 when rollouts are off or the batch was dropped).

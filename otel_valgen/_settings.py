@@ -182,6 +182,18 @@ SETTINGS: Final[tuple[Setting, ...]] = (
         read=_count,
         default=0,
     ),
+    Setting(
+        (env.OTEL_VALGEN_MISMATCHED,),
+        "mismatched",
+        "`0` (off)",
+        "*n*: beside the *k* keyed prompts, keep the *n* training rollout responses of each step (of each "
+        "data source with `sample_by`) whose trainer and rollout engine disagree most, by the k3 KL estimate of "
+        "their per-token log-probabilities (`valgen.mismatch.kl`, `log_rollouts(..., tokens=...)`); each "
+        "response alone, ties to the smaller sample key, marked `mismatched` in `valgen.slots` "
+        "(docs/configuration.md).",
+        read=_count,
+        default=0,
+    ),
     Setting((env.OTEL_VALGEN_SEED,), "seed", "`42`", "Sampling seed.", read=env.env_int, default=DEFAULT_SEED),
     Setting(
         (env.OTEL_VALGEN_PRESAMPLE,),
@@ -414,6 +426,7 @@ class Settings:
     rollout_rate: float | None = None  # the watch-list rate of rollouts (None: off, exactly k prompts)
     sample_by: str = contract.SAMPLE_BY_STEP  # contract.SAMPLE_BY_VALUES: k per step or per (step, data source)
     extremes: int = 0  # n lowest- and n highest-scored validation generations kept beside the k keyed picks
+    mismatched: int = 0  # n rollout responses of the largest KL kept beside the k keyed prompts
     seed: int = DEFAULT_SEED
     presample: bool = True
     endpoint: str | None = None  # where logs go: the OTLP/HTTP logs URL or the gRPC target; None: files
@@ -523,6 +536,7 @@ def resolve_settings(
     rollout_rate: float | None = None,
     sample_by: str | None = None,
     extremes: int | None = None,
+    mismatched: int | None = None,
     seed: int | None = None,
     presample: bool | None = None,
     endpoint: str | None = None,
@@ -552,6 +566,7 @@ def resolve_settings(
         ),
         sample_by=_argument_or_env("sample_by", sample_by, lambda v: v in contract.SAMPLE_BY_VALUES, warn=True),
         extremes=_argument_or_env("extremes", extremes, lambda v: v >= 0, warn=True),
+        mismatched=_argument_or_env("mismatched", mismatched, lambda v: v >= 0, warn=True),
         seed=int(_argument_or_env("seed", seed, lambda v: True)),
         presample=bool(_argument_or_env("presample", presample, lambda v: True)),
         endpoint=resolve_endpoint(endpoint, resolved_protocol),

@@ -55,6 +55,8 @@ TOKENS_CUT: Final = "tokens_cut"  # tokens left out of a kept response's valgen.
 VERL_TABLES_UNROUTED: Final = "verl_tables_unrouted"
 # a column of verl's validation rows (ground truth, data source, reward columns, sizes) could not be read
 VERL_ROW_COLUMNS_MISSING: Final = "verl_row_columns_missing"
+# a per-token column verl's training batch does not have (or a setting leaves out): its rollouts are sent without it
+VERL_TOKEN_COLUMNS_MISSING: Final = "verl_token_columns_missing"
 # a verl trainer's rollout hook point is missing or changed: its training batches are not sent (integrations.verl)
 VERL_ROLLOUT_HOOKS_MISSING: Final = "verl_rollout_hooks_missing"
 FLUSH_TIMEOUTS: Final = "flush_timeouts"

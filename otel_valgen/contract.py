@@ -135,16 +135,20 @@ FIGURE_SCORE_MEAN: Final = "score.mean"  # summary only, absent when the count i
 FIELD_DATA_SOURCES: Final = "data_sources"  # in an entry of valgen.source_figures: the source's end figures
 FIELD_TRAJECTORIES: Final = "trajectories"  # in an entry of valgen.source_figures: the source's valgen.trajectories
 FIELD_MISMATCH: Final = "mismatch"  # in an entry of valgen.source_figures: the source's valgen.mismatch
-# The best and the worst (``extremes = n``; otel_valgen.sampling.ScoreExtremes): EXTREMES on each
+# The best and the worst (``extremes = n``; otel_valgen.sampling.FigureRanks): EXTREMES on each
 # validation generation asks for the n lowest- and n highest-scored beside the k keyed picks (the
-# smallest n asked wins, absent is 0), and on the summary; SLOTS on each kept record of such a step
-# lists the slots it fills, of SLOTS_ORDER.
+# smallest n asked wins, absent is 0), and on the summary. The most mismatched (``mismatched = n``):
+# MISMATCHED on each rollout record asks for the n responses with the largest
+# MISMATCH_PREFIX + "kl" beside the k keyed prompts (the same rule), and on the summary. SLOTS on
+# each kept record of such a step lists the slots it fills, of SLOTS_ORDER.
 EXTREMES: Final = "valgen.extremes"  # int >= 0
+MISMATCHED: Final = "valgen.mismatched"  # int >= 0
 SLOTS: Final = "valgen.slots"  # str array, set by the sampler
 SLOT_KEYED: Final = "keyed"
 SLOT_LOWEST: Final = "lowest"
 SLOT_HIGHEST: Final = "highest"
-SLOTS_ORDER: Final = (SLOT_KEYED, SLOT_LOWEST, SLOT_HIGHEST)
+SLOT_MISMATCHED: Final = "mismatched"
+SLOTS_ORDER: Final = (SLOT_KEYED, SLOT_LOWEST, SLOT_HIGHEST, SLOT_MISMATCHED)
 PROMPTS_UNDER_RATE: Final = "valgen.prompts_under_rate"  # int
 PROMPTS_OVER_CAP: Final = "valgen.prompts_over_cap"  # int, summary only
 SOURCES: Final = "valgen.sources"  # sources that sent anything for the step

@@ -40,9 +40,11 @@ from otel_valgen.sampling import rate_of, rate_threshold
 
 __all__ = [
     "MergedFigures",
+    "keyed_prompts",
     "merge_figures",
     "merge_summaries",
     "parts_extremes",
+    "parts_mismatched",
     "parts_split",
     "sampler_of",
     "samplers_of",
@@ -82,8 +84,23 @@ def parts_extremes(summaries: Sequence[Mapping[str, Any]]) -> int:
 
     A part that received no generation (no ``valgen.sample_count``) asked for nothing, as ``parts_k`` reads it.
     """
-    asked = [_int(summary, contract.EXTREMES) for summary in summaries if contract.SAMPLE_COUNT in summary]
+    return _parts_n(summaries, contract.EXTREMES)
+
+
+def parts_mismatched(summaries: Sequence[Mapping[str, Any]]) -> int:
+    """The n of most mismatched responses the parts of a group kept, by the rule of ``parts_extremes``."""
+    return _parts_n(summaries, contract.MISMATCHED)
+
+
+def _parts_n(summaries: Sequence[Mapping[str, Any]], key: str) -> int:
+    """The smallest ``key`` of the summaries of parts that received a generation (absent: 0)."""
+    asked = [_int(summary, key) for summary in summaries if contract.SAMPLE_COUNT in summary]
     return min(asked, default=0)
+
+
+def keyed_prompts(kept: Iterable[Generation]) -> int:
+    """How many prompts a rollout step's kept records keep as keyed picks (a most mismatched response alone is none)."""
+    return len({g.prompt_id for g in kept if g.slots is None or contract.SLOT_KEYED in g.slots})
 
 
 @dataclass
@@ -231,16 +248,17 @@ def merge_summaries(summaries: Sequence[Mapping[str, Any]], kept: Sequence[Gener
     ks = [k for summary in summaries if (k := _int(summary, contract.SAMPLE_COUNT, -1)) >= 0]
     if ks:
         out[contract.SAMPLE_COUNT] = min(ks)
-    if extremes := parts_extremes(summaries):
-        out[contract.EXTREMES] = extremes
-    else:
-        out.pop(contract.EXTREMES, None)
+    for key in (contract.EXTREMES, contract.MISMATCHED):
+        if n := _parts_n(summaries, key):
+            out[key] = n
+        else:
+            out.pop(key, None)
     _put_scores(out, [figures for figures in sources.values() if figures.ended])
     _put_data_sources(out, [figures for figures in sources.values() if figures.ended], kept)
     _put_trajectories(out, [figures for figures in sources.values() if figures.ended])
     if out.get(contract.KIND) == contract.KIND_ROLLOUT:
         _put_prompts_seen(out, summaries, [figures for figures in sources.values() if figures.ended])
-        out[contract.PROMPTS_KEPT] = len({g.prompt_id for g in kept})
+        out[contract.PROMPTS_KEPT] = keyed_prompts(kept)
         out[contract.PROMPTS_INCOMPLETE] = 0 if _complete_sources(out, expected) else out[contract.PROMPTS_KEPT]
         _put_rate(out, summaries)
     complete = bool(sources) and not out[contract.SOURCES_MISSING] and not out[contract.MISSING]

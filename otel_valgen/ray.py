@@ -52,6 +52,7 @@ def worker_env() -> dict[str, str]:
             values[env.OTEL_VALGEN_ROLLOUT_RATE] = repr(settings.rollout_rate)
         values[env.OTEL_VALGEN_SAMPLE_BY] = settings.sample_by
         values[env.OTEL_VALGEN_EXTREMES] = str(settings.extremes)
+        values[env.OTEL_VALGEN_MISMATCHED] = str(settings.mismatched)
         values[env.OTEL_VALGEN_SEED] = str(settings.seed)
         values[env.OTEL_VALGEN_PRESAMPLE] = "true" if settings.presample else "false"
         values[env.OTEL_VALGEN_DIR] = os.path.abspath(settings.directory)

@@ -68,8 +68,9 @@ class Generation:
     kind: str = contract.KIND_VALIDATION  # valgen.kind
     prompt_id: str | None = None  # a rollout's valgen.prompt_id and valgen.prompt_key
     prompt_key: int | None = None
-    # The slots a kept record fills (valgen.slots: keyed, lowest, highest), None when its step keeps
-    # no extremes; set by the sampler, or by otel_valgen.selection for files of the embedded sink.
+    # The slots a kept record fills (valgen.slots: keyed, lowest, highest, mismatched), None when its
+    # step keeps neither extremes nor the most mismatched; set by the sampler, or by
+    # otel_valgen.selection for files of the embedded sink.
     slots: tuple[str, ...] | None = None
 
     @property
@@ -84,7 +85,7 @@ class Generation:
 
     @property
     def slots_text(self) -> str | None:
-        """The slots as one table cell (``keyed,lowest``), None when its step keeps no extremes."""
+        """The slots as one table cell (``keyed,lowest``), None when its step keeps no ranked slots."""
         return ",".join(self.slots) if self.slots is not None else None
 
 

@@ -78,13 +78,17 @@ sources' views is the group's. The other way, splitting a view kept per step, wo
 
 *The best and the worst* (``extremes = n``, ``valgen.extremes``): beside the k keyed picks a
 validation group keeps the n lowest- and the n highest-scored generations (of each data source
-when split; ``ScoreExtremes``): two more bottom-n's, ordered by ``(score, sample key, sample id)``
+when split): two more bottom-n's (``FigureRanks``), ordered by ``(score, sample key, sample id)``
 and ``(-score, sample key, sample id)``, over the generations with a finite score (-0.0 is 0.0).
 They are mergeable like the bottom-k, and the smallest n asked for wins, as for k (a record
-without ``valgen.extremes`` asks for 0). A kept record's slots (``valgen.slots``) say which of
-``keyed``, ``lowest`` and ``highest`` it fills; ranked, the keyed picks come first, as without
-extremes, so the same prompts keep their ranks at every step, then each data source's lowest
-ascending and highest descending that are not already listed (``DataSourceViews.ranked``).
+without ``valgen.extremes`` asks for 0). *The most mismatched* (``mismatched = n``,
+``valgen.mismatched``) is the same rule for rollouts: beside the k keyed prompts a rollout group
+keeps the n responses of the largest ``valgen.mismatch.kl``, ordered by ``(-kl, sample key,
+sample id)``, each response alone (not its prompt's group). A kept record's slots
+(``valgen.slots``) say which of ``keyed``, ``lowest``, ``highest`` and ``mismatched`` it fills;
+ranked, the keyed picks come first, as without them, so the same prompts keep their ranks at
+every step, then each data source's lowest ascending, highest descending and most mismatched
+that are not already listed (``DataSourceViews.ranked``).
 """
 
 from __future__ import annotations
@@ -107,15 +111,17 @@ __all__ = [
     "KEY_VERSIONS",
     "LEGACY_KEY_VERSION",
     "NO_RATE_THRESHOLD",
+    "RANKED_SLOTS",
     "SAMPLE_BY_DATA_SOURCE",
     "SAMPLE_BY_STEP",
     "SLOT_HIGHEST",
     "SLOT_KEYED",
     "SLOT_LOWEST",
+    "SLOT_MISMATCHED",
     "BottomK",
     "DataSourceViews",
+    "FigureRanks",
     "GroupView",
-    "ScoreExtremes",
     "SortKey",
     "bottom_k",
     "group_view",
@@ -486,6 +492,10 @@ def data_source_order(data_source: str) -> bytes:
 SLOT_KEYED: Final = contract.SLOT_KEYED
 SLOT_LOWEST: Final = contract.SLOT_LOWEST
 SLOT_HIGHEST: Final = contract.SLOT_HIGHEST
+SLOT_MISMATCHED: Final = contract.SLOT_MISMATCHED
+RANKED_SLOTS: Final = ((SLOT_LOWEST, False), (SLOT_HIGHEST, True), (SLOT_MISMATCHED, True))
+"""The slots kept as a bottom-n of a figure beside the keyed picks, in the order they are listed, each
+with whether it ranks its figure descending: the lowest and highest score, the largest KL."""
 
 
 def score_rank(score: float) -> int:
@@ -494,56 +504,49 @@ def score_rank(score: float) -> int:
     return bits ^ MASK64 if bits >> 63 else bits | (1 << 63)
 
 
-class ScoreExtremes(Generic[T]):
-    """The ``n`` lowest- and ``n`` highest-scored items, ties broken by sort key: two bottom-n's.
+class FigureRanks(Generic[T]):
+    """The ``n`` items with the smallest figure (``descending``: the largest), ties broken by sort key: a bottom-n.
 
-    An item's order is ``(score, sample key, sample id)`` for the lowest and ``(-score, sample
-    key, sample id)`` for the highest, each folded into a ``BottomK`` order as
-    ``(score_rank << 63 | sample key, sample id)`` (for the highest, ``MASK64 - score_rank``):
-    sample keys are below ``2**63``, so the int compares as the pair does.
+    An item's order is ``(figure, sample key, sample id)``, descending ``(-figure, sample key,
+    sample id)``, folded into a ``BottomK`` order as ``(rank << 63 | sample key, sample id)`` with
+    ``rank = score_rank(figure)`` (descending: ``MASK64 - rank``): sample keys are below ``2**63``,
+    so the int compares as the pair does. Only finite figures take part (-0.0 is 0.0).
     """
 
-    def __init__(self, n: int) -> None:
-        self._lowest: BottomK[T] = BottomK(n)
-        self._highest: BottomK[T] = BottomK(n)
+    def __init__(self, n: int, descending: bool = False) -> None:
+        self._kept: BottomK[T] = BottomK(n)
+        self.descending = descending
 
     @property
     def n(self) -> int:
-        """How many of each are kept at most."""
-        return self._lowest.k
+        """How many are kept at most."""
+        return self._kept.k
 
-    def offer(self, score: float | None, order: Order, item: T) -> bool:
-        """Consider an item of ``score`` (None or not finite: not considered); return whether either keeps it."""
-        if score is None or not math.isfinite(score) or not self.n:
+    def offer(self, figure: float | None, order: Order, item: T) -> bool:
+        """Consider an item of ``figure`` (None or not finite: not considered); return whether it is kept."""
+        if figure is None or not math.isfinite(figure):
             return False
-        rank = score_rank(score)
-        low = self._lowest.offer(((rank << 63) | order[0], order[1]), item)
-        high = self._highest.offer((((MASK64 - rank) << 63) | order[0], order[1]), item)
-        return low or high
+        rank = score_rank(figure)
+        if self.descending:
+            rank = MASK64 - rank
+        return self._kept.offer(((rank << 63) | order[0], order[1]), item)
 
-    def absorb(self, other: ScoreExtremes[T]) -> None:
-        """Offer what ``other`` keeps, with its orders: the extremes of the union (mergeable, as the bottom-k)."""
-        for order, item in other._lowest.items():
-            self._lowest.offer(order, item)
-        for order, item in other._highest.items():
-            self._highest.offer(order, item)
+    def absorb(self, other: FigureRanks[T]) -> None:
+        """Offer what ``other`` keeps, with its orders: the n of the union (mergeable, as the bottom-k)."""
+        for order, item in other._kept.items():
+            self._kept.offer(order, item)
 
     def shrink(self, n: int) -> None:
-        """Keep only the ``n`` lowest and ``n`` highest (exact, as ``BottomK.shrink``)."""
-        self._lowest.shrink(n)
-        self._highest.shrink(n)
+        """Keep only the first ``n`` (exact, as ``BottomK.shrink``)."""
+        self._kept.shrink(n)
 
-    def lowest(self) -> list[T]:
-        """The lowest-scored items, ascending."""
-        return [item for _, item in self._lowest.items()]
-
-    def highest(self) -> list[T]:
-        """The highest-scored items, descending."""
-        return [item for _, item in self._highest.items()]
+    def items(self) -> list[T]:
+        """The kept items ranked: by figure, ascending (descending: the largest first), ties by sort key."""
+        return [item for _, item in self._kept.items()]
 
     def kept(self) -> list[T]:
-        """Every item either keeps (one entry per item kept by both)."""
-        return list({id(item): item for item in (*self._lowest.kept(), *self._highest.kept())}.values())
+        """The kept items, in no particular order."""
+        return self._kept.kept()
 
 
 class DataSourceViews(Generic[T]):
@@ -552,17 +555,19 @@ class DataSourceViews(Generic[T]):
     The group splits when its first generation asks for k per data source, and turns back into
     one view, for good, at the first generation that does not (module docstring): a group is
     split when every generation of it asked. Ranked, a split group lists its data sources in
-    ``data_source_order``, each one's view ranked. With ``extremes`` (validation) each view has
-    its ``ScoreExtremes`` of that many, and ``ranked`` lists them after the keyed picks.
+    ``data_source_order``, each one's view ranked. With ``extremes`` (validation) each view also
+    keeps that many lowest- and highest-scored, with ``mismatched`` (rollouts) that many responses
+    of the largest KL (``FigureRanks``, one per slot of ``RANKED_SLOTS``); ``ranked`` lists them
+    after the keyed picks.
     """
 
-    def __init__(self, k: int, rate: float | None = None, extremes: int = 0) -> None:
+    def __init__(self, k: int, rate: float | None = None, extremes: int = 0, mismatched: int = 0) -> None:
         self._k = k
         self.rate = rate
         self.split: bool | None = None  # None until the first generation
         self._views: dict[str, GroupView[T]] = {}
-        self._n = extremes
-        self._extremes: dict[str, ScoreExtremes[T]] = {}
+        self._n = {SLOT_LOWEST: extremes, SLOT_HIGHEST: extremes, SLOT_MISMATCHED: mismatched}
+        self._ranks: dict[str, dict[str, FigureRanks[T]]] = {}  # by view, then by slot (those of n > 0)
 
     @property
     def k(self) -> int:
@@ -576,17 +581,26 @@ class DataSourceViews(Generic[T]):
             view = self._views[key] = GroupView(self._k, self.rate)
         return view
 
+    def _ranks_of(self, key: str) -> dict[str, FigureRanks[T]]:
+        """The ranked slots of view ``key``, made on its first offer."""
+        ranks = self._ranks.get(key)
+        if ranks is None:
+            ranks = {slot: FigureRanks(self._n[slot], down) for slot, down in RANKED_SLOTS if self._n[slot]}
+            self._ranks[key] = ranks
+        return ranks
+
     def _join(self) -> None:
-        """Turn the split views into one: the bottom-k of their union (exact, module docstring)."""
+        """Turn the split views into one: the bottom-k of their union (exact, module docstring), and their ranks'."""
         joined: GroupView[T] = GroupView(self._k, self.rate)
         for view in self._views.values():
             for prompt, order, item in view.items():
                 joined.offer(prompt, order, item)
-        extremes: ScoreExtremes[T] = ScoreExtremes(self._n)
-        for part in self._extremes.values():
-            extremes.absorb(part)
+        ranks: dict[str, FigureRanks[T]] = {}
+        for part in self._ranks.values():
+            for slot, ranked in part.items():
+                ranks.setdefault(slot, FigureRanks(self._n[slot], ranked.descending)).absorb(ranked)
         self._views = {"": joined}
-        self._extremes = {"": extremes}
+        self._ranks = {"": ranks} if ranks else {}
         self.split = False
 
     def _gone(self, before: list[T]) -> list[T]:
@@ -597,10 +611,15 @@ class DataSourceViews(Generic[T]):
     @property
     def extremes(self) -> int:
         """How many lowest- and highest-scored generations each view keeps beside its k (0: none)."""
-        return self._n
+        return self._n[SLOT_LOWEST]
 
-    def ask(self, by_data_source: bool, extremes: int | None = None) -> list[T]:
-        """Apply a generation's ``valgen.sample_by`` and ``valgen.extremes`` (the smallest n wins).
+    @property
+    def mismatched(self) -> int:
+        """How many responses of the largest KL each view keeps beside its k prompts (0: none)."""
+        return self._n[SLOT_MISMATCHED]
+
+    def ask(self, by_data_source: bool, extremes: int | None = None, mismatched: int | None = None) -> list[T]:
+        """Apply a generation's ``valgen.sample_by``, ``valgen.extremes`` and ``valgen.mismatched`` (smallest n wins).
 
         Returns the items that the join or a smaller n sampled out. Called for every generation, so
         the kept items are listed only when one of those happens.
@@ -608,30 +627,41 @@ class DataSourceViews(Generic[T]):
         if self.split is None:
             self.split = by_data_source
         joins = self.split and not by_data_source
-        shrinks = extremes is not None and extremes < self._n
+        asked = ((SLOT_LOWEST, extremes), (SLOT_HIGHEST, extremes), (SLOT_MISMATCHED, mismatched))
+        shrinks = [(slot, n) for slot, n in asked if n is not None and n < self._n[slot]]
         if not (joins or shrinks):
             return []
         before = self.kept()
         if joins:
             self._join()
-        if extremes is not None and shrinks:
-            self._n = extremes
-            for part in self._extremes.values():
-                part.shrink(extremes)
+        for slot, n in shrinks:
+            self._n[slot] = n
+            for ranks in self._ranks.values():
+                if n and slot in ranks:
+                    ranks[slot].shrink(n)
+                elif not n:
+                    ranks.pop(slot, None)
         return self._gone(before) if before else []
 
-    def offer(self, data_source: str, prompt: Order, order: Order, item: T, score: float | None = None) -> bool:
+    def offer(
+        self,
+        data_source: str,
+        prompt: Order,
+        order: Order,
+        item: T,
+        score: float | None = None,
+        kl: float | None = None,
+    ) -> bool:
         """Consider one response of ``prompt`` of ``data_source`` (after ``ask``); return whether it is kept.
 
-        With extremes, ``score`` (None: no valid score) also offers it to its data source's lowest and highest.
+        ``score`` (None: no valid score) also offers it to its data source's lowest and highest,
+        ``kl`` (None: none) to its most mismatched, when those are kept.
         """
         kept = self._view(data_source).offer(prompt, order, item)
-        if self._n and score is not None:
-            key = data_source if self.split else ""
-            part = self._extremes.get(key)
-            if part is None:
-                part = self._extremes[key] = ScoreExtremes(self._n)
-            kept = part.offer(score, order, item) or kept
+        if not (score is not None and self._n[SLOT_LOWEST]) and not (kl is not None and self._n[SLOT_MISMATCHED]):
+            return kept
+        for slot, ranks in self._ranks_of(data_source if self.split else "").items():
+            kept = ranks.offer(kl if slot == SLOT_MISMATCHED else score, order, item) or kept
         return kept
 
     def would_keep(self, data_source: str, prompt: Order) -> bool:
@@ -648,12 +678,13 @@ class DataSourceViews(Generic[T]):
         """Keep only the ``k`` smallest prompts of each view; return the responses nothing keeps now."""
         self._k = k
         removed = [item for view in self._views.values() for item in view.shrink(k)]
-        return self._gone(removed) if removed and self._extremes else removed
+        return self._gone(removed) if removed and self._ranks else removed
 
     def lower_rate(self, rate: float | None) -> list[T]:
-        """Apply a record's rate (``step_rate``) to every view; return the responses no longer eligible."""
+        """Apply a record's rate (``step_rate``) to every view; return the responses nothing keeps now."""
         self.rate = step_rate(self.rate, rate)
-        return [item for view in self._views.values() for item in view.lower_rate(rate)]
+        removed = [item for view in self._views.values() for item in view.lower_rate(rate)]
+        return self._gone(removed) if removed and self._ranks else removed
 
     def prompts(self) -> int:
         """How many prompts are kept, over the data sources."""
@@ -663,34 +694,38 @@ class DataSourceViews(Generic[T]):
         return sum(len(view) for view in self._views.values())
 
     def kept(self) -> list[T]:
-        """The kept responses (keyed or extreme, each once), in no particular order."""
+        """The kept responses (keyed or in a ranked slot, each once), in no particular order."""
         keyed = [item for view in self._views.values() for item in view.kept()]
-        if not self._extremes:
+        if not self._ranks:
             return keyed
-        extreme = [item for part in self._extremes.values() for item in part.kept()]
-        return list({id(item): item for item in (*keyed, *extreme)}.values())
+        ranked = [item for part in self._ranks.values() for ranks in part.values() for item in ranks.kept()]
+        return list({id(item): item for item in (*keyed, *ranked)}.values())
 
     def ranked(self) -> list[tuple[T, tuple[str, ...]]]:
-        """Every kept item once, ranked, with its slots (``SLOT_KEYED``, ``SLOT_LOWEST``, ``SLOT_HIGHEST``).
+        """Every kept item once, ranked, with its slots (of ``contract.SLOTS_ORDER``).
 
         The keyed picks first, as ``items`` ranks them; then, data source by data source, its
-        lowest ascending and its highest descending that are not listed yet.
+        lowest ascending, its highest descending and its most mismatched (largest KL first) that
+        are not listed yet.
         """
         keyed = [item for _, _, item in self.items()]
-        sources = sorted(self._extremes, key=data_source_order)
-        lowest = {id(item) for source in sources for item in self._extremes[source].lowest()}
-        highest = {id(item) for source in sources for item in self._extremes[source].highest()}
-        keyed_ids = {id(item) for item in keyed}
+        lists = [
+            (slot, part[slot].items())
+            for source in sorted(self._ranks, key=data_source_order)
+            for slot, _ in RANKED_SLOTS
+            if slot in (part := self._ranks[source])
+        ]
+        members = {SLOT_KEYED: {id(item) for item in keyed}}
+        for slot, items in lists:
+            members.setdefault(slot, set()).update(id(item) for item in items)
 
         def slots(item: T) -> tuple[str, ...]:
-            members = ((SLOT_KEYED, keyed_ids), (SLOT_LOWEST, lowest), (SLOT_HIGHEST, highest))
-            return tuple(slot for slot, ids in members if id(item) in ids)
+            return tuple(slot for slot in contract.SLOTS_ORDER if id(item) in members.get(slot, ()))
 
         out = [(item, slots(item)) for item in keyed]
-        listed = set(keyed_ids)
-        for source in sources:
-            part = self._extremes[source]
-            for item in (*part.lowest(), *part.highest()):
+        listed = set(members[SLOT_KEYED])
+        for _, items in lists:
+            for item in items:
                 if id(item) not in listed:
                     listed.add(id(item))
                     out.append((item, slots(item)))

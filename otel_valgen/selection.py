@@ -66,7 +66,14 @@ from otel_valgen._settings import DEFAULT_COUNT, DEFAULT_SEED
 from otel_valgen.balance import SourceFigures, step_balance, summary_dropped
 from otel_valgen.data_sources import DataSourceFigures, parse_figures, step_figures
 from otel_valgen.distinct import DistinctCount, distinct_count, merge_keys
-from otel_valgen.partials import merge_summaries, parts_extremes, parts_split, sampler_of
+from otel_valgen.partials import (
+    keyed_prompts,
+    merge_summaries,
+    parts_extremes,
+    parts_mismatched,
+    parts_split,
+    sampler_of,
+)
 from otel_valgen.reader import EndRecord, Generation, LateReport, ProgressRecord, Record, StartRecord, Summary
 from otel_valgen.sampling import (
     LEGACY_KEY_VERSION,
@@ -155,6 +162,7 @@ class StepSelection:
     prompts_kept: int | None = None  # rollouts: prompts kept (k is in prompts too)
     by_data_source: bool = False  # k per (step, data source) (valgen.sample_by)
     extremes: int = 0  # the n lowest- and highest-scored kept beside the keyed picks (valgen.extremes)
+    mismatched: int = 0  # rollouts: the n responses of the largest KL kept beside them (valgen.mismatched)
     data_sources: list[DataSourceFigures] | None = None  # per data source (None: none reported, not split)
     trajectories: dict[str, Any] | None = None  # figures over every trajectory (otel_valgen.trajectories)
     mismatch: dict[str, Any] | None = None  # the responses' per-token figures (otel_valgen.tokens)
@@ -257,7 +265,9 @@ def _offer(group: _Attempt, record: Generation, count: int | None, max_count: in
     k = min(k, max_count) if max_count is not None else k
     k = step_k(group.k, k)
     if group.selector is None:
-        group.selector = DataSourceViews(k, extremes=extremes_of(record, group.kind))
+        group.selector = DataSourceViews(
+            k, extremes=extremes_of(record, group.kind), mismatched=mismatched_of(record, group.kind)
+        )
     elif k < group.selector.k:
         group.selector.shrink(k)
     group.k = k
@@ -278,6 +288,22 @@ def extremes_of(generation: Generation, kind: str) -> int:
     return value if usable and kind == contract.KIND_VALIDATION else 0  # type: ignore[return-value]
 
 
+def mismatched_of(generation: Generation, kind: str) -> int:
+    """The n a rollout record asks for (``valgen.mismatched``; absent, not an int >= 0, or validation: 0)."""
+    value = generation.attributes.get(contract.MISMATCHED)
+    usable = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    return value if usable and kind == contract.KIND_ROLLOUT else 0  # type: ignore[return-value]
+
+
+def kl_of(generation: Generation) -> float | None:
+    """A rollout record's ``valgen.mismatch.kl`` (an int or a double), None without one.
+
+    One that is not finite is no KL either: ``FigureRanks`` leaves it out.
+    """
+    value = generation.attributes.get(contract.MISMATCH_PREFIX + tokens.KL)
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
 def _offer_to(
     views: DataSourceViews[Generation],
     record: Generation,
@@ -288,17 +314,19 @@ def _offer_to(
 ) -> None:
     """Offer one generation: its own prompt (validation) or its prompt's (rollouts), in its data source's view.
 
-    Its ``valgen.sample_by`` and ``valgen.extremes`` apply unless they are ``decided`` already.
+    Its ``valgen.sample_by``, ``valgen.extremes`` and ``valgen.mismatched`` apply unless they are
+    ``decided`` already.
     """
     if not decided:
-        views.ask(asks_data_source(record), extremes_of(record, kind))
+        views.ask(asks_data_source(record), extremes_of(record, kind), mismatched_of(record, kind))
     order = sort_key_of(record, seed, key_version)
     if kind == contract.KIND_ROLLOUT:
         views.lower_rate(record_rate(record))  # the watch-list: the smallest rate wins
         prompt = prompt_key_of(record, seed, key_version or LEGACY_KEY_VERSION)
     else:
         prompt = order
-    views.offer(record.data_source or "", prompt, order, record, record.score)
+    kl = kl_of(record) if views.mismatched else None
+    views.offer(record.data_source or "", prompt, order, record, record.score, kl)
 
 
 def record_rate(generation: Generation) -> float | None:
@@ -321,15 +349,16 @@ def cut_kept(
     key_version: int | None = None,
     by_data_source: bool | None = None,
     extremes: int = 0,
+    mismatched: int = 0,
 ) -> list[Generation]:
     """The bottom-``k`` of kept records (of one group's parts): by sort key, or for rollouts ``k`` prompts whole.
 
     ``k`` of each data source when ``by_data_source`` (the parts' summaries all say
     ``valgen.sample_by``: a part's kept records no longer show the generation that joined it),
-    with the ``extremes`` lowest- and highest-scored; None decides both by the records, as a
-    group does. ``k`` None keeps all. A record kept only as an extreme of a part cannot enter
-    the keyed picks of the union (its part's keyed picks are smaller), nor a keyed one the
-    extremes, so every record is offered to both.
+    with the ``extremes`` lowest- and highest-scored and the ``mismatched`` responses of the
+    largest KL; None decides them by the records, as a group does. ``k`` None keeps all. A
+    record kept only in a ranked slot of a part cannot enter the keyed picks of the union (its
+    part's keyed picks are smaller), nor a keyed one such a slot, so every record is offered to all.
     """
     generations = list(generations)
     if kind == contract.KIND_ROLLOUT:
@@ -337,7 +366,10 @@ def cut_kept(
     decided = by_data_source is not None
     if not decided:
         extremes = extremes_of(generations[0], kind) if generations else 0
-    views: DataSourceViews[Generation] = DataSourceViews(k if k is not None else len(generations), extremes=extremes)
+        mismatched = mismatched_of(generations[0], kind) if generations else 0
+    views: DataSourceViews[Generation] = DataSourceViews(
+        k if k is not None else len(generations), extremes=extremes, mismatched=mismatched
+    )
     if by_data_source is not None:
         views.ask(by_data_source)
     for g in generations:
@@ -348,11 +380,12 @@ def cut_kept(
 def _selected(selector: DataSourceViews[Generation] | None) -> list[Generation]:
     """The kept generations in rank order (by data source when split; a rollout's by prompt, then response).
 
-    With extremes, each carries its slots (``DataSourceViews.ranked``).
+    With extremes or the most mismatched, each carries its slots (``DataSourceViews.ranked``).
     """
     if selector is None:
         return []
-    if not selector.extremes:  # no slots, also on records a part marked before the merge turned extremes off
+    if not selector.extremes and not selector.mismatched:
+        # No slots, also on records a part marked before the merge turned them off.
         return [item if item.slots is None else replace(item, slots=None) for _, _, item in selector.items()]
     return [replace(item, slots=slots) for item, slots in selector.ranked()]
 
@@ -529,7 +562,8 @@ def _finish(group: _Attempt, collector: bool, count: int | None, seed: int) -> S
         # Parts of the group closed by other samplers (an agent re-routed the step) merge the same way.
         parts = [part.attributes for _, part in sorted(group.parts.items())]
         k, split, extremes = parts_k(group.k, parts), parts_split(parts), parts_extremes(parts)
-        kept = cut_kept(group.ranked.values(), k, group.kind, seed, group.key_version, split, extremes)
+        mismatched = parts_mismatched(parts)
+        kept = cut_kept(group.ranked.values(), k, group.kind, seed, group.key_version, split, extremes, mismatched)
         if len(parts) > 1:
             summary = Summary(group.run_id, group.step, merge_summaries(parts, kept))
         late = group.late
@@ -558,13 +592,14 @@ def _finish(group: _Attempt, collector: bool, count: int | None, seed: int) -> S
             prompts_seen=summary.prompts_seen if summary is not None else None,
             prompts_seen_estimated=summary is not None and summary.prompts_seen_estimated,
             prompts_incomplete=summary.prompts_incomplete if summary is not None else 0,
-            prompts_kept=len({g.prompt_id for g in kept}) if group.kind == contract.KIND_ROLLOUT else None,
+            prompts_kept=keyed_prompts(kept) if group.kind == contract.KIND_ROLLOUT else None,
             by_data_source=summary is not None
             and summary.attributes.get(contract.SAMPLE_BY) == contract.SAMPLE_BY_DATA_SOURCE,
             data_sources=_summary_figures(summary),
             trajectories=_summary_map(summary, contract.TRAJECTORIES),
             mismatch=_summary_map(summary, contract.MISMATCH),
             extremes=extremes,
+            mismatched=mismatched,
         )
     ended = set(group.ends)
     scores = score_totals(group.ends)
@@ -575,7 +610,7 @@ def _finish(group: _Attempt, collector: bool, count: int | None, seed: int) -> S
     rollout = group.kind == contract.KIND_ROLLOUT
     rate = group.selector.rate if rollout and group.selector is not None else None
     prompts = _prompts_seen(group.ends) if rollout else None
-    prompts_kept = len({g.prompt_id for g in generations}) if rollout else None
+    prompts_kept = keyed_prompts(generations) if rollout else None
     split = group.selector is not None and bool(group.selector.split)
     reported = [end.data_sources for end in group.ends.values() if end.data_sources is not None]
     return StepSelection(
@@ -607,6 +642,7 @@ def _finish(group: _Attempt, collector: bool, count: int | None, seed: int) -> S
         trajectories=trajectories.summary(trajectories.merge(end.trajectories for end in group.ends.values())),
         mismatch=tokens.summary(trajectories.merge(end.mismatch for end in group.ends.values())),
         extremes=group.selector.extremes if group.selector is not None else 0,
+        mismatched=group.selector.mismatched if group.selector is not None else 0,
     )
 
 

@@ -57,6 +57,9 @@ MODEL: Final = "model"
 FLOAT_COLUMNS: Final = (ROLLOUT, TRAINER, REFERENCE, WEIGHT)
 MASK_COLUMNS: Final = (MASKED, MODEL)
 COLUMNS: Final = (IDS, PIECES, *FLOAT_COLUMNS, *MASK_COLUMNS)
+LENGTH: Final = "length"
+"""Not a column: each response's count of tokens in the rows (the rest is padding), for rows that
+hold more than its ``response_lengths`` counts (verl's hold a multi-turn tool's tokens too)."""
 
 # valgen.tokens: the encoding's version, the response's token count, where a cut was made.
 VERSION: Final = "version"
@@ -143,7 +146,7 @@ def check_columns(columns: object, size: int) -> tuple[dict[str, Any], list[str]
     for name, column in columns.items():
         if column is None:
             continue
-        if name not in COLUMNS:
+        if name not in COLUMNS and name != LENGTH:
             problems.append(f"unknown column {name!r} (known: {', '.join(COLUMNS)})")
             continue
         try:
@@ -176,10 +179,11 @@ def _pieces(row: Any) -> tuple[list[str], int]:
 def read_response(columns: Mapping[str, Any], index: int, length: int | None = None) -> ResponseTokens | None:
     """Response ``index``'s tokens from per-response ``columns`` (each a sequence of rows); None without any.
 
-    ``length`` (the response length) cuts rows that are padded to the batch's width. Rows of
-    unequal lengths are cut to the shortest; a value that is not a number becomes NaN and a
-    piece that is not valid text is repaired, both counted in ``repaired``.
+    ``length`` (the response length; the columns' ``LENGTH`` when given) cuts rows that are padded
+    to the batch's width. Rows of unequal lengths are cut to the shortest; a value that is not a
+    number becomes NaN and a piece that is not valid text is repaired, both counted in ``repaired``.
     """
+    length = _own_length(columns, index, length)
     rows: dict[str, Any] = {}
     for name in COLUMNS:
         column = columns.get(name)
@@ -223,6 +227,12 @@ def read_response(columns: Mapping[str, Any], index: int, length: int | None = N
     return out
 
 
+def _own_length(columns: Mapping[str, Any], index: int, length: int | None) -> int | None:
+    """Response ``index``'s count of tokens in the rows: the columns' ``LENGTH`` when given, else ``length``."""
+    own = columns.get(LENGTH)
+    return _length(own[index], 1 << 62) if own is not None else length
+
+
 def response_figures(tokens: ResponseTokens) -> dict[str, float | int] | None:
     """The figures of one response (module docstring); None without both log-probabilities."""
     rollout, trainer = tokens.floats.get(ROLLOUT), tokens.floats.get(TRAINER)
@@ -237,14 +247,25 @@ def response_figures(tokens: ResponseTokens) -> dict[str, float | int] | None:
     )[0]
 
 
+def kl_of(figures: Mapping[str, Any] | None) -> float | None:
+    """A response's ``kl`` figure when it has a finite one (what the most mismatched rank), else None."""
+    value = figures.get(KL) if figures is not None else None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
 def batch_figures(
     columns: Mapping[str, Any], lengths: Sequence[Any] | None = None
 ) -> list[dict[str, float | int] | None]:
     """``response_figures`` of every response of a call, at once when the columns are 2-D arrays or tensors.
 
-    ``columns`` as ``read_response`` takes them; ``lengths`` (one per response, or None) leaves
-    out what lies past each response's length. A response without both log-probabilities gets None.
+    ``columns`` as ``read_response`` takes them; ``lengths`` (one per response, or None; the
+    columns' ``LENGTH`` when given) leaves out what lies past each response's length. A response
+    without both log-probabilities gets None.
     """
+    if columns.get(LENGTH) is not None:
+        lengths = columns[LENGTH]
     rollout, trainer = columns.get(ROLLOUT), columns.get(TRAINER)
     if rollout is None or trainer is None:
         return [None] * _rows_of(columns)

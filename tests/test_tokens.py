@@ -289,3 +289,25 @@ def test_merged_parts_give_the_mismatch_one_sampler_would_have(case: dict[str, A
     """Samplers' summaries, one source each, merge (otel_valgen.partials) to the whole step's distribution."""
     parts = one_sampler_per_source(case["end_records"], contract.FIELD_MISMATCH, "mismatch")
     _same_figures(merge_summaries(parts, [])[contract.MISMATCH], case["expected"])
+
+
+def test_rows_are_read_up_to_the_mappings_length_when_given() -> None:
+    """``length`` (tokens.LENGTH): rows that hold more than the response length counts (a tool's tokens) are read whole.
+
+    The figures of the call and of a kept response both leave out what lies past each row's
+    ``length``, not past its response length, and so do its packed tokens.
+    """
+    rollout = np.array([[-1.0, 0.0, 0.0, -1.0, 9.0], [0.0, -1.0, 9.0, 9.0, 9.0]], dtype=np.float32)
+    trainer = np.zeros_like(rollout)
+    model = np.array([[True, False, False, True, True], [True, True, True, True, True]])
+    columns = {tokens.ROLLOUT: rollout, tokens.TRAINER: trainer, tokens.MODEL: model, tokens.LENGTH: [4, 2]}
+    response_lengths = [2, 2]  # the model's tokens: the first row's tool tokens (1, 2) are not counted
+    first, second = tokens.batch_figures(columns, response_lengths)
+    assert first == {tokens.TOKENS: 2, tokens.MEAN_ABS: 1.0, tokens.MAX_ABS: 1.0, tokens.KL: pytest.approx(math.e - 2)}
+    assert second is not None
+    assert second[tokens.TOKENS] == 2
+    read = tokens.read_response(columns, 0, response_lengths[0])
+    assert read is not None
+    assert read.count == 4
+    assert tokens.response_figures(read) == first
+    assert tokens.check_columns(columns, 2) == (columns, [])

@@ -785,9 +785,9 @@ def data_source_cases() -> dict[str, object]:
     }
 
 
-def _score_of(record: dict[str, object]) -> float | None:
-    """A record's finite score: numbers, and the strings "nan", "inf", "-inf" that stand for doubles JSON lacks."""
-    value = record.get("score")
+def _score_of(record: dict[str, object], field: str = "score") -> float | None:
+    """A record's finite score (or ``field``): numbers, and "nan", "inf", "-inf" that stand for doubles JSON lacks."""
+    value = record.get(field)
     score = float(value) if isinstance(value, int | float | str) else None
     return score if score is not None and math.isfinite(score) else None
 
@@ -895,6 +895,166 @@ def extremes_cases() -> dict[str, object]:
             "lowest, highest the record fills, in that order (empty when n is 0: no valgen.slots). "
             "A record delivered twice is one. Records without sample_key get sample_key(2, seed, "
             "sample_id). Keys and seeds are decimal strings."
+        ),
+        "cases": cases,
+    }
+
+
+def _sorted_mismatched(records: list[dict[str, object]], k: int, seed: int) -> tuple[list[list[object]], int]:
+    """The keyed prompts and the most mismatched responses by sorting (an oracle apart from ``DataSourceViews``).
+
+    Returns ``[sample id, slots]`` ranked, and the group's n (the smallest asked, absent is 0).
+    """
+    n = min(int(str(r.get("mismatched", 0))) for r in records)
+    split = all(r.get("sample_by") == SAMPLE_BY_DATA_SOURCE for r in records)
+    unique = {str(r["sample_id"]): r for r in records}  # a record delivered twice is one
+
+    def source(r: dict[str, object]) -> str:
+        return str(r.get("data_source", "")) if split else ""
+
+    def key(r: dict[str, object]) -> tuple[int, bytes]:
+        sid, own = str(r["sample_id"]), r.get("sample_key")
+        return (int(str(own)) if own is not None else sample_key(seed, sid), sid.encode())
+
+    keyed: list[str] = []
+    most: list[str] = []
+    for s in sorted({source(r) for r in unique.values()}, key=lambda s: s.encode()):
+        members = [r for r in unique.values() if source(r) == s]
+        keyed += _sorted_rate_view(members, k, seed)[0]
+        ranked = sorted(
+            (-kl + 0.0, key(r), str(r["sample_id"])) for r in members if (kl := _score_of(r, "kl")) is not None
+        )
+        most += [sid for _, _, sid in ranked[:n]]
+    ranked_ids = keyed + [sid for sid in dict.fromkeys(most) if sid not in keyed]
+
+    def slots(sid: str) -> list[str]:
+        return [slot for slot, ids in (("keyed", keyed), ("mismatched", most)) if sid in ids] if n else []
+
+    return [[sid, slots(sid)] for sid in ranked_ids], n
+
+
+def _mismatched_views(
+    records: list[dict[str, object]], k: int, seed: int, split: bool | None = None
+) -> list[list[object]]:
+    """``DataSourceViews``' ranked ``[sample id, slots]`` of rollout records (``split`` None: as the records ask)."""
+
+    def order(r: dict[str, object], field: str, id_field: str) -> SortKey:
+        own, rid = r.get(field), str(r[id_field])
+        return SortKey.of(int(str(own)) if own is not None else sample_key(seed, rid), rid)
+
+    asked = [int(str(r.get("mismatched", 0))) for r in records]
+    views: DataSourceViews[str] = DataSourceViews(k, mismatched=asked[0] if split is None else min(asked))
+    if split is not None:
+        views.ask(split)
+    for r in records:
+        if split is None:
+            views.ask(r.get("sample_by") == SAMPLE_BY_DATA_SOURCE, mismatched=int(str(r.get("mismatched", 0))))
+        if "sample_rate" in r:
+            views.lower_rate(float(str(r["sample_rate"])))
+        prompt, response = order(r, "prompt_key", "prompt_id"), order(r, "sample_key", "sample_id")
+        views.offer(str(r.get("data_source", "")), prompt, response, str(r["sample_id"]), None, _score_of(r, "kl"))
+    return [[sid, list(slots) if views.mismatched else []] for sid, slots in views.ranked()]
+
+
+def _mismatched_case(name: str, k: int, records: list[dict[str, object]], seed: int) -> dict[str, object]:
+    """One case of ``mismatched.json``, the oracle checked against ``DataSourceViews`` (whole, and parts merged)."""
+    expected, n = _sorted_mismatched(records, k, seed)
+    got = _mismatched_views(records, k, seed)  # the implementation must agree with the oracle
+    assert got == expected, (name, got, expected)
+    entry: dict[str, object] = {"name": name, "k": k, "n": n, "seed": str(seed), "records": records}
+    parts = sorted({int(str(r["part"])) for r in records if "part" in r})
+    if parts:  # each part closed on its own, then their kept records merged as their summaries say
+        kept_parts = []
+        for part in parts:
+            members = [r for r in records if r.get("part") == part]
+            kept_parts.append(_sorted_mismatched(members, k, seed)[0])
+            assert _mismatched_views(members, k, seed) == kept_parts[-1], (name, part)
+        by_id = {str(r["sample_id"]): r for r in records}
+        union = [by_id[str(sid)] for kept in kept_parts for sid, _ in kept]
+        split = all(r.get("sample_by") == SAMPLE_BY_DATA_SOURCE for r in records)
+        assert _mismatched_views(union, k, seed, split) == expected, (name, "merged")
+        entry["part_expected"] = kept_parts
+    entry["expected"] = expected
+    return entry
+
+
+def mismatched_cases() -> dict[str, object]:
+    """The most mismatched: the n rollout responses of the largest KL beside the k keyed prompts."""
+    rng = random.Random(20261207)
+    cases: list[dict[str, object]] = []
+
+    def case(name: str, k: int, records: list[dict[str, object]]) -> None:
+        cases.append(_mismatched_case(name, k, records, 42))
+
+    def response(p: int, i: int, kl: object, **more: object) -> dict[str, object]:
+        return {"prompt_id": f"p{p:02d}", "sample_id": f"p{p:02d}/{i}", "kl": kl, "mismatched": 2, **more}
+
+    kls = [round(rng.uniform(0, 0.02), 3) for _ in range(24)]  # three decimals: ties in KL
+    records = [response(p, i, kls[p * 3 + i]) for p in range(8) for i in range(3)]
+    rng.shuffle(records)
+    case("off_when_n_is_0", 2, [{**r, "mismatched": 0} for r in records])
+    for k in (0, 2, 8):
+        case(f"k{k}_n2", k, records)
+    tied = [response(p, i, 0.5, sample_key=str(90 - 2 * p - i)) for p in range(3) for i in range(2)]
+    case("ties_in_kl_break_by_sample_key", 1, tied)
+    signed = [
+        response(0, 0, -0.0, sample_key="5"),
+        response(0, 1, 0.0, sample_key="3"),
+        response(1, 0, 0.0, sample_key="9"),
+    ]
+    case("minus_zero_is_zero", 0, [*signed, response(2, 0, 1e-3, sample_key="1")])
+    invalid = [response(i, 0, value) for i, value in enumerate(["nan", "inf", "-inf", None, 0.25, 0.75, 0.5])]
+    del invalid[3]["kl"]  # absent, as a response without per-token data
+    invalid.append(response(7, 0, None))  # null: no KL either
+    case("kl_not_finite_or_absent_is_left_out", 1, invalid)
+    case("fewer_with_a_kl_than_n", 0, [response(0, 0, 0.3), response(0, 1, None), response(1, 0, None)])
+    asked = [dict(r) for r in records]
+    asked[7]["mismatched"] = 1
+    case("the_smallest_n_asked_wins", 2, asked)
+    off = [dict(r) for r in records]
+    del off[-1]["mismatched"]
+    case("a_record_without_mismatched_turns_it_off", 2, off)
+    case("a_record_delivered_twice_is_one", 2, [*records, dict(records[4])])
+    by_source = [
+        {
+            **r,
+            "data_source": ("gsm8k", "math", "aime")[int(str(r["prompt_id"])[1:]) % 3],
+            "sample_by": SAMPLE_BY_DATA_SOURCE,
+        }
+        for r in records
+    ]
+    case("split_by_data_source_each_keeps_its_own", 1, by_source)
+    joined = [dict(r) for r in by_source]
+    del joined[11]["sample_by"]
+    case("joined_by_one_response_per_step", 1, joined)
+    case("under_a_rate_the_mismatched_need_not_be_eligible", 3, [{**r, "sample_rate": 0.25} for r in records])
+    kls = [round(rng.uniform(0, 0.05), 3) for _ in range(32)]
+    parts = [
+        response(p, i, kls[p * 4 + i], mismatched=3, part=(p + i) % 2, data_source=("a", "b")[p % 2])
+        for p in range(8)
+        for i in range(4)
+    ]
+    case("a_merge_of_two_partial_groups", 2, parts)
+    case("a_merge_of_two_partial_groups_split", 1, [{**r, "sample_by": SAMPLE_BY_DATA_SOURCE} for r in parts])
+    return {
+        "description": (
+            "The most mismatched (valgen.mismatched = n) of rollout groups. n is the smallest "
+            "valgen.mismatched of the group's records (absent is 0). Beside the k keyed prompts, each "
+            "with every response (group_view.json; k per data source when split, data_source.json; "
+            "eligible prompts only under a sample_rate, rate.json) each data source keeps the n "
+            "responses with the largest kl (the record's valgen.mismatch.kl), by (-kl, sample_key, "
+            "UTF-8 bytes of sample_id), of its responses with a finite kl (-0.0 is 0.0; the strings "
+            "nan, inf and -inf stand for those doubles, which are not finite, and are left out, as an "
+            "absent or null kl): each response alone, not its prompt's other responses, and whatever "
+            "the rate. expected lists [sample id, slots] ranked: the keyed prompts' responses first, as "
+            "without it, then, data source by data source, its most mismatched not listed yet, the "
+            "largest kl first; slots is the subset of keyed, mismatched the record fills, in that "
+            "order (empty when n is 0: no valgen.slots). A record delivered twice is one. Records "
+            "with a part were sent to two samplers, each closing a partial group: part_expected[i] "
+            "is what part i keeps alone, and the union of the parts' kept records, merged (split "
+            "when every record asks for it, the parts' smallest n), keeps expected. Records "
+            "without prompt_key / sample_key get sample_key(2, seed, prompt_id / sample_id). Keys "
+            "and seeds are decimal strings."
         ),
         "cases": cases,
     }
@@ -1080,6 +1240,7 @@ def main() -> None:
         ("distinct_prompts.json", distinct_prompts_cases()),
         ("data_source.json", data_source_cases()),
         ("extremes.json", extremes_cases()),
+        ("mismatched.json", mismatched_cases()),
         ("trajectories.json", trajectory_cases()),
         ("mismatch.json", mismatch_cases()),
     ):

@@ -9,7 +9,7 @@ import (
 )
 
 // ordered is an order a bottomK keeps by: comparable (a record delivered twice has the same
-// order) and totally ordered by less. sortKey is the keyed picks' order, scoreOrder the extremes'.
+// order) and totally ordered by less. sortKey is the keyed picks' order, figureOrder the ranked slots'.
 type ordered[O any] interface {
 	comparable
 	less(O) bool

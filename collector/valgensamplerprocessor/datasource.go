@@ -20,28 +20,25 @@ import (
 // both suites check.
 
 // dataSourceViews is a group's sample: one group view, or while split one per data source, and
-// with extremes (validation groups, extremes.go) each view's n lowest- and n highest-scored.
+// each view's ranked slots (slots.go): with extremes (validation groups, extremes.go) its n
+// lowest- and n highest-scored, with the most mismatched (rollout groups, mismatched.go) its m
+// responses of the largest KL.
 type dataSourceViews struct {
 	k     int
 	rate  float64 // the rate applied to every view (stepRate), 0 for none
 	split bool
 	views map[string]*groupView // by data source while split, else the one view under ""
-	// n is how many lowest- and highest-scored records each view keeps beside its k (0: none);
-	// extremes holds them under the names of views (those offered a scored record), nil for none.
-	n        int
-	extremes map[string]*scoreExtremes
+	// n is how many lowest- and highest-scored records each view keeps beside its k, m how many
+	// of the largest KL (0: none); extremes holds the ranked slots under the names of views (those
+	// offered a record with a figure), nil for none.
+	n, m     int
+	extremes map[string]*slotRanks
 }
 
 // newDataSourceViews starts the sample of a group whose first generation asks for k and, when
 // split, for k per data source.
 func newDataSourceViews(k int, split bool) *dataSourceViews {
 	return &dataSourceViews{k: k, split: split, views: make(map[string]*groupView, 1)}
-}
-
-// withExtremes sets the n lowest- and highest-scored that the group's first generation asks for.
-func (d *dataSourceViews) withExtremes(n int) *dataSourceViews {
-	d.n = max(n, 0)
-	return d
 }
 
 // parseSampleBy reads a generation's data source and whether it asks for k per data source.
@@ -70,24 +67,8 @@ func (d *dataSourceViews) ask(byDataSource bool) {
 	}
 }
 
-// askExtremes applies a later generation's valgen.extremes: the smallest n wins (exact, as a
-// smaller k: the bottom-n' of a bottom-n). n = 0 turns the extremes off for good.
-func (d *dataSourceViews) askExtremes(n int) {
-	if n >= d.n {
-		return
-	}
-	d.n = max(n, 0)
-	if d.n == 0 {
-		d.extremes = nil
-		return
-	}
-	for _, x := range d.extremes {
-		x.shrink(d.n)
-	}
-}
-
-// join turns the views into one: the bottom-k of their union, and their extremes into the
-// extremes of the union.
+// join turns the views into one: the bottom-k of their union, and their ranked slots into
+// those of the union.
 func (d *dataSourceViews) join() {
 	joined := d.newView()
 	for _, name := range d.names() {
@@ -99,11 +80,11 @@ func (d *dataSourceViews) join() {
 	d.split = false
 	d.views = map[string]*groupView{"": joined}
 	if len(d.extremes) > 0 {
-		extremes := newScoreExtremes(d.n)
+		extremes := newSlotRanks(d.ns())
 		for _, x := range d.extremes {
 			extremes.absorb(x)
 		}
-		d.extremes = map[string]*scoreExtremes{"": extremes}
+		d.extremes = map[string]*slotRanks{"": extremes}
 	}
 }
 
@@ -114,9 +95,9 @@ func (d *dataSourceViews) newView() *groupView {
 }
 
 // offer offers the generation to its data source's view (the one view when not split), see
-// groupView.offer, and with extremes, when it has a score, to that view's lowest and highest.
-// It returns whether any keeps it; makeItem is called at most once, only then, and all that
-// keep it share the item.
+// groupView.offer, and to that view's ranked slots it has a figure for (a score with extremes, a
+// KL with the most mismatched). It returns whether any keeps it; makeItem is called at most
+// once, only then, and all that keep it share the item.
 func (d *dataSourceViews) offer(gen generation, makeItem func() keptRecord) bool {
 	name := ""
 	if d.split {
@@ -127,18 +108,19 @@ func (d *dataSourceViews) offer(gen generation, makeItem func() keptRecord) bool
 		v = d.newView()
 		d.views[name] = v
 	}
-	if d.n == 0 || !gen.scored {
+	if (d.n == 0 || !gen.scored) && (d.m == 0 || !gen.hasKL) {
 		return v.offer(gen, makeItem)
 	}
 	x, ok := d.extremes[name]
 	if !ok {
 		if d.extremes == nil {
-			d.extremes = make(map[string]*scoreExtremes, 1)
+			d.extremes = make(map[string]*slotRanks, 1)
 		}
-		x = newScoreExtremes(d.n)
+		x = newSlotRanks(d.ns())
 		d.extremes[name] = x
 	}
-	if !x.wouldKeep(gen.score, gen.order) { // most records: no shared item to make
+	f := gen.figures()
+	if !x.wouldKeep(f, gen.order) { // most records: no shared item to make
 		return v.offer(gen, makeItem)
 	}
 	var item keptRecord
@@ -150,7 +132,7 @@ func (d *dataSourceViews) offer(gen generation, makeItem func() keptRecord) bool
 		return item
 	}
 	kept := v.offer(gen, once)
-	return x.offer(gen.score, gen.order, once) || kept
+	return x.offer(f, gen.prompt, gen.order, once) || kept
 }
 
 // shrink lowers k (in prompts) in every view.
@@ -178,7 +160,7 @@ func (d *dataSourceViews) promptCount() int {
 	return n
 }
 
-// len is how many responses the views keep (the keyed picks); keptCount adds the extremes.
+// len is how many responses the views keep (the keyed picks); keptCount adds the ranked slots.
 func (d *dataSourceViews) len() int {
 	n := 0
 	for _, v := range d.views {
@@ -187,7 +169,7 @@ func (d *dataSourceViews) len() int {
 	return n
 }
 
-// keptCount is how many records are kept: the keyed picks and the extremes, each once.
+// keptCount is how many records are kept: the keyed picks and the ranked slots, each once.
 func (d *dataSourceViews) keptCount() int {
 	n := 0
 	d.each(func(sortKey, *entry[keptRecord]) { n++ })
@@ -195,8 +177,8 @@ func (d *dataSourceViews) keptCount() int {
 }
 
 // each calls f for every kept response with its prompt's sort key, in no particular order: the
-// keyed picks, then the extremes not among them, each record once (a record kept by several
-// has one sort key).
+// keyed picks, then the ranked slots' records not among them, each record once (a record kept
+// by several has one sort key).
 func (d *dataSourceViews) each(f func(prompt sortKey, response *entry[keptRecord])) {
 	if len(d.extremes) == 0 {
 		for _, v := range d.views {
@@ -212,12 +194,12 @@ func (d *dataSourceViews) each(f func(prompt sortKey, response *entry[keptRecord
 		})
 	}
 	for _, x := range d.extremes {
-		x.each(func(order sortKey, item keptRecord) {
-			if _, dup := listed[order]; dup {
+		x.each(func(prompt sortKey, response *entry[keptRecord]) {
+			if _, dup := listed[response.order]; dup {
 				return
 			}
-			listed[order] = struct{}{}
-			f(order, &entry[keptRecord]{order: order, item: item}) // validation: its own prompt
+			listed[response.order] = struct{}{}
+			f(prompt, response)
 		})
 	}
 }
@@ -228,64 +210,6 @@ func (d *dataSourceViews) sorted() []entry[keptRecord] {
 	var out []entry[keptRecord]
 	for _, name := range d.names() {
 		out = append(out, d.views[name].sorted()...)
-	}
-	return out
-}
-
-// rankedRecord is a kept record in the output's order, with the slots it fills.
-type rankedRecord struct {
-	order sortKey
-	item  keptRecord
-	slots slotSet
-}
-
-// ranked returns every kept record once, ranked: the keyed picks first, as sorted ranks them
-// (so the same prompts keep their ranks with or without extremes), then data source by data
-// source (ascending name bytes) its lowest ascending and its highest descending that are not
-// listed yet; each with the slots it fills. otel_valgen.sampling.DataSourceViews.ranked.
-func (d *dataSourceViews) ranked() []rankedRecord {
-	keyed := d.sorted()
-	out := make([]rankedRecord, 0, len(keyed)+4*d.n)
-	if len(d.extremes) == 0 {
-		for _, e := range keyed {
-			out = append(out, rankedRecord{order: e.order, item: e.item, slots: inKeyed})
-		}
-		return out
-	}
-	names := sortedNames(d.extremes)
-	slots := make(map[sortKey]slotSet, len(keyed)+4*d.n)
-	for _, e := range keyed {
-		slots[e.order] |= inKeyed
-	}
-	type part struct {
-		lowest, highest []orderedEntry[scoreOrder, keptRecord]
-	}
-	parts := make([]part, len(names))
-	for i, name := range names {
-		x := d.extremes[name]
-		parts[i] = part{lowest: x.lowest.sorted(), highest: x.highest.sorted()}
-		for _, e := range parts[i].lowest {
-			slots[e.order.order] |= inLowest
-		}
-		for _, e := range parts[i].highest {
-			slots[e.order.order] |= inHighest
-		}
-	}
-	listed := make(map[sortKey]struct{}, len(slots))
-	for _, e := range keyed {
-		listed[e.order] = struct{}{}
-		out = append(out, rankedRecord{order: e.order, item: e.item, slots: slots[e.order]})
-	}
-	for _, p := range parts {
-		for _, list := range [][]orderedEntry[scoreOrder, keptRecord]{p.lowest, p.highest} {
-			for _, e := range list {
-				if _, dup := listed[e.order.order]; dup {
-					continue
-				}
-				listed[e.order.order] = struct{}{}
-				out = append(out, rankedRecord{order: e.order.order, item: e.item, slots: slots[e.order.order]})
-			}
-		}
 	}
 	return out
 }

@@ -123,8 +123,8 @@ func (g *group) touch(lr plog.LogRecord, src sourceID, now time.Time) *sourceSta
 	return state
 }
 
-// addGeneration offers one generation to the group's bottom-k (and extremes), in the group's key
-// version.
+// addGeneration offers one generation to the group's bottom-k (and ranked slots), in the group's
+// key version.
 func (g *group) addGeneration(gen generation, lr plog.LogRecord, at origin, src sourceID, now time.Time) {
 	g.touch(lr, src, now).received++
 	switch {
@@ -136,10 +136,11 @@ func (g *group) addGeneration(gen generation, lr plog.LogRecord, at origin, src 
 	}
 	if g.kept == nil {
 		g.k = gen.k
-		g.kept = newDataSourceViews(gen.k, gen.byDataSource).withExtremes(gen.extremes)
+		g.kept = newDataSourceViews(gen.k, gen.byDataSource).withExtremes(gen.extremes).withMismatched(gen.mismatched)
 	}
 	g.kept.ask(gen.byDataSource)
-	g.kept.askExtremes(gen.extremes) // always 0 for rollouts (parseGeneration)
+	g.kept.askExtremes(gen.extremes)     // always 0 for rollouts (parseGeneration)
+	g.kept.askMismatched(gen.mismatched) // always 0 for validation
 	if stepK(g.k, gen.k) < g.k {
 		g.k = stepK(g.k, gen.k)
 		g.kept.shrink(g.k)

@@ -123,6 +123,11 @@ type rec struct {
 	// valgen.extremes, sent when not 0 (a negative value too)
 	score    any
 	extremes int64
+	// a rollout record's valgen.mismatch.kl (as score: nil leaves it out), its valgen.mismatched,
+	// sent when not 0, and its valgen.sample_rate, sent when > 0
+	kl         any
+	mismatched int64
+	rate       float64
 }
 
 // logsOf builds one ResourceLogs per record, with service.instance.id as the resource.
@@ -244,18 +249,13 @@ func appendRec(lrs plog.LogRecordSlice, r rec) plog.LogRecord {
 	if r.extremes != 0 {
 		attrs.PutInt(attrExtremes, r.extremes)
 	}
-	switch v := r.score.(type) {
-	case nil:
-	case float64:
-		attrs.PutDouble(attrScore, v)
-	case int64:
-		attrs.PutInt(attrScore, v)
-	case string:
-		attrs.PutStr(attrScore, v)
-	case bool:
-		attrs.PutBool(attrScore, v)
-	default:
-		panic(fmt.Sprintf("score of type %T", v))
+	putAny(attrs, attrScore, r.score)
+	putAny(attrs, attrMismatchKL, r.kl)
+	if r.mismatched != 0 {
+		attrs.PutInt(attrMismatched, r.mismatched)
+	}
+	if r.rate > 0 {
+		attrs.PutDouble(attrSampleRate, r.rate)
 	}
 	switch {
 	case r.count > 0:
@@ -267,6 +267,24 @@ func appendRec(lrs plog.LogRecordSlice, r rec) plog.LogRecord {
 	body.PutStr("input", "prompt "+r.id)
 	body.PutStr("output", "answer "+r.id)
 	return lr
+}
+
+// putAny puts a test value under name: nil leaves it out, a float64 is sent as a double, an int64
+// as an int, a string or a bool as that type.
+func putAny(attrs pcommon.Map, name string, value any) {
+	switch v := value.(type) {
+	case nil:
+	case float64:
+		attrs.PutDouble(name, v)
+	case int64:
+		attrs.PutInt(name, v)
+	case string:
+		attrs.PutStr(name, v)
+	case bool:
+		attrs.PutBool(name, v)
+	default:
+		panic(fmt.Sprintf("%s of type %T", name, v))
+	}
 }
 
 func orDefault(s, def string) string {

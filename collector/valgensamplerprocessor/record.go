@@ -152,6 +152,11 @@ type generation struct {
 	extremes int
 	score    float64
 	scored   bool
+	// The most mismatched (mismatched.go), rollout records only: the n asked for
+	// (valgen.mismatched, 0 when absent or not usable), and when n > 0 its finite valgen.mismatch.kl.
+	mismatched int
+	kl         float64
+	hasKL      bool
 }
 
 // endInfo is what the sampler needs from a valgen.validation.end record; start records fill
@@ -254,6 +259,11 @@ func parseGeneration(attrs pcommon.Map, cfg *Config) (generation, string) {
 	if reason == "" && !gen.rollout { // rollout groups ignore valgen.extremes
 		if gen.extremes = parseExtremes(attrs); gen.extremes > 0 {
 			gen.score, gen.scored = parseScore(attrs) // with n = 0 (the group's too) no score is needed
+		}
+	}
+	if reason == "" && gen.rollout { // validation groups ignore valgen.mismatched
+		if gen.mismatched = parseMismatched(attrs); gen.mismatched > 0 {
+			gen.kl, gen.hasKL = parseKL(attrs)
 		}
 	}
 	return gen, reason

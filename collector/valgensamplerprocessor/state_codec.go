@@ -35,7 +35,9 @@ import (
 // as groups stored before it) and a source's data_sources (its end records' valgen.data_sources).
 // So is the header's extremes (the n of valgen.extremes, when > 0; absent: 0, as groups stored
 // before it): the lowest- and highest-scored are among the kept records, which keep their
-// valgen.score, and come back by offering them again (extremes.go).
+// valgen.score, and come back by offering them again (extremes.go). So is its mismatched (the n
+// of valgen.mismatched of a rollout group), whose records keep their valgen.mismatch.kl and,
+// like every kept rollout record, their prompt's key and id (mismatched.go).
 // Open groups are written after every ConsumeLogs call that touched them, before it returns;
 // a group that closes is deleted in the same batch that puts its key in the closed ring.
 const (
@@ -100,6 +102,8 @@ const (
 	stateAttrSourceMismatch = "mismatch"
 	// The n lowest- and highest-scored a validation group keeps beside k (extremes.go), when > 0.
 	stateAttrExtremes = "extremes"
+	// The n most mismatched a rollout group keeps beside k (mismatched.go), when > 0.
+	stateAttrMismatched = "mismatched"
 )
 
 // Values of the operation attribute of the storage-errors metric.
@@ -186,6 +190,9 @@ func encodeGroup(g *group) ([]byte, error) {
 	}
 	if g.kept != nil && g.kept.n > 0 {
 		attrs.PutInt(stateAttrExtremes, int64(g.kept.n))
+	}
+	if g.kept != nil && g.kept.m > 0 {
+		attrs.PutInt(stateAttrMismatched, int64(g.kept.m))
 	}
 	if g.kept != nil {
 		keys := attrs.PutEmptySlice(stateAttrOrderKeys)

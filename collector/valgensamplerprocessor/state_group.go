@@ -265,36 +265,40 @@ func decodeSplit(attrs pcommon.Map) (bool, error) {
 	return true, nil
 }
 
-// decodeExtremes reads the n lowest- and highest-scored a validation group keeps: absent is 0
-// (none, also in groups stored before extremes existed).
-func decodeExtremes(attrs pcommon.Map, g *group) (int, error) {
-	v, ok := attrs.Get(stateAttrExtremes)
+// decodeSlotCount reads the n of a ranked slot a group of kind keeps (the header's extremes for
+// validation, mismatched for rollouts): absent is 0 (none, also in groups stored before it).
+func decodeSlotCount(attrs pcommon.Map, g *group, name, kind string) (int, error) {
+	v, ok := attrs.Get(name)
 	if !ok {
 		return 0, nil
 	}
-	if v.Type() != pcommon.ValueTypeInt || v.Int() < 0 || v.Int() > 1<<31 || (v.Int() > 0 && g.kind == kindRollout) {
-		return 0, corrupt("header attribute %q", stateAttrExtremes)
+	if v.Type() != pcommon.ValueTypeInt || v.Int() < 0 || v.Int() > 1<<31 || (v.Int() > 0 && g.kind != kind) {
+		return 0, corrupt("header attribute %q", name)
 	}
 	return int(v.Int()), nil
 }
 
 // decodeKept rebuilds the group's sample by offering its stored records again: the keyed picks
 // of a set that holds them are the same (they are the bottom-k of all the group saw), and so are
-// the extremes, from each record's valgen.score.
+// the ranked slots, from each record's valgen.score or valgen.mismatch.kl.
 func decodeKept(attrs pcommon.Map, rls plog.ResourceLogsSlice, g *group) error {
 	records := rls.Len() - 1
 	split, err := decodeSplit(attrs)
 	if err != nil {
 		return err
 	}
-	extremes, err := decodeExtremes(attrs, g)
+	extremes, err := decodeSlotCount(attrs, g, stateAttrExtremes, kindValidation)
+	if err != nil {
+		return err
+	}
+	mismatched, err := decodeSlotCount(attrs, g, stateAttrMismatched, kindRollout)
 	if err != nil {
 		return err
 	}
 	if g.k < 0 {
 		_, hasKeys := attrs.Get(stateAttrOrderKeys)
 		_, hasIDs := attrs.Get(stateAttrOrderIDs)
-		if hasKeys || hasIDs || split || extremes > 0 || records != 0 {
+		if hasKeys || hasIDs || split || extremes > 0 || mismatched > 0 || records != 0 {
 			return corrupt("kept records before the first generation")
 		}
 		return nil
@@ -309,7 +313,7 @@ func decodeKept(attrs pcommon.Map, rls plog.ResourceLogsSlice, g *group) error {
 			return err
 		}
 	}
-	g.kept = newDataSourceViews(g.k, split).withExtremes(extremes)
+	g.kept = newDataSourceViews(g.k, split).withExtremes(extremes).withMismatched(mismatched)
 	for i := range records {
 		rl := rls.At(i + 1)
 		if rl.ScopeLogs().Len() != 1 || rl.ScopeLogs().At(0).LogRecords().Len() != 1 {
@@ -330,11 +334,14 @@ func decodeKept(attrs pcommon.Map, rls plog.ResourceLogsSlice, g *group) error {
 		if extremes > 0 {
 			gen.score, gen.scored = parseScore(kept.record.Attributes())
 		}
+		if mismatched > 0 {
+			gen.kl, gen.hasKL = parseKL(kept.record.Attributes())
+		}
 		if !g.kept.offer(gen, func() keptRecord { return kept }) {
 			return corrupt("kept record %d repeated", i)
 		}
 	}
-	if g.kept.keptCount() != records { // a prompt evicted another: more prompts than k (in a view), or than n
+	if g.kept.keptCount() != records { // a prompt evicted another: more prompts than k (in a view), or than an n
 		return corrupt("more kept prompts than k")
 	}
 	return nil

@@ -17,10 +17,10 @@ import (
 
 // appendClosed appends the group's kept records ranked from 1 (dataSourceViews.ranked: the
 // keyed picks in ascending sort-key order, by data source when the group is split, then the
-// extremes not among them), each with its own resource and scope (and with extremes its
-// valgen.slots), then the group's step summary record (concurrent: the other attempts of the
-// step that ran at the same time with no common source, see concurrent.go). It returns how many
-// generation records it appended.
+// ranked slots' records not among them), each with its own resource and scope (and with ranked
+// slots its valgen.slots), then the group's step summary record (concurrent: the other attempts
+// of the step that ran at the same time with no common source, see concurrent.go). It returns
+// how many generation records it appended.
 func appendClosed(out plog.Logs, g *group, reason string, concurrent int64, sampler string, now time.Time) int {
 	seen, dropped := g.balance() // before the kept records move out of the group
 	keptBy := keptBySource(g)
@@ -29,7 +29,7 @@ func appendClosed(out plog.Logs, g *group, reason string, concurrent int64, samp
 	withSlots := false
 	if g.kept != nil {
 		entries = g.kept.ranked()
-		withSlots = g.kept.n > 0
+		withSlots = g.kept.n > 0 || g.kept.m > 0
 	}
 	var sl plog.ScopeLogs
 	var prev *keptRecord
@@ -52,6 +52,8 @@ func appendClosed(out plog.Logs, g *group, reason string, concurrent int64, samp
 			for _, name := range entries[i].slots.names() {
 				slots.AppendEmpty().SetStr(name)
 			}
+		} else {
+			lr.Attributes().Remove(attrSlots) // a record another sampler marked, in a group without slots
 		}
 	}
 	lr := appendSummary(out, g, len(entries), reason, now)
@@ -99,6 +101,9 @@ func appendSummary(out plog.Logs, g *group, kept int, reason string, now time.Ti
 	}
 	if g.kept != nil && g.kept.n > 0 { // the n of lowest- and highest-scored it kept beside k
 		attrs.PutInt(attrExtremes, int64(g.kept.n))
+	}
+	if g.kept != nil && g.kept.m > 0 { // the n of most mismatched responses it kept beside k
+		attrs.PutInt(attrMismatched, int64(g.kept.m))
 	}
 	if g.kind == kindRollout { // valgen.seen and valgen.kept count responses
 		prompts := 0

@@ -180,6 +180,7 @@ def step_json(selection: StepSelection, extras: Sequence[str]) -> dict[str, obje
         "prompts_kept": selection.prompts_kept,
         "sample_by": contract.SAMPLE_BY_DATA_SOURCE if selection.by_data_source else contract.SAMPLE_BY_STEP,
         "extremes": selection.extremes,
+        "mismatched": selection.mismatched,
         "trajectories": selection.trajectories,
         "mismatch": selection.mismatch,
         "data_sources": (
@@ -225,7 +226,8 @@ def render_tables(selections: Sequence[StepSelection], console: Console, width: 
     truncated flag and param version (after the score); validation steps add the response length
     and truncated flag when a shown generation has them. The data source (after the source) and the
     ground truth (after the output) are shown when a shown generation has one, and the slots
-    (after the rank: keyed, lowest, highest) when a shown step keeps extremes.
+    (after the rank: keyed, lowest, highest, mismatched) when a shown step keeps extremes or the
+    most mismatched.
     """
     extras = extra_names(selections)
     lengths = has_lengths(selections)

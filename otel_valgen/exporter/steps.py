@@ -28,7 +28,7 @@ from otel_valgen import contract, tokens, trajectories
 from otel_valgen._settings import DEFAULT_SEED
 from otel_valgen.data_sources import parse_figures
 from otel_valgen.exporter.ledger import ShownAttempt
-from otel_valgen.partials import merge_summaries, parts_extremes, parts_split, samplers_of
+from otel_valgen.partials import merge_summaries, parts_extremes, parts_mismatched, parts_split, samplers_of
 from otel_valgen.reader import Generation, Record, Summary
 from otel_valgen.sampling import LEGACY_KEY_VERSION, SortKey
 from otel_valgen.selection import COMPLETE, cut_kept, parts_k, prompt_key_of, sort_key_of
@@ -121,11 +121,13 @@ def _order_key(generation: Generation) -> tuple[float, int, str]:
     return (rank, generation.sample_key if generation.sample_key is not None else 0, generation.sample_id)
 
 
-def _rollout_order_key(generation: Generation) -> tuple[SortKey, float, SortKey]:
+def _rollout_order_key(generation: Generation) -> tuple[bool, SortKey, float, SortKey]:
     version = generation.key_version or LEGACY_KEY_VERSION
     rank = float(generation.rank) if generation.rank is not None else math.inf
-    prompt = prompt_key_of(generation, DEFAULT_SEED, version)
-    return (prompt, rank, sort_key_of(generation, DEFAULT_SEED, version))
+    # A response kept only as one of the most mismatched follows the keyed prompts, by its rank.
+    alone = generation.slots is not None and contract.SLOT_KEYED not in generation.slots
+    prompt = SortKey(0, b"") if alone else prompt_key_of(generation, DEFAULT_SEED, version)
+    return (alone, prompt, rank, sort_key_of(generation, DEFAULT_SEED, version))
 
 
 def order_generations(generations: Iterable[Generation], kind: str = contract.KIND_VALIDATION) -> list[Generation]:
@@ -133,7 +135,7 @@ def order_generations(generations: Iterable[Generation], kind: str = contract.KI
 
     Rollouts are sorted as the group view ranks them: by prompt (key, then id), then each
     prompt's responses by rank, else by sample key; so a prompt's responses stay together
-    whether or not the sampler ranked them.
+    whether or not the sampler ranked them. The responses kept only as most mismatched follow, by rank.
     """
     return sorted(generations, key=_rollout_order_key if kind == contract.KIND_ROLLOUT else _order_key)
 
@@ -327,8 +329,10 @@ def merge_parts(parts: list[ClosedStep]) -> ClosedStep:
     summaries = [part.summary for part in parts if part.summary is not None]
     first = parts[0]
     k = parts_k(None, summaries)
-    split, extremes = parts_split(summaries), parts_extremes(summaries)
-    kept = cut_kept(union.values(), k, first.kind, DEFAULT_SEED, by_data_source=split, extremes=extremes)
+    split, extremes, mismatched = parts_split(summaries), parts_extremes(summaries), parts_mismatched(summaries)
+    kept = cut_kept(
+        union.values(), k, first.kind, DEFAULT_SEED, by_data_source=split, extremes=extremes, mismatched=mismatched
+    )
     kept = [replace(generation, rank=rank) for rank, generation in enumerate(kept, start=1)]
     summary = merge_summaries(summaries, kept) if summaries else None
     start, attempt_complete = attempt_facts(summary, kept)

@@ -91,7 +91,7 @@ ROW_FIELDS: Final = ("ground_truth", "data_source", "response_length", "truncate
 
 
 def has_slots(step: ClosedStep) -> bool:
-    """Whether the step kept extremes: its rows get a ``slots`` column."""
+    """Whether the step kept extremes or the most mismatched: its rows get a ``slots`` column."""
     return any(generation.slots is not None for generation in step.generations)
 
 
@@ -155,7 +155,7 @@ def wide_table(rows: list[Any]) -> tuple[list[str], list[list[Any]]]:
 
 
 def row_columns(step: ClosedStep) -> list[str]:
-    """The ``rows`` layout's columns for a step (``slots`` after ``ROW_COLUMNS`` when it kept extremes)."""
+    """The ``rows`` layout's columns for a step (``slots`` after ``ROW_COLUMNS`` when it has slots)."""
     slots = ["slots"] if has_slots(step) else []
     return [*ROW_COLUMNS, *slots, *conversation_cells.columns(step), *extra_names(step), "attempt"]
 

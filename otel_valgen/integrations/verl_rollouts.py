@@ -50,8 +50,9 @@ Columns (docs/rollouts.md):
 - advantage: the mean of ``advantages`` over the response mask (GRPO's advantage is one value
   over the whole response; for GAE it is the per-token mean);
 - response length: ``response_mask`` summed, verl's ``response_length`` (else the response part
-  of ``attention_mask``); the text is decoded from the response part of ``attention_mask``,
-  which also holds a multi-turn tool's tokens;
+  of ``attention_mask``), the mask before verl's rollout correction when it ran (``verl._correction``:
+  the tokens it rejected are still the model's); the text is decoded from the response part of
+  ``attention_mask``, which also holds a multi-turn tool's tokens;
 - truncated: the response part of ``attention_mask`` fills the length limit
   (``max_response_length``, default the width of ``responses``) and its last token is not the
   tokenizer's EOS;
@@ -62,7 +63,24 @@ Columns (docs/rollouts.md):
   finished the response, as verl's own ``trajectory_param_versions`` counts it;
 - the agent loop's ``tool_rewards`` and ``turn_scores`` (``non_tensor_batch`` columns of one list
   per row; v1: keys of each row's ``extra_fields``), for the figures over every trajectory; a
-  batch without them sends none.
+  batch without them sends none;
+- per-token data (``log_rollouts``' ``tokens``): ``verl._tokens``.
+
+The v1 trainer's rows are in TransferQueue, where a fetch costs per row and per field, so
+``send_v1_step`` fetches each field for the rows that need it (``_v1_columns``), the same columns
+as above (the rows as the legacy trainer would hold them, padding rows left out):
+
+- for every row, only what the keys and the figures over every row read: ``rm_scores`` (the
+  score), ``extra_fields`` (reward extras, tool rewards, captured turns), ``num_turns`` when the
+  rows have prompt messages, and, when the mismatch figures can be made (both log-probabilities,
+  not bypass mode), ``response_mask``, ``rollout_log_probs`` and ``old_log_probs``; the response
+  lengths are the rows' ``response_len`` tags;
+- for one row per ``uid``: ``prompts``, ``data_source`` and ``raw_prompt``, the dataset row's
+  columns, which verl's agent loop copies into each of its n rows;
+- for the rows ``vg.log_rollouts`` reads: the rest (response ids, advantages, ground truths, the
+  other per-token fields), a prompt's rows at a time: those of the batch's k smallest prompt keys
+  in one call beforehand, any other row's prompt when the row is first read;
+- the last token of the responses at the length limit not fetched yet (``truncated``).
 """
 
 from __future__ import annotations
@@ -156,7 +174,9 @@ def rollout_columns(
     responses = _numpy(tensors["responses"])
     prompts = _numpy(tensors["prompts"])
     prompt_mask = _numpy(tensors["attention_mask"])[:, : prompts.shape[1]]
-    rows = _row_figures(tensors, prompts.shape[1], advantages=True)
+    spans = _spans(tensors, prompts.shape[1])
+    found = _token_columns(tensors, responses, spans, tokenizer)
+    rows = _row_figures(tensors, prompts.shape[1], advantages=True, spans=spans, model=found.model if found else None)
     non_tensor = batch.non_tensor_batch
     prompt_ids, prompt_texts = prompt_groups(prompts, prompt_mask, non_tensor, tokenizer)
     decode = _response_decoder(responses, rows.spans, tokenizer)
@@ -174,7 +194,29 @@ def rollout_columns(
         "data_sources": _column(non_tensor, "data_source"),
         "extra": _extra(batch, reward_extra_info),
         **_reward_lists(non_tensor),
+        "tokens": found.columns if found else None,
     }
+
+
+def _token_columns(tensors: Any, responses: np.ndarray, spans: np.ndarray, tokenizer: Any) -> Any:
+    """The batch's per-token columns (``verl._tokens``); None when they cannot be read (counted), the rows sent."""
+    from otel_valgen.integrations.verl._tokens import token_columns  # the package imports this module
+
+    try:
+        return token_columns(tensors, responses, spans, tokenizer)
+    except Exception as error:
+        _process.counters.failed("reading the per-token data of verl's rollout batch", error)
+        return None
+
+
+def _spans(tensors: Any, prompt_width: int) -> np.ndarray:
+    """Each row's tokens under the response part of the attention mask, ``ROW_BLOCK`` rows at a time."""
+    attention = _numpy(tensors["attention_mask"])
+    blocks = [
+        attention[start : start + ROW_BLOCK, prompt_width:].astype(bool).sum(axis=1)
+        for start in range(0, len(attention), ROW_BLOCK)
+    ]
+    return np.concatenate(blocks) if blocks else np.zeros(0, dtype=np.int64)
 
 
 def _reward_lists(non_tensor: Mapping[str, Any]) -> dict[str, list[Any]]:
@@ -212,22 +254,29 @@ class _RowFigures(NamedTuple):
     advantages: list[float | None] | None  # the mean advantage over the response's tokens; None for an empty one
 
 
-def _row_figures(tensors: Any, prompt_width: int, *, advantages: bool) -> _RowFigures:
+def _row_figures(
+    tensors: Any, prompt_width: int, *, advantages: bool, spans: np.ndarray | None = None, model: Any = None
+) -> _RowFigures:
     """Each row's ``_RowFigures``, read ``ROW_BLOCK`` rows at a time (each row's figures are its own).
 
-    ``advantages``: whether to read them (None in the result otherwise, or without ``advantages``).
+    ``advantages``: whether to read them (None in the result otherwise, or without ``advantages``);
+    their mean is over ``response_mask`` (the tokens trained on). ``spans``: ``_spans``, when known.
+    ``model``: the response mask before verl's rollout correction (``verl._correction``), which
+    the lengths and gaps count instead of ``response_mask`` (the correction takes out the tokens
+    it rejects; they are still the model's).
     """
     from otel_valgen.integrations.verl._conversations import response_gaps as response_gaps_of
 
     attention = _numpy(tensors["attention_mask"])
-    response_mask = _numpy(tensors["response_mask"]) if _has(tensors, "response_mask") else None
+    trained = _numpy(tensors["response_mask"]) if _has(tensors, "response_mask") else None
+    response_mask = _numpy(model) if model is not None else trained
     values = _numpy(tensors["advantages"]) if advantages and _has(tensors, "advantages") else None
     width = _numpy(tensors["responses"]).shape[1]
-    spans, lengths, gaps, means = [], [], [], []
+    blocks, lengths, gaps, means = [], [], [], []
     for start in range(0, len(attention), ROW_BLOCK):
         end = start + ROW_BLOCK
-        span = attention[start:end, prompt_width:].astype(bool).sum(axis=1)
-        spans.append(span)
+        span = spans[start:end] if spans is not None else attention[start:end, prompt_width:].astype(bool).sum(axis=1)
+        blocks.append(span)
         if response_mask is None:
             mask = _mask(span, width)
             lengths += [int(length) for length in span]
@@ -236,9 +285,9 @@ def _row_figures(tensors: Any, prompt_width: int, *, advantages: bool) -> _RowFi
             lengths += [int(length) for length in mask.sum(axis=1)]
             gaps += response_gaps_of(mask, span) or []
         if values is not None:
-            means += _advantages(values[start:end], mask)
+            means += _advantages(values[start:end], trained[start:end].astype(bool) if trained is not None else mask)
     return _RowFigures(
-        np.concatenate(spans) if spans else np.zeros(0, dtype=np.int64),
+        np.concatenate(blocks) if blocks else np.zeros(0, dtype=np.int64),
         lengths,
         gaps if response_mask is not None else None,
         means if values is not None else None,
@@ -546,90 +595,531 @@ def send_separation_step(trainer: Any, batch: DataProto) -> int:
     )
 
 
-V1_FIELDS: Final = (
-    "prompts",
-    "responses",
-    "response_mask",
-    "rm_scores",
-    "advantages",
-    "reward_model",
-    "data_source",
-    "extra_fields",
-)
-"""What the v1 hook fetches from TransferQueue (verl's ``_log_rollout_data`` fetches a subset)."""
+V1_PROMPT_FIELDS: Final = ("prompts", "data_source", "raw_prompt")
+"""Fetched for one row per prompt, its ``uid``'s first: verl's agent loop copies the dataset row into all n rows."""
 
-V1_CONVERSATION_FIELDS: Final = ("raw_prompt", "num_turns")
-"""Fetched apart (a verl without them still sends its rows, as text): the prompt's messages, the turns."""
+V1_ROW_FIELDS: Final = ("rm_scores", "extra_fields", "num_turns")
+"""Fetched for every row: scores, reward extras, and what the figures over every trajectory read (``num_turns``)."""
+
+V1_KEPT_FIELDS: Final = ("responses", "response_mask", "advantages", "reward_model")
+"""Fetched for the rows ``log_rollouts`` reads, a prompt's rows at a time, with ``verl._tokens.TOKEN_FIELDS``."""
+
+V1_FIELDS: Final = (*V1_PROMPT_FIELDS, *V1_ROW_FIELDS, *V1_KEPT_FIELDS)
+"""Every field the v1 hook may fetch from TransferQueue, besides the per-token ones (``verl._tokens.TOKEN_FIELDS``)."""
+
+RAW_PROMPT: Final = "raw_prompt"
+"""The prompt's messages (``_layout.RAW_PROMPT_COLUMN``), a dataset column verl's agent loop stores with each row."""
+
+SPAN_TAG: Final = "response_len"
+"""The tag verl's agent loop puts on each TransferQueue row: its response's length in tokens."""
 
 
 def send_v1_step(trainer: Any, batch: Any, global_steps: int) -> int:
-    """The v1 ``PPOTrainer._compute_metrics``'s batch (a ``KVBatchMeta``), fetched from TransferQueue.
+    """The v1 ``PPOTrainer._compute_metrics``'s batch (a ``KVBatchMeta``), fetched from TransferQueue in two phases.
 
-    Fetches only ``V1_FIELDS``, and only when rollouts are on; padding rows (``tags`` with
-    ``is_padding``) are left out; the param version is the tags' ``max_global_steps``.
+    Only when rollouts are on; padding rows (``tags`` with ``is_padding``) are left out; the param
+    version is the tags' ``max_global_steps``. First what the keys and the figures over every row
+    need, then the rest of the rows ``log_rollouts`` reads (``_v1_columns``).
     """
     if not rollouts_on():
         return 0
     try:
-        data = _v1_batch(batch)
+        columns = _v1_columns(trainer, batch)
     except Exception as error:
-        _process.counters.failed("fetching the v1 rollout batch from TransferQueue", error, _rows(batch.keys))
+        _process.counters.failed(
+            "fetching the v1 rollout batch from TransferQueue", error, _rows(getattr(batch, "keys", ()))
+        )
         return 0
-    return send_rollout_batch(
-        data, trainer.tokenizer, step=global_steps, max_response_length=max_response_length(trainer), source="trainer"
-    )
+    if columns is None:
+        return 0
+    return vg.log_rollouts(step=global_steps, source="trainer", **columns)
 
 
-def _v1_batch(batch: Any) -> DataProto:
-    """A ``DataProto`` of the v1 batch's rows, padded as verl's legacy trainer holds them."""
-    import torch
+def _v1_columns(trainer: Any, batch: Any) -> dict[str, Any] | None:
+    """The keyword arguments of ``vg.log_rollouts`` for a v1 batch; None when it has no row but padding.
+
+    TransferQueue's cost is per row and field, so each field is fetched for the rows that need it:
+
+    1. one row, every field the hook may read (which ones the batch has);
+    2. one row per prompt (its ``uid``'s first): ``V1_PROMPT_FIELDS``, for the prompt ids and texts;
+    3. the rows of the prompts ``log_rollouts`` will likely keep (``_likely_kept``): the rest of
+       their fields (``V1_KEPT_FIELDS`` and the per-token ones), kept in ``_KeptRows``; a row read
+       outside them has its prompt's rows fetched when it is read;
+    4. every row, in a thread while this one decodes the prompts and fetches 3: ``V1_ROW_FIELDS``
+       (``num_turns`` with prompt messages) and, when the mismatch figures over every response can
+       be made, ``verl._tokens.FIGURE_FIELDS``; the response lengths come from the tags;
+    5. the responses that reach the length limit and are not fetched yet: their last token.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
     import transfer_queue as tq  # type: ignore[import-untyped]
-    from verl import DataProto
 
-    fetched = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=list(V1_FIELDS))
-    chats = _v1_conversation_fields(tq, batch)
-    present = set(fetched.keys())
-    prompts, prompt_lengths = _padded(fetched["prompts"], None)
-    responses, response_lengths = _padded(fetched["responses"], None)
-    width = responses.shape[1]
-    tensors: dict[str, Any] = {
-        "prompts": prompts,
-        "responses": responses,
-        "attention_mask": torch.cat(
-            [_lengths_mask(prompt_lengths, prompts.shape[1]), _lengths_mask(response_lengths, width)], dim=1
-        ),
-    }
-    for name, target in (
-        ("response_mask", "response_mask"),
-        ("rm_scores", "token_level_scores"),
-        ("advantages", "advantages"),
-    ):
-        if name in present:
-            tensors[target] = _padded(fetched[name], width)[0]
-    non_tensors: dict[str, Any] = {
-        PARAM_VERSION_KEY: np.array([tag.get(PARAM_VERSION_KEY) for tag in batch.tags], dtype=object)
-    }
-    uids = _v1_uids(batch.keys)
-    if uids is not None:
-        non_tensors[UID_KEY] = np.array(uids, dtype=object)
-    for name in ("reward_model", "data_source"):
-        if name in present:
-            non_tensors[name] = _objects(_values(fetched[name]))
-    non_tensors.update(chats)
-    extra_keys: list[str] = []
-    if "extra_fields" in present:
-        extra_fields = _values(fetched["extra_fields"])
-        from otel_valgen.integrations.verl._layout import MESSAGES_COLUMN  # the package imports this module
+    store = _V1Store(tq, batch)
+    if not store.keys:
+        return None
+    plan = _v1_plan(store, trainer)
+    fetched = _V1PromptRows.fetch(store, plan.present)
+    # The fetch of every row is the longest: TransferQueue's storage works on it while this thread
+    # decodes the prompts (its storage unit answers one request at a time, so the rows kept wait).
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="otel-valgen-v1-fetch") as background:
+        every_rows = background.submit(store.fetch, range(len(store.keys)), plan.every)
+        prompts = fetched.prompts(trainer.tokenizer)
+        kept = _KeptRows(store, plan.kept, prompts.ids)
+        likely = _likely_kept(prompts.ids, prompts.data_sources)
+        kept.load([row for row, prompt in enumerate(prompts.ids) if prompt in likely])
+        every = every_rows.result()
+    return _v1_assemble(trainer, store, plan, prompts, kept, every, _v1_spans(plan, every))
 
-        non_tensors[MESSAGES_COLUMN] = _objects([_messages(row) for row in extra_fields])
-        non_tensors.update(_v1_reward_lists(extra_fields))
-        infos = [_reward_extra_info(row) for row in extra_fields]
-        extra_keys = list(dict.fromkeys(key for info in infos for key in info))
-        for key in extra_keys:
-            non_tensors[key] = np.array([info.get(key) for info in infos], dtype=object)
-    whole = DataProto.from_dict(tensors=tensors, non_tensors=non_tensors, meta_info={"reward_extra_keys": extra_keys})
-    keep = [index for index, tag in enumerate(batch.tags) if not tag.get("is_padding", False)]
-    return whole if len(keep) == len(whole) else whole.select_idxs(np.array(keep, dtype=np.int64))  # type: ignore[no-any-return]
+
+class _V1Store:
+    """A v1 batch's rows in TransferQueue (its padding rows left out), fetched by field and by row."""
+
+    def __init__(self, tq: Any, batch: Any) -> None:
+        rows = [index for index, tag in enumerate(batch.tags) if not tag.get("is_padding", False)]
+        self.keys: list[str] = [batch.keys[index] for index in rows]
+        self.tags: list[Mapping[str, Any]] = [batch.tags[index] for index in rows]
+        self._tq = tq
+        self._partition = batch.partition_id
+
+    def fetch(self, rows: Sequence[int], fields: Sequence[str]) -> Any:
+        """The ``fields`` TransferQueue has of ``rows`` (a TensorDict), in their order; nothing asked: ``{}``."""
+        keys = [self.keys[row] for row in rows]
+        wanted = list(fields)
+        if not keys or not wanted:
+            return {}
+        return self._tq.kv_batch_get(keys=keys, partition_id=self._partition, select_fields=wanted)
+
+
+class _V1Plan(NamedTuple):
+    """Which fields of a v1 batch are fetched for which rows (``_v1_columns``)."""
+
+    present: frozenset[str]  # the fields the batch's rows have
+    every: tuple[str, ...]  # fetched for every row
+    kept: tuple[str, ...]  # fetched for the rows log_rollouts reads
+    spans: np.ndarray | None  # each row's response length, from the tags (None: from response_mask)
+
+
+def _v1_plan(store: _V1Store, trainer: Any) -> _V1Plan:
+    """Probe the batch's first row for its fields, and split them between every row and the rows kept."""
+    token_fields, figure_fields = _token_fields()
+    wanted = tuple(dict.fromkeys((*V1_FIELDS, *token_fields)))
+    present = frozenset(_field_names(store.fetch([0], wanted)))
+    spans = _tag_spans(store.tags)
+    conversations = RAW_PROMPT in present
+    every: list[str] = [name for name in V1_ROW_FIELDS if name in present and (name != "num_turns" or conversations)]
+    if _figures_made(present, figure_fields, trainer):
+        every += [name for name in figure_fields if name in present]
+    # Every row's response_mask also gives the lengths without tags, and the turns without num_turns.
+    if "response_mask" in present and (spans is None or (conversations and "num_turns" not in present)):
+        every.append("response_mask")
+    elif spans is None:
+        every.append("responses")
+    every = list(dict.fromkeys(every))
+    kept = [
+        name
+        for name in (*V1_KEPT_FIELDS, *token_fields)
+        if name in present and (name not in every or name == "responses")  # every row's only for its length
+    ]
+    return _V1Plan(present, tuple(every), tuple(dict.fromkeys(kept)), spans)
+
+
+def _token_fields() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``verl._tokens``' ``TOKEN_FIELDS`` and ``FIGURE_FIELDS``; none without the per-token capture."""
+    try:
+        from otel_valgen.integrations.verl._tokens import FIGURE_FIELDS, TOKEN_FIELDS  # the package imports us
+    except ImportError:
+        return (), ()
+    return tuple(TOKEN_FIELDS), tuple(FIGURE_FIELDS)
+
+
+def _figures_made(present: frozenset[str], figure_fields: tuple[str, ...], trainer: Any) -> bool:
+    """Whether the mismatch figures over every response can be made: both log-probabilities, not bypass mode."""
+    if not figure_fields or not {"rollout_log_probs", "old_log_probs"} <= present:
+        return False
+    from otel_valgen.integrations.verl._tokens import settings_of
+
+    settings = settings_of(trainer)
+    return settings is None or not settings.bypass  # bypass: old_log_probs are the rollout's, no figures
+
+
+def _field_names(fetched: Any) -> list[str]:
+    """The fields a fetch returned (TensorDict refuses iteration over its keys as ``in`` does)."""
+    return [str(name) for name in fetched.keys()]  # noqa: SIM118
+
+
+def _tag_spans(tags: Sequence[Mapping[str, Any]]) -> np.ndarray | None:
+    """Each row's response length from its ``SPAN_TAG``; None when a row has none."""
+    spans = [tag.get(SPAN_TAG) for tag in tags]
+    if not all(type(span) is int and span >= 0 for span in spans):
+        return None
+    return np.array(spans, dtype=np.int64)
+
+
+class _V1Prompts(NamedTuple):
+    """Each row's prompt id and text, and its prompt's dataset columns."""
+
+    ids: list[str]
+    texts: list[str]
+    data_sources: list[Any] | None
+    raw: list[Any] | None  # the prompt's messages (raw_prompt)
+
+
+class _V1PromptRows(NamedTuple):
+    """``V1_PROMPT_FIELDS`` of each uid's first row (of every row without uids), as fetched."""
+
+    fetched: Any
+    uids: list[str] | None
+    firsts: list[int]  # the rows fetched
+    slots: list[int]  # each row's place among them
+
+    @classmethod
+    def fetch(cls, store: _V1Store, present: frozenset[str]) -> _V1PromptRows:
+        """Fetch the prompt fields of one row per uid."""
+        uids = _v1_uids(store.keys)
+        if uids is None:
+            firsts, slots = list(range(len(store.keys))), list(range(len(store.keys)))
+        else:
+            first: dict[str, int] = {}
+            for row, uid in enumerate(uids):
+                first.setdefault(uid, row)
+            place = {uid: slot for slot, uid in enumerate(first)}
+            firsts, slots = list(first.values()), [place[uid] for uid in uids]
+        fetched = store.fetch(firsts, [name for name in V1_PROMPT_FIELDS if name in present])
+        return cls(fetched, uids, firsts, slots)
+
+    def prompts(self, tokenizer: Any) -> _V1Prompts:
+        """Each row's prompt id and text (``prompt_groups`` of the rows fetched), and its prompt's columns."""
+        tokens, lengths = _padded(self.fetched["prompts"], None)
+        array = _numpy(tokens)
+        uids = self.uids
+        non_tensor = {UID_KEY: _objects([uids[row] for row in self.firsts])} if uids is not None else {}
+        ids, texts = prompt_groups(array, _numpy(_lengths_mask(lengths, array.shape[1])), non_tensor, tokenizer)
+        return _V1Prompts(
+            [ids[slot] for slot in self.slots],
+            [texts[slot] for slot in self.slots],
+            self.spread("data_source"),
+            self.spread(RAW_PROMPT),
+        )
+
+    def spread(self, name: str) -> list[Any] | None:
+        """Field ``name`` of each row: its uid's first row's (None when not fetched)."""
+        if name not in _field_names(self.fetched):
+            return None
+        values = _values(self.fetched[name])
+        return [values[slot] for slot in self.slots]
+
+
+def _likely_kept(prompt_ids: Sequence[str], data_sources: Sequence[Any] | None) -> set[str]:
+    """The prompts ``log_rollouts`` will likely keep, fetched in one call: the batch's k smallest keys.
+
+    k is ``rollout_count``, per data source with ``sample_by = data_source``; every prompt with
+    presampling off. Only a guess (earlier calls of the step, a rate, the extremes or the most
+    mismatched change what is kept): a row read outside it has its prompt's rows fetched then.
+    """
+    import heapq
+
+    from otel_valgen import contract
+
+    emitter = _process.active_emitter()
+    if emitter is None:
+        return set()
+    settings = emitter.settings
+    if not settings.presample:
+        return set(prompt_ids)
+    split = settings.sample_by == contract.SAMPLE_BY_DATA_SOURCE and data_sources is not None
+    ranked: dict[str, list[tuple[int, str]]] = {}
+    seen: set[str] = set()
+    for row, prompt in enumerate(prompt_ids):
+        if prompt not in seen:
+            seen.add(prompt)
+            source = str(data_sources[row]) if split and data_sources is not None else ""
+            ranked.setdefault(source, []).append((vg.sample_key(settings.seed, prompt), prompt))
+    k = settings.rollout_count
+    return {prompt for members in ranked.values() for _, prompt in heapq.nsmallest(k, members)}
+
+
+class _KeptRows:
+    """Fields of the rows ``log_rollouts`` reads, fetched a prompt's rows at a time: by ``load``, else when read.
+
+    A fetch that fails fails every read of its rows (``log_rollouts`` counts each such record as dropped).
+    """
+
+    def __init__(self, store: _V1Store, fields: Sequence[str], groups: Sequence[str]) -> None:
+        self._store = store
+        self._fields = tuple(fields)
+        self._group_of = list(groups)
+        self._members: dict[str, list[int]] = {}
+        for row, group in enumerate(groups):
+            self._members.setdefault(group, []).append(row)
+        self._values: dict[str, dict[int, Any]] = {name: {} for name in self._fields}
+        self._loaded: set[str] = set()
+        self._failed: dict[str, Exception] = {}
+
+    def load(self, rows: Sequence[int]) -> None:
+        """Fetch, in one call, the rows of the prompts of ``rows`` not fetched yet."""
+        groups = {self._group_of[row] for row in rows} - self._loaded - set(self._failed)
+        if not groups:
+            return
+        members = sorted(row for group in groups for row in self._members[group])
+        try:
+            fetched = self._store.fetch(members, self._fields)
+            names = _field_names(fetched)
+            for name in self._fields:
+                if name in names:
+                    self._values[name].update(zip(members, _row_values(fetched[name]), strict=True))
+        except Exception as error:
+            self._failed.update(dict.fromkeys(groups, error))
+            raise
+        self._loaded |= groups
+
+    def has(self, name: str) -> bool:
+        """Whether field ``name`` is among those fetched for the kept rows."""
+        return name in self._fields
+
+    def loaded(self, row: int) -> bool:
+        """Whether row ``row`` is fetched."""
+        return self._group_of[row] in self._loaded
+
+    def get(self, name: str, row: int) -> Any:
+        """Field ``name`` of row ``row`` (None when the row has not that field); fetched with its prompt's rows."""
+        group = self._group_of[row]
+        if group in self._failed:
+            raise self._failed[group]
+        if group not in self._loaded:
+            self.load([row])
+        return self._values[name].get(row) if name in self._values else None
+
+
+def _row_values(field: Any) -> list[Any]:
+    """A fetched field's value for each row: a tensor (a nested tensor's own length), else the object."""
+    if getattr(field, "is_nested", False):
+        return list(field.unbind())
+    if callable(getattr(field, "unbind", None)) and hasattr(field, "dtype"):  # a plain tensor
+        return list(field.unbind(0))
+    return _values(field)
+
+
+def _row_array(value: Any) -> np.ndarray:
+    """One row of a tensor field as numpy (bf16 and fp16 as float32, which have no numpy view)."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        if value.dtype in (torch.bfloat16, torch.float16):
+            value = value.float()
+        return value.detach().cpu().numpy()  # type: ignore[no-any-return]
+    return np.asarray(value)
+
+
+def _v1_spans(plan: _V1Plan, every: Any) -> np.ndarray:
+    """Each row's response length: its tag, else the length of its fetched ``response_mask`` (or ``responses``)."""
+    if plan.spans is not None:
+        return plan.spans
+    lengths = _padded(every["response_mask" if "response_mask" in plan.every else "responses"], None)[1]
+    return np.asarray(_numpy(lengths), dtype=np.int64)
+
+
+def _v1_assemble(
+    trainer: Any,
+    store: _V1Store,
+    plan: _V1Plan,
+    prompts: _V1Prompts,
+    kept: _KeptRows,
+    every: Any,
+    spans: np.ndarray,
+) -> dict[str, Any]:
+    """The columns of ``log_rollouts`` from what ``_v1_columns`` fetched; what only kept rows need is lazy."""
+    import otel_valgen.integrations.verl._conversations as chats
+
+    size, tokenizer = len(store.keys), trainer.tokenizer
+    names = _field_names(every)
+    width = int(spans.max()) if size else 0
+    tensors = {
+        name: _dense(every[name], width, mask=name == "response_mask")
+        for name in plan.every
+        if name in names and name in _TENSORS
+    }
+    tensors.update(
+        {name: _kept_column(kept, name, size) for name in plan.kept if name not in ("advantages", "reward_model")}
+    )
+    responses = tensors.pop("responses", None)
+    found = _v1_token_columns(trainer, store.keys, tensors, responses, spans, tokenizer)
+    extra_fields = _values(every["extra_fields"]) if "extra_fields" in names else None
+    non_tensor = _v1_non_tensor(prompts, every, extra_fields)
+    masks = _v1_masks(tensors.get("response_mask"), found, kept, spans, need_gaps=_needs_gaps(non_tensor))
+
+    def decode(row: int) -> str:
+        ids = _v1_row(kept, "responses", row)
+        return "" if ids is None else str(tokenizer.decode(ids[: spans[row]].tolist(), skip_special_tokens=True))
+
+    inputs, outputs = _conversations(non_tensor, prompts.texts, decode, masks.gaps)
+    present = plan.present
+    return {
+        "prompts": inputs,
+        "responses": outputs,
+        "rewards": _row_sums(every["rm_scores"], width) if "rm_scores" in names else None,
+        "prompt_ids": prompts.ids,
+        "advantages": chats.Lazy(size, lambda row: _v1_advantage(kept, masks, row, int(spans[row])))
+        if "advantages" in present
+        else None,
+        "response_lengths": masks.lengths,
+        "truncated": _v1_truncated(store, kept, spans, max_response_length(trainer) or width, _eos_ids(tokenizer)),
+        "param_versions": [tag.get(PARAM_VERSION_KEY) for tag in store.tags],
+        "ground_truths": chats.Lazy(size, lambda row: _ground_truth(kept.get("reward_model", row)))
+        if "reward_model" in present
+        else None,
+        "data_sources": prompts.data_sources,
+        "extra": _v1_extra(extra_fields),
+        **{name: list(values) for name, values in _v1_reward_lists(extra_fields or []).items()},
+        "tokens": found.columns if found is not None else None,
+    }
+
+
+_TENSORS: Final = ("response_mask", "rollout_log_probs", "old_log_probs", "ref_log_prob", "rollout_is_weights")
+"""Fields fetched for every row that are handed on as one padded array (``_dense``; the others row by row)."""
+
+
+def _dense(field: Any, width: int, *, mask: bool = False) -> Any:
+    """A fetched tensor field of every row as one array right-padded with zeros to ``width``.
+
+    From a nested tensor's flat values at once (much faster than ``to_padded_tensor``): numpy
+    (bf16, fp16 as float32), a ``mask`` as a torch bool tensor (``verl._correction`` compares masks).
+    """
+    import torch
+
+    values = field.values() if getattr(field, "is_nested", False) else None
+    if values is None or values.dim() != 1:
+        padded = _padded(field, width)[0]
+        return padded.bool() if mask else _row_array(padded)
+    flat = _row_array(values)
+    lengths = _numpy(field.offsets().diff())
+    width = max(width, int(lengths.max(initial=0)))
+    out = np.zeros((len(lengths), width), dtype=bool if mask else flat.dtype)
+    out[np.arange(width)[None, :] < lengths[:, None]] = flat != 0 if mask else flat
+    return torch.from_numpy(out) if mask else out
+
+
+def _kept_column(kept: _KeptRows, name: str, size: int) -> Any:
+    """Field ``name`` of every row as a sequence that fetches a row (``_KeptRows``) when it is read."""
+    import otel_valgen.integrations.verl._conversations as chats
+
+    return chats.Lazy(size, lambda row: _v1_row(kept, name, row))
+
+
+def _v1_row(kept: _KeptRows, name: str, row: int) -> np.ndarray | None:
+    """Field ``name`` of kept row ``row`` as numpy; None when the row has none."""
+    value = kept.get(name, row)
+    return None if value is None else _row_array(value)
+
+
+def _v1_non_tensor(prompts: _V1Prompts, every: Any, extra_fields: list[Any] | None) -> dict[str, Any]:
+    """The conversation columns (``verl._conversations.from_columns``) of the v1 rows that were fetched."""
+    from otel_valgen.integrations.verl._layout import MESSAGES_COLUMN  # the package imports this module
+
+    columns: dict[str, Any] = {}
+    if prompts.raw is not None:
+        columns[RAW_PROMPT] = prompts.raw
+    if "num_turns" in _field_names(every):
+        columns["num_turns"] = _values(every["num_turns"])
+    if extra_fields is not None:
+        columns[MESSAGES_COLUMN] = [_messages(row) for row in extra_fields]
+    return columns
+
+
+def _needs_gaps(non_tensor: Mapping[str, Any]) -> bool:
+    """Whether the rows' turns are told by their masks' gaps: prompt messages and no turn count."""
+    from otel_valgen.integrations.verl._layout import NUM_TURNS_COLUMNS  # the package imports this module
+
+    return RAW_PROMPT in non_tensor and not any(name in non_tensor for name in NUM_TURNS_COLUMNS)
+
+
+def _v1_token_columns(
+    trainer: Any, keys: list[str], tensors: dict[str, Any], responses: Any, spans: np.ndarray, tokenizer: Any
+) -> Any:
+    """The per-token columns (``verl._tokens.token_columns``) of the v1 rows; None without the capture."""
+    try:
+        from otel_valgen.integrations.verl._tokens import trainer_batch  # the package imports this module
+    except ImportError:
+        return None
+    with trainer_batch(trainer, keys):
+        return _token_columns(tensors, responses, spans, tokenizer)
+
+
+class _V1Masks(NamedTuple):
+    """What the hook reads of the v1 rows' masks (``_RowFigures`` of the legacy rows)."""
+
+    lengths: Sequence[int]  # the model's tokens (the mask before verl's correction when captured), else the span
+    gaps: list[bool] | None  # a token of the span that the mask leaves out; None when not needed or not fetched
+    trained: Any  # every row's response_mask (the tokens trained on) when fetched for every row, else None
+
+
+def _v1_masks(mask: Any, found: Any, kept: _KeptRows, spans: np.ndarray, *, need_gaps: bool) -> _V1Masks:
+    """Lengths (and gaps) from every row's mask when it was fetched, else each kept row's length when read."""
+    import otel_valgen.integrations.verl._conversations as chats
+
+    if mask is not None and hasattr(mask, "shape"):
+        model = getattr(found, "model", None)
+        counted = _numpy(model if model is not None else mask)
+        lengths = [int(length) for length in np.count_nonzero(counted, axis=1)]
+        gaps = chats.response_gaps(counted, spans) if need_gaps else None
+        return _V1Masks(lengths, gaps, mask)
+    if not kept.has("response_mask"):
+        return _V1Masks([int(span) for span in spans], None, None)
+
+    def length(row: int) -> int:
+        fetched = _v1_row(kept, "response_mask", row)
+        return int(np.count_nonzero(fetched[: spans[row]])) if fetched is not None else int(spans[row])
+
+    return _V1Masks(chats.Lazy(len(spans), length), None, None)
+
+
+def _v1_advantage(kept: _KeptRows, masks: _V1Masks, row: int, span: int) -> float | None:
+    """The mean advantage over the row's trained tokens (``response_mask``); None for an empty response."""
+    values = _v1_row(kept, "advantages", row)
+    if values is None:
+        return None
+    mask = _row_array(masks.trained[row]) if masks.trained is not None else _v1_row(kept, "response_mask", row)
+    trained = mask.astype(bool) if mask is not None else np.arange(len(values)) < span
+    shared = min(len(values), len(trained))
+    return _advantages(values[None, :shared], trained[None, :shared])[0]
+
+
+def _v1_truncated(store: _V1Store, kept: _KeptRows, spans: np.ndarray, limit: int, eos: set[int]) -> list[bool]:
+    """``cut_at_limit`` of every row: the last token of those at the limit, fetched unless already kept."""
+    at_limit = [row for row, span in enumerate(spans) if span >= limit]
+    last: dict[int, int | None] = {}
+    for row in at_limit:
+        if kept.loaded(row):
+            last[row] = _last_token(kept.get("responses", row), int(spans[row]))
+    missing = [row for row in at_limit if row not in last]
+    fetched = store.fetch(missing, ["responses"])
+    if missing:
+        for row, value in zip(missing, _row_values(fetched["responses"]), strict=True):
+            last[row] = _last_token(value, int(spans[row]))
+    return [cut_at_limit(int(span), last.get(row), limit, eos) for row, span in enumerate(spans)]
+
+
+def _last_token(value: Any, span: int) -> int | None:
+    if value is None or span <= 0:
+        return None
+    return int(_row_array(value)[span - 1])
+
+
+def _row_sums(field: Any, width: int) -> list[float]:
+    """Each row's sum of a fetched tensor field in float64, over the row padded to ``width`` as the legacy rows are."""
+    return np.asarray(_dense(field, width)).sum(axis=1, dtype=np.float64).tolist()  # type: ignore[no-any-return]
+
+
+def _ground_truth(reward_model: Any) -> Any:
+    return reward_model.get("ground_truth") if isinstance(reward_model, Mapping) else None
+
+
+def _v1_extra(extra_fields: list[Any] | None) -> dict[str, list[Any]] | None:
+    """The reward's extra columns: every key of the rows' ``reward_extra_info``, in order of appearance."""
+    if not extra_fields:
+        return None
+    infos = [_reward_extra_info(row) for row in extra_fields]
+    keys = dict.fromkeys(key for info in infos for key in info)
+    return {key: [info.get(key) for info in infos] for key in keys} or None
 
 
 _V1_KEY: Final = re.compile(r"(.+)_\d+_\d+")
@@ -675,18 +1165,6 @@ def _lengths_mask(lengths: Any, width: int) -> Any:
     import torch
 
     return (torch.arange(width)[None, :] < lengths[:, None]).long()
-
-
-def _v1_conversation_fields(tq: Any, batch: Any) -> dict[str, np.ndarray]:
-    """``V1_CONVERSATION_FIELDS`` of the batch's rows; none when TransferQueue has not them (rows sent as text)."""
-    try:
-        fetched = tq.kv_batch_get(
-            keys=batch.keys, partition_id=batch.partition_id, select_fields=list(V1_CONVERSATION_FIELDS)
-        )
-        return {name: _objects(_values(fetched[name])) for name in V1_CONVERSATION_FIELDS if _has(fetched, name)}
-    except Exception:
-        _logger.debug("otel_valgen: no conversation fields in TransferQueue", exc_info=True)
-        return {}
 
 
 def _objects(values: list[Any]) -> np.ndarray:

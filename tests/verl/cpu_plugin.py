@@ -13,6 +13,10 @@ launchers, TaskRunners, their import order and ``@ray.remote`` decoration stay a
 
 It never imports otel_valgen, so otel-valgen's hooks go in exactly when the launcher's ``ray.init``
 runs ``RAY_RUNTIME_ENV_HOOK``, after the actor classes were decorated.
+
+Two test-only probes observe verl without changing what it does, each when its variable is set:
+``VALGEN_TEST_AGENT_MESSAGES`` (the messages of each tool-agent trajectory) and
+``VALGEN_TEST_CORRECTIONS`` (what verl's rollout correction computed, row by row).
 """
 
 from __future__ import annotations
@@ -122,3 +126,110 @@ def _on_tool_agent(module: Any) -> None:
 
 
 wrapt.register_post_import_hook(_on_tool_agent, TOOL_AGENT_MODULE)
+
+
+# verl's own tensors at its rollout correction: with VALGEN_TEST_CORRECTIONS=<folder>, every process appends one
+# JSON line per row of each corrected batch to <folder>/<pid>.jsonl, with what verl computed: the response's ids,
+# its rollout and trainer log-probs, the response mask before and after the correction, the importance weights and
+# the data source, each up to the response's length. The legacy and separation trainers' DataProto is read where
+# they call the correction; v1's rows live in TransferQueue, read by key around PPOTrainer._compute_advantage.
+CORRECTION_MODULE = "verl.trainer.ppo.rollout_corr_helper"
+CORRECTIONS_ENV = "VALGEN_TEST_CORRECTIONS"
+V1_CORRECTION_FIELDS = ("responses", "response_mask", "rollout_log_probs", "old_log_probs", "data_source")
+
+
+def _write_rows(rows: list[dict[str, Any]]) -> None:
+    import json
+    import os
+    from pathlib import Path
+
+    folder = Path(os.environ[CORRECTIONS_ENV])
+    with (folder / f"{os.getpid()}.jsonl").open("a", encoding="utf-8") as file:
+        file.writelines(json.dumps(row) + "\n" for row in rows)
+
+
+def _listed(value: Any, span: int) -> list[Any] | None:
+    return None if value is None else value[:span].tolist()
+
+
+def _padded_rows(batch: Any, before: Any) -> list[dict[str, Any]]:
+    """A corrected DataProto's rows, each up to the response part of its attention mask."""
+    tensors = batch.batch
+    width = tensors["prompts"].shape[1]
+    spans = tensors["attention_mask"][:, width:].sum(-1).tolist()
+    sources = batch.non_tensor_batch.get("data_source")
+    weights = tensors["rollout_is_weights"] if "rollout_is_weights" in tensors.keys() else None  # noqa: SIM118
+    return [
+        {
+            "ids": _listed(tensors["responses"][row], span),
+            "rollout": _listed(tensors["rollout_log_probs"][row], span),
+            "trainer": _listed(tensors["old_log_probs"][row], span),
+            "before": _listed(before[row], span),
+            "after": _listed(tensors["response_mask"][row], span),
+            "weight": _listed(weights[row], span) if weights is not None else None,
+            "data_source": str(sources[row]) if sources is not None else None,
+        }
+        for row, span in enumerate(spans)
+    ]
+
+
+def _on_correction(module: Any) -> None:
+    import functools
+    import os
+
+    if not os.environ.get(CORRECTIONS_ENV):
+        return
+    correct = module.compute_rollout_correction_and_add_to_batch
+
+    @functools.wraps(correct)
+    def compute_rollout_correction_and_add_to_batch(batch: Any, rollout_corr_config: Any) -> Any:
+        before = batch.batch["response_mask"]
+        result = correct(batch, rollout_corr_config)
+        if "responses" in batch.batch.keys():  # noqa: SIM118  (v1's copy has none: probed per key below)
+            _write_rows(_padded_rows(result[0], before))
+        return result
+
+    module.compute_rollout_correction_and_add_to_batch = compute_rollout_correction_and_add_to_batch
+
+
+def _on_v1_correction(module: Any) -> None:
+    import functools
+    import os
+
+    if not os.environ.get(CORRECTIONS_ENV):
+        return
+    compute_advantage = module.PPOTrainer._compute_advantage
+
+    @functools.wraps(compute_advantage)
+    def _compute_advantage(self: Any, batch: Any, metrics: dict[str, Any]) -> Any:
+        seen = module.tq.kv_batch_get(
+            keys=batch.keys, partition_id=batch.partition_id, select_fields=list(V1_CORRECTION_FIELDS)
+        )
+        result = compute_advantage(self, batch, metrics)
+        after = module.tq.kv_batch_get(
+            keys=batch.keys, partition_id=batch.partition_id, select_fields=["response_mask", "rollout_is_weights"]
+        )
+        sources = seen["data_source"]
+        sources = list(sources.tolist() if hasattr(sources, "tolist") else sources)
+        columns = {
+            "ids": seen["responses"],
+            "rollout": seen["rollout_log_probs"],
+            "trainer": seen["old_log_probs"],
+            "before": seen["response_mask"],
+            "after": after["response_mask"],
+            "weight": after["rollout_is_weights"],
+        }
+        rows = {name: list(value.unbind()) for name, value in columns.items()}
+        _write_rows(
+            [
+                {**{name: values[row].tolist() for name, values in rows.items()}, "data_source": str(sources[row])}
+                for row in range(len(batch.keys))
+            ]
+        )
+        return result
+
+    module.PPOTrainer._compute_advantage = _compute_advantage
+
+
+wrapt.register_post_import_hook(_on_correction, CORRECTION_MODULE)
+wrapt.register_post_import_hook(_on_v1_correction, V1_TRAINER_MODULE)

@@ -56,8 +56,10 @@ REPLACED: list[tuple[str, str]] = [
         "the GPU actor worker group. Set to CpuActorWorkerGroup: verl's set_rollouter builds the real "
         "CheckpointEngineManager around it, _fit_update_weights (naive backend) calls its update_weights, "
         "_balance_batch its _query_dispatch_info (one data-parallel rank) and _update_actor its update_actor "
-        "(no update; metrics only). Calls are recorded; old log-probs are not recomputed (fully-async "
-        "mode's bypass mode trains with the rollout's).",
+        "(no update; metrics only). Calls are recorded. In fully-async mode's default bypass mode old "
+        "log-probs are not recomputed (it trains with the rollout's); with algorithm.rollout_correction."
+        "bypass_mode=False verl's _compute_old_log_prob calls its compute_log_prob (zero log-probs, as "
+        "RayPPOTrainer.actor_rollout_wg's) and save_model_to_cpu (nothing kept).",
     ),
     (
         "FullyAsyncRollouter.init_workers",
@@ -622,6 +624,18 @@ class CpuActorWorkerGroup:
         self.calls.append(("update_weights", {"global_steps": global_steps, "mode": mode}))
         return []
 
+    def save_model_to_cpu(self, version: int) -> None:
+        """Called by ``FullyAsyncTrainer._compute_old_log_prob`` (decoupled mode): nothing is kept."""
+        self.calls.append(("save_model_to_cpu", {"version": version}))
+
+    def restore_model_from_cpu(self, version: int) -> None:
+        """Called by ``FullyAsyncTrainer._compute_old_log_prob`` on a later local step: nothing to restore."""
+        self.calls.append(("restore_model_from_cpu", {"version": version}))
+
+    def clear_cpu_model(self, version: int) -> None:
+        """Called by ``FullyAsyncTrainer._compute_old_log_prob`` on a later local step: nothing to clear."""
+        self.calls.append(("clear_cpu_model", {"version": version}))
+
     def compute_log_prob(self, data: Any) -> Any:
         """Called by the sync ``_compute_old_log_prob``: zero log-probs and entropy per token (no-padding layout).
 
@@ -741,7 +755,8 @@ class CpuLLMClient:
 
     What verl's agent loop calls (``await client.generate(request_id, prompt_ids=..., sampling_params=...)``)
     answers as a vLLM server would through ``LLMServerClient.generate``: a ``TokenOutput`` with the
-    response token ids (ending with eos), rollout log-probs (0) when ``sampling_params["logprobs"]``, and
+    response token ids (ending with eos), rollout log-probs (``rollout_log_prob``) when
+    ``sampling_params["logprobs"]``, and
     the weight version it generated with as ``global_steps``/``min_global_steps``/``max_global_steps``
     (0: no weights reach a stand-in, as in ``CpuRolloutManager``). The response is ``response_text``
     for the question index read back from the prompt; the draft number counts calls per prompt. With
@@ -777,12 +792,22 @@ class CpuLLMClient:
         else:
             response = response_text(index, str(2 * index), draft, "v1")
         ids = [*tokenizer.encode(response, add_special_tokens=False), tokenizer.eos_token_id]
+        log_probs = [rollout_log_prob(tokenizer.decode([i])) for i in ids] if sampling_params.get("logprobs") else None
         return TokenOutput(
             token_ids=ids,
-            log_probs=[0.0] * len(ids) if sampling_params.get("logprobs") else None,
+            log_probs=log_probs,
             stop_reason="completed",
             extra_fields={"global_steps": 0, "min_global_steps": 0, "max_global_steps": 0},
         )
+
+
+MISMATCHED_LOG_PROB = -1.0
+"""``CpuLLMClient``'s log-probability of a digit token: the trainer's stand-ins give 0 to every token."""
+
+
+def rollout_log_prob(piece: str) -> float:
+    """The log-probability ``CpuLLMClient`` answers for a token of text ``piece``: known tokens (digits) differ."""
+    return MISMATCHED_LOG_PROB if piece.isdigit() else 0.0
 
 
 TOOL_CALLS_ENV = "VALGEN_TEST_TOOL_CALLS"

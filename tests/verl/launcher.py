@@ -23,7 +23,7 @@ import sys
 import time
 from collections import Counter
 from contextlib import suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Final
 
@@ -159,6 +159,50 @@ def main_ppo_overrides(
             *(V1_OVERRIDES if use_v1 else []),
         ],
     )
+
+
+def tool_agent_overrides(
+    mode: str,
+    root: Path,
+    files: Any,
+    model_dir: Path,
+    tools: Path,
+    k: int,
+    *,
+    prompts: int,
+    n: int,
+    response_length: int,
+) -> list[str]:
+    """The hydra overrides of one training step of ``mode`` with multi-turn and a tool, as users configure them.
+
+    ``mode``: ``v1`` or ``legacy`` (``main_ppo``), ``fully_async`` (``fully_async_main``); ``tools``: a
+    ``harness.tool_config`` yaml. Multi-turn on, verl's ``tool_agent`` loop, the hermes format; responses
+    up to ``response_length`` tokens. The legacy trainer and the fully-async rollouter build verl's real
+    agent-loop manager here (v1 always does), which needs the rollout's name (the server behind it is
+    ``harness.CpuLLMClient``) and, on this machine, one reward-loop worker and two agent-loop workers
+    instead of verl's 8 each. ``trainer.rollout_data_dir`` is set (verl dumps the step).
+    """
+    if mode == "fully_async":
+        base = launcher_overrides(
+            root, replace(files, tokenizer_dir=model_dir), k, local_cluster=True, prompts=prompts, n=n, dump=True
+        )
+    else:
+        base = main_ppo_overrides(root, files, model_dir, k, use_v1=mode == "v1", prompts=prompts, n=n, dump=True)
+    longer = {"data.max_response_length", "actor_rollout_ref.rollout.response_length"}
+    agent_loop = [
+        "actor_rollout_ref.rollout.name=vllm",
+        "reward.num_workers=1",
+        "actor_rollout_ref.rollout.agent.num_workers=2",
+    ]
+    return [
+        *(item for item in base if item.split("=", 1)[0] not in longer),
+        *(f"{name}={response_length}" for name in sorted(longer)),
+        *(agent_loop if mode != "v1" else []),  # v1: main_ppo_overrides has them (V1_OVERRIDES, sync_overrides)
+        "actor_rollout_ref.rollout.multi_turn.enable=True",
+        f"actor_rollout_ref.rollout.multi_turn.tool_config_path={tools}",
+        "actor_rollout_ref.rollout.multi_turn.format=hermes",
+        "actor_rollout_ref.rollout.agent.default_agent_loop=tool_agent",
+    ]
 
 
 @dataclass

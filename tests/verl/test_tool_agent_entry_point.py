@@ -23,6 +23,19 @@ verl's own record of every trajectory is the messages its ``ToolAgentLoop`` held
 Every kept validation row (before and after the training step) and every kept rollout row of the
 step must carry, as GenAI messages, exactly one such trajectory, turn by turn: the prompt's
 messages in, each assistant turn's text, tool call (name, arguments) and tool response out.
+
+The same runs carry the tokens (one launch per mode serves both stories): the settings a user turns on
+to watch the training-inference mismatch are on (``TOKEN_SETTINGS``:
+``actor_rollout_ref.rollout.calculate_log_probs=True`` and ``algorithm.rollout_correction`` in decoupled
+mode with per-token importance weights, ``rollout_is=token``, and a rejection that masks tokens,
+``rollout_rs=token_k3`` at 0.5). The stand-in LLM server's log-probability of a digit token is -1
+(``harness.rollout_log_prob``), of any other 0, while the trainer's stand-in gives every token 0; verl's
+correction rejects the digits (k3 = e - 2 > 0.5). verl's own tensors are what a test-only probe recorded
+where verl corrected the batch (``cpu_plugin``, ``VALGEN_TEST_CORRECTIONS``): each row's ids, rollout and
+trainer log-probs, response mask before and after the correction, and importance weights. Each kept
+rollout record must carry exactly those, token by token (the masked tokens exactly those verl took out
+of the mask, the model's tokens exactly the mask before; a tool's tokens are not the model's), and the
+step summary's mismatch figures must be those of every row of the batch.
 """
 
 from __future__ import annotations
@@ -33,13 +46,15 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
-from otel_valgen import contract
+from otel_valgen import contract, tokens
 from otel_valgen.conversations import to_messages
+from otel_valgen.trajectories import merge
 from tests.e2e import harness as e2e
 from tests.support.ray_cluster import ray_env
-from tests.verl import harness, launcher
+from tests.verl import cpu_plugin, harness, launcher
 from tests.verl.conftest import VerlFiles
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(900)]
@@ -53,6 +68,15 @@ RESPONSE_LENGTH = 512  # room for three turns and two tool results (one token pe
 AGENT_MESSAGES = "agent_messages"  # cpu_plugin.AGENT_MESSAGES_ENV's folder in the run's root
 MODES = ("v1", "legacy", "fully_async")  # main_ppo's default, main_ppo with trainer.use_v1=False, fully_async_main
 TRAINED_STEP = 1  # the one training step's global_steps (fully-async: the trainer's version after it)
+CORRECTIONS = "corrections"  # cpu_plugin.CORRECTIONS_ENV's folder in the run's root
+TOOL_RESPONSE = "Updated the tool state."  # what verl's BaseTool answers: tokens that are not the model's
+TOKEN_SETTINGS = [
+    "actor_rollout_ref.rollout.calculate_log_probs=True",
+    "algorithm.rollout_correction.bypass_mode=False",  # fully-async's default is bypass mode
+    "algorithm.rollout_correction.rollout_is=token",
+    "algorithm.rollout_correction.rollout_rs=token_k3",
+    "algorithm.rollout_correction.rollout_rs_threshold=0.5",
+]
 
 
 @dataclass
@@ -61,45 +85,15 @@ class ToolRun:
     launch: launcher.Launch
     collector: e2e.Collector
     recorded: list[list[dict[str, Any]]]  # verl's AgentData.messages of every trajectory
-
-
-def _overrides(mode: str, run_root: Path, files: VerlFiles, model_dir: Path, tools: Path) -> list[str]:
-    """The mode's hydra overrides for one training step, with multi-turn and the tool as users configure them.
-
-    The legacy trainer and the fully-async rollouter build verl's real agent-loop manager here (v1 always
-    does), which needs the rollout's name (the server behind it is ``CpuLLMClient``) and, on this machine,
-    one reward-loop worker and two agent-loop workers instead of verl's 8 each.
-    """
-    if mode == "fully_async":
-        base = launcher.launcher_overrides(
-            run_root, replace(files, tokenizer_dir=model_dir), K, local_cluster=True, prompts=PROMPTS, n=N, dump=True
-        )
-    else:
-        base = launcher.main_ppo_overrides(
-            run_root, files, model_dir, K, use_v1=mode == "v1", prompts=PROMPTS, n=N, dump=True
-        )
-    longer = {"data.max_response_length", "actor_rollout_ref.rollout.response_length"}
-    agent_loop = [
-        "actor_rollout_ref.rollout.name=vllm",
-        "reward.num_workers=1",
-        "actor_rollout_ref.rollout.agent.num_workers=2",
-    ]
-    return [
-        *(item for item in base if item.split("=", 1)[0] not in longer),
-        *(f"{name}={RESPONSE_LENGTH}" for name in sorted(longer)),
-        *(agent_loop if mode != "v1" else []),  # v1: main_ppo_overrides has them (V1_OVERRIDES, sync_overrides)
-        "actor_rollout_ref.rollout.multi_turn.enable=True",
-        f"actor_rollout_ref.rollout.multi_turn.tool_config_path={tools}",
-        "actor_rollout_ref.rollout.multi_turn.format=hermes",
-        "actor_rollout_ref.rollout.agent.default_agent_loop=tool_agent",
-    ]
+    corrected: list[dict[str, Any]]  # what the probe recorded: every row of every batch verl corrected
+    tokenizer: Any
 
 
 @pytest.fixture(scope="module", params=MODES)
 def run(
     request: pytest.FixtureRequest, verl_files: VerlFiles, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ToolRun]:
-    """The collector, then the mode's entry point with a tool, validating before and after one training step."""
+    """The collector, then the mode's entry point (a tool, the correction on): validations around one training step."""
     mode: str = request.param
     root = tmp_path_factory.mktemp(f"tool_agent_{mode}")
     model_dir = harness.make_model_dir(root / "model", verl_files.tokenizer)
@@ -109,24 +103,33 @@ def run(
     with harness.collector(root) as collector:
         run_root = root / "run"
         (run_root / AGENT_MESSAGES).mkdir(parents=True)
+        (run_root / CORRECTIONS).mkdir()
         job_env = {
             **launcher.user_env(collector.http_endpoint),
             **launcher.stand_in_env(run_root, ROLLOUT_K),
             harness.TOOL_CALLS_ENV: "1",
             "VALGEN_TEST_AGENT_MESSAGES": str(run_root / AGENT_MESSAGES),
+            cpu_plugin.CORRECTIONS_ENV: str(run_root / CORRECTIONS),
         }
-        overrides = _overrides(mode, run_root, files, model_dir, tools)
+        overrides = launcher.tool_agent_overrides(
+            mode, run_root, files, model_dir, tools, K, prompts=PROMPTS, n=N, response_length=RESPONSE_LENGTH
+        )
         module = launcher.LAUNCHER if mode == "fully_async" else launcher.MAIN_PPO
-        launch = launcher.launch_local(run_root, overrides, ray_env(job_env), module=module)
+        launch = launcher.launch_local(run_root, [*overrides, *TOKEN_SETTINGS], ray_env(job_env), module=module)
         print(f"tool agent, {mode}: {module} ran {launch.seconds:.1f}s, exit code {launch.returncode}")
         assert launch.returncode == 0, launch.tail()
-        recorded = [
-            json.loads(line)
-            for path in sorted((run_root / AGENT_MESSAGES).glob("*.jsonl"))
-            for line in path.read_text(encoding="utf-8").splitlines()
-            if line.strip()
-        ]
-        yield ToolRun(mode, launch, collector, recorded)
+        recorded = _jsonl(run_root / AGENT_MESSAGES)
+        yield ToolRun(mode, launch, collector, recorded, _jsonl(run_root / CORRECTIONS), verl_files.tokenizer)
+
+
+def _jsonl(folder: Path) -> list[Any]:
+    """Every line a probe wrote in ``folder``, parsed."""
+    return [
+        json.loads(line)
+        for path in sorted(folder.glob("*.jsonl"))
+        for line in path.read_text(encoding="utf-8").splitlines()
+        if line.strip()
+    ]
 
 
 def _trajectories(recorded: list[list[dict[str, Any]]]) -> list[tuple[list[Any], list[Any]]]:
@@ -159,7 +162,7 @@ def _assert_rows_are_verls_trajectories(run: ToolRun, step: int, kind: str, expe
             assert (call["type"], call["name"]) == ("tool_call", harness.TOOL_NAME)
             assert call["arguments"] == {"expression": f"{question}+{question}", "call": turn}
             (response,) = output[2 * turn + 1]["parts"]
-            assert (response["type"], response["response"]) == ("tool_call_response", "Updated the tool state.")
+            assert (response["type"], response["response"]) == ("tool_call_response", TOOL_RESPONSE)
         assert "#### " in output[-1]["parts"][0]["content"]
         assert f"→ {harness.TOOL_NAME}(" in body[contract.BODY_OUTPUT]  # the readable body shows the call
 
@@ -187,3 +190,93 @@ def test_kept_rollout_rows_carry_verls_conversations(run: ToolRun) -> None:
         assert run.launch.training_steps() == [TRAINED_STEP]
     launcher.wait_for_steps(run.collector.file_path, [TRAINED_STEP], kind=contract.KIND_ROLLOUT)
     _assert_rows_are_verls_trajectories(run, TRAINED_STEP, contract.KIND_ROLLOUT, ROLLOUT_K * N)
+
+
+def _verls_row(run: ToolRun, ids: list[int]) -> dict[str, Any]:
+    """The row of the corrected batch with these response ids (rows with the same ids hold the same values)."""
+    found = [row for row in run.corrected if row["ids"] == ids]
+    assert found, f"no row verl corrected has the ids {ids}"
+    return found[0]
+
+
+def _floats(values: list[float] | None) -> np.ndarray:
+    return np.asarray(values, dtype=np.float32).astype(np.float64)
+
+
+def test_kept_rows_carry_verls_tensors_token_by_token(run: ToolRun) -> None:
+    """Each kept response's tokens are verl's: ids, log-probs, weights, the model's and the masked tokens."""
+    assert len(run.corrected) == PROMPTS * N, len(run.corrected)  # one training step, each row corrected once
+    launcher.wait_for_steps(run.collector.file_path, [TRAINED_STEP], kind=contract.KIND_ROLLOUT)
+    kept = launcher.generations(run.collector.file_path, TRAINED_STEP, contract.KIND_ROLLOUT)
+    assert len(kept) == ROLLOUT_K * N
+    masked_anywhere = 0
+    for record in kept:
+        got = tokens.decode(record.attributes[contract.TOKENS])
+        assert got.ids is not None
+        assert got.pieces is not None
+        row = _verls_row(run, got.ids.tolist())
+        assert got.count == len(row["ids"])
+        assert got.cut_count == 0
+        assert np.array_equal(got.floats[tokens.ROLLOUT], _floats(row["rollout"]))
+        assert np.array_equal(got.floats[tokens.TRAINER], _floats(row["trainer"]))
+        assert np.array_equal(got.floats[tokens.WEIGHT], _floats(row["weight"]))
+        assert tokens.REFERENCE not in got.floats  # no reference policy in these runs: said, not sent
+        before, after = np.asarray(row["before"], dtype=bool), np.asarray(row["after"], dtype=bool)
+        assert np.array_equal(got.masks[tokens.MODEL], before)
+        assert np.array_equal(got.masks[tokens.MASKED], before & ~after)
+        masked_anywhere += int(got.masks[tokens.MASKED].sum())
+        # the response length counts the model's tokens, those the correction masked too
+        assert record.attributes[contract.RESPONSE_LENGTH] == int(before.sum())
+        text = run.tokenizer.decode(row["ids"], skip_special_tokens=False, clean_up_tokenization_spaces=False)
+        assert "".join(got.pieces) == text
+        assert TOOL_RESPONSE in "".join(p for p, mine in zip(got.pieces, before, strict=True) if not mine)
+        assert TOOL_RESPONSE not in "".join(p for p, mine in zip(got.pieces, before, strict=True) if mine)
+    assert masked_anywhere > 0, "verl's correction masked none of the kept tokens"
+    assert "sent without their 'reference' tokens" in run.launch.text()
+
+
+def test_the_summarys_mismatch_figures_are_every_responses(run: ToolRun) -> None:
+    """The step summary's ``valgen.mismatch`` equals the figures of every row verl corrected, computed at once."""
+    launcher.wait_for_steps(run.collector.file_path, [TRAINED_STEP], kind=contract.KIND_ROLLOUT)
+    width = max(len(row["ids"]) for row in run.corrected)
+
+    def matrix(name: str, dtype: Any) -> np.ndarray:
+        out = np.zeros((len(run.corrected), width), dtype=dtype)
+        for index, row in enumerate(run.corrected):
+            out[index, : len(row[name])] = row[name]
+        return out
+
+    before, after = matrix("before", bool), matrix("after", bool)
+    columns = {
+        tokens.ROLLOUT: matrix("rollout", np.float32),
+        tokens.TRAINER: matrix("trainer", np.float32),
+        tokens.MODEL: before,
+        tokens.MASKED: before & ~after,
+    }
+    whole = tokens.MismatchFigures()
+    for row, figures in zip(run.corrected, tokens.batch_figures(columns), strict=True):
+        assert figures is not None
+        whole.add(figures, row["data_source"])
+    (summary,) = [
+        r.attributes
+        for r in e2e.records_of_file(run.collector.file_path)
+        if r.event == contract.EVENT_STEP_SUMMARY
+        and r.attributes.get(contract.KIND) == contract.KIND_ROLLOUT
+        and r.attributes[contract.STEP] == TRAINED_STEP
+    ]
+    assert summary[contract.MISMATCH]["count"] == PROMPTS * N
+    assert summary[contract.MISMATCH]["masked.max"] > 0
+    _same(summary[contract.MISMATCH], tokens.summary(merge([whole.attribute()])))
+
+
+def _same(got: Any, want: Any, key: str = "") -> None:
+    """Equal figures: floats to rounding (sums in another order), counts and keys exactly."""
+    if isinstance(want, dict):
+        assert isinstance(got, dict), key
+        assert got.keys() == want.keys(), key
+        for name, value in want.items():
+            _same(got[name], value, name)
+    elif isinstance(want, float):
+        assert got == pytest.approx(want, rel=1e-9), key
+    else:
+        assert got == want, key

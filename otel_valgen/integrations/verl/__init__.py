@@ -18,7 +18,8 @@ concern:
 - ``_agent_loop``: in the agent-loop workers, each trajectory's conversation (the messages verl's
   ``ToolAgentLoop`` held) rides with its row; ``_conversations`` reads it back for both kinds of rows.
 - ``_rollout_hooks``: training rollouts (``OTEL_VALGEN_ROLLOUT_COUNT`` > 0): each training step's
-  final batch is sent with ``vg.log_rollouts`` (``integrations.verl_rollouts``).
+  final batch is sent with ``vg.log_rollouts`` (``integrations.verl_rollouts``), with its per-token
+  data (``_tokens``); ``_correction`` keeps the response mask verl's rollout correction replaces.
 - ``_actors``: Ray actor classes made before the hooks get the hooked methods back.
 - ``_tables``: verl's own table, which the hooks never call, still writes, but first says why
   this validation did not reach otel-valgen.
@@ -42,7 +43,7 @@ from typing import Any, ClassVar
 
 import otel_valgen as vg
 from otel_valgen._env import OTEL_VALGEN_VERL, env_bool
-from otel_valgen.integrations.verl import _actors, _agent_loop, _rollout_hooks, _tables
+from otel_valgen.integrations.verl import _actors, _agent_loop, _correction, _rollout_hooks, _tables
 from otel_valgen.integrations.verl._actors import repair_actor_classes
 from otel_valgen.integrations.verl._layout import (
     AGENT_LOOP_MODULE,
@@ -121,6 +122,8 @@ def install() -> bool:
             wrapt.register_post_import_hook(hook, module_name)
         for module_name in ROLLOUT_HOOKS:
             wrapt.register_post_import_hook(_rollout_hooks.on_import, module_name)
+        for module_name in _correction.watched_modules():
+            wrapt.register_post_import_hook(_rollout_hooks.on_correction_import, module_name)
         wrapt.register_post_import_hook(_agent_loop.on_worker_import, AGENT_LOOP_MODULE)
         wrapt.register_post_import_hook(_agent_loop.on_tool_agent_import, TOOL_AGENT_MODULE)
     except Exception:

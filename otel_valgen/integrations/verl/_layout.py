@@ -92,6 +92,17 @@ ROLLOUT_HOOKS: Final = {
 }
 """verl's trainer classes whose method sends each training step's batch as rollouts, by module."""
 
+CORRECTION_MODULE: Final = "verl.trainer.ppo.rollout_corr_helper"
+CORRECTION_FUNCTION: Final = "compute_rollout_correction_and_add_to_batch"
+CORRECTION_PARAMETERS: Final = ("batch", "rollout_corr_config")
+"""The rollout correction (``algorithm.rollout_correction``, decoupled mode) of all three trainers: it
+replaces ``batch.batch["response_mask"]`` by the mask with its rejection applied and adds
+``rollout_is_weights``; it returns ``(batch, metrics)``. The legacy and separation trainers import it
+from this module when they call it."""
+CORRECTION_IMPORTERS: Final = {"verl.trainer.ppo.v1.trainer_base": ("_compute_advantage", "batch")}
+"""Modules that import the correction by name at import time, so hold their own reference: module ->
+(the method that calls it, its TransferQueue batch argument, whose ``keys`` are the rows' in order)."""
+
 AGENT_LOOP_MODULE: Final = "verl.experimental.agent_loop.agent_loop"
 AGENT_LOOP_WORKER: Final = "AgentLoopWorker"
 """Every agent loop runs in this class's ``_run_agent_loop`` (one asyncio task per trajectory, holding

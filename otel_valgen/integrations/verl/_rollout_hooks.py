@@ -11,6 +11,7 @@ from typing import Any
 
 from otel_valgen import _process, _stats
 from otel_valgen._env import OTEL_VALGEN_ROLLOUT_COUNT
+from otel_valgen.integrations.verl import _correction
 from otel_valgen.integrations.verl._layout import (
     ROLLOUT_HOOKS,
     RolloutHook,
@@ -70,23 +71,61 @@ def _send_rollouts(method: str, signature: inspect.Signature, trainer: Any, args
     """Send the batch of one call of a hooked method; nothing (not even binding) while rollouts are off."""
     # Imported here: it needs numpy, which verl brings and a plain otel-valgen install does not.
     from otel_valgen.integrations import verl_rollouts
+    from otel_valgen.integrations.verl._tokens import trainer_batch
 
     if not verl_rollouts.rollouts_on():
         return
     bound = signature.bind(trainer, *args, **kwargs).arguments
     if method == "_update_actor":
         if not hasattr(type(trainer), "_fit_dump_data"):  # a separation trainer sends from _fit_dump_data
-            verl_rollouts.send_legacy_step(trainer, bound["batch"])
+            with trainer_batch(trainer):
+                verl_rollouts.send_legacy_step(trainer, bound["batch"])
     elif method == "_compute_metrics":
-        verl_rollouts.send_v1_step(trainer, bound["batch"], bound["global_steps"])
+        with trainer_batch(trainer, _v1_row_keys(bound["batch"])):
+            verl_rollouts.send_v1_step(trainer, bound["batch"], bound["global_steps"])
     else:
-        verl_rollouts.send_separation_step(trainer, bound["batch"])
+        with trainer_batch(trainer):
+            verl_rollouts.send_separation_step(trainer, bound["batch"])
+
+
+def _v1_row_keys(batch: Any) -> list[str] | None:
+    """The TransferQueue keys of the rows the v1 hook sends: the batch's, without padding rows (``tags``)."""
+    try:
+        return [str(key) for key, tag in zip(batch.keys, batch.tags, strict=True) if not tag.get("is_padding", False)]
+    except Exception:
+        return None
+
+
+def on_correction_import(module: Any) -> None:
+    """The post-import hook of the modules whose rollout correction ``_correction`` watches."""
+    try:
+        missing = _correction.watch(module)
+    except Exception:  # an import hook that raises would fail verl's import
+        _logger.exception("otel_valgen: could not watch verl's rollout correction in %s", module.__name__)
+        return
+    if missing is not None:
+        _correction_missing(*missing)
+
+
+def _correction_missing(name: str, problem: str) -> None:
+    """Count a rollout correction verl no longer has as it was, and say so (WARNING when rollouts are asked for)."""
+    _process.counters.add(_stats.VERL_ROLLOUT_HOOKS_MISSING)
+    _logger.log(
+        logging.WARNING if rollouts_asked() else logging.INFO,
+        "otel_valgen: verl %s: %s %s; not watched: with algorithm.rollout_correction on, the rollouts' per-token "
+        "data leave out which tokens are the model's and which the correction masked%s (tested: %s)",
+        verl_version(),
+        name,
+        problem,
+        untested_note(),
+        tested_versions(),
+    )
 
 
 def _hook_missing(name: str, problem: str) -> None:
     """Count a rollout hook point verl no longer has, and say so (WARNING when rollouts are asked for)."""
     _process.counters.add(_stats.VERL_ROLLOUT_HOOKS_MISSING)
-    level = logging.WARNING if _rollouts_asked() else logging.INFO
+    level = logging.WARNING if rollouts_asked() else logging.INFO
     _logger.log(
         level,
         "otel_valgen: verl %s: %s %s; not hooked: its training rollouts are not sent%s. Fix: use a verl release "
@@ -100,7 +139,7 @@ def _hook_missing(name: str, problem: str) -> None:
     )
 
 
-def _rollouts_asked() -> bool:
+def rollouts_asked() -> bool:
     """Whether this process is configured to send rollouts (without configuring it)."""
     emitter = _process.current_emitter()
     if emitter is not None:
