@@ -107,8 +107,10 @@ def _records(tokenizer: Any, rows: list[Row], columns: dict[str, list[Any]]) -> 
     batch = make_batch(tokenizer, rows, response_width=32, non_tensors=columns)
     with capture_records(run_id="r", rollout_count=8, progress_interval_s=0) as records:
         assert send_rollout_batch(batch, tokenizer, step=3) == len(rows)
-    # tuples of the SDK's attribute values as lists, as on the wire
-    return [json.loads(json.dumps(r)) for r in records if r["event_name"] == contract.EVENT_GENERATION]
+    # tuples of the SDK's attribute values as lists, as on the wire (the packed tokens' bytes as hex)
+    return [
+        json.loads(json.dumps(r, default=bytes.hex)) for r in records if r["event_name"] == contract.EVENT_GENERATION
+    ]
 
 
 def test_a_tool_row_is_sent_as_its_turns_and_a_single_turn_row_as_one_assistant_message(tokenizer: Any) -> None:
