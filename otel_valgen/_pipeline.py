@@ -240,12 +240,6 @@ class Pipeline:
         return self.exporter.description
 
     def _bounded(self, action: str, timeout_s: float, call: object) -> bool:
-        if self._local:
-            try:
-                return bool(call())  # type: ignore[operator]
-            except Exception:
-                _logger.exception("otel_valgen: %s failed", action)
-                return False
         outcome: list[bool] = []
 
         def run() -> None:
@@ -255,6 +249,9 @@ class Pipeline:
                 _logger.exception("otel_valgen: %s failed", action)
                 outcome.append(False)
 
+        if self._local:  # the local sink: nothing to abandon, so no thread to bound it
+            run()
+            return outcome[0]
         worker = threading.Thread(target=run, name=f"otel-valgen-{action}", daemon=True)
         worker.start()
         worker.join(timeout_s)
