@@ -3,13 +3,14 @@
 ``CountingExporter`` wraps the real exporter: it counts what was confirmed, sends to the
 spool (a local OTLP-JSON file) while the endpoint is away, and counts the rest as failed.
 ``QueueGuard`` sits in front of the SDK's batch processor, whose queue would otherwise drop
-records silently when full.
+records silently when full. ``LocalBatcher`` replaces both for the embedded sink.
 """
 
 from __future__ import annotations
 
 import copy
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -376,3 +377,77 @@ class QueueGuard(LogRecordProcessor):
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         """Export everything queued."""
         return self._inner.force_flush(timeout_millis)
+
+
+class LocalBatcher(LogRecordProcessor):
+    """The embedded sink's batch processor: records wait in a list, written in the thread that flushes.
+
+    A local file keeps nobody waiting, so a flush writes in the caller's thread, with no queue
+    hand-off to a worker; a batch that reaches ``max_batch`` is written by the call that fills
+    it (so the list stays bounded), and a background thread writes whatever waits every
+    ``delay_s``, as the SDK's batch processor does, so a record reaches the file without a flush.
+    """
+
+    def __init__(self, exporter: LogRecordExporter, delay_s: float, max_batch: int) -> None:
+        self._exporter = exporter
+        self._delay_s = delay_s
+        self._max_batch = max_batch
+        self._closed = False
+        self._start()
+
+    def _start(self) -> None:
+        """Fresh state and worker (at construction, and in a forked child, whose parent writes its records)."""
+        self._pid = os.getpid()
+        self._pending: list[ReadableLogRecord] = []
+        self._lock = threading.Lock()  # the list
+        self._writing = threading.Lock()  # one write at a time, so a flush returns after the worker's
+        self._wake = threading.Event()
+        self._worker = threading.Thread(target=self._run, name="otel-valgen-sink", daemon=True)
+        self._worker.start()
+
+    def _run(self) -> None:
+        while not self._closed:
+            self._wake.wait(self._delay_s)
+            if not self._closed:
+                self._write()
+
+    def _write(self) -> bool:
+        """Export what waits; True when nothing failed."""
+        with self._writing:
+            with self._lock:
+                batch, self._pending = self._pending, []
+            if not batch:
+                return True
+            return self._exporter.export(batch) is LogRecordExportResult.SUCCESS
+
+    def on_emit(self, log_record: ReadWriteLogRecord) -> None:
+        """Keep the record; write the batch when it is full."""
+        if self._pid != os.getpid():
+            self._start()
+        readable = ReadableLogRecord(
+            log_record=log_record.log_record,
+            resource=log_record.resource if log_record.resource is not None else Resource.create({}),
+            instrumentation_scope=log_record.instrumentation_scope,
+            limits=log_record.limits,
+        )
+        with self._lock:
+            self._pending.append(readable)
+            full = len(self._pending) >= self._max_batch
+        if full:
+            self._write()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        """Write everything kept, in this thread."""
+        if self._pid != os.getpid():
+            self._start()
+        return self._write()
+
+    def shutdown(self) -> None:
+        """Stop the worker, write the rest, release the exporter."""
+        if self._closed:
+            return
+        self._closed = True
+        self._wake.set()
+        self._worker.join()
+        self._write()
+        self._exporter.shutdown()  # type: ignore[no-untyped-call]

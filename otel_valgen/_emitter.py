@@ -363,8 +363,7 @@ class Emitter:
             state.dropped += unbuilt
         if unbuilt:
             self._ended_meanwhile(state, unbuilt)
-        for record in records:
-            self._emit_generation(state, record)
+        self._emitted(state, sum(self._emit_generation(state, record) for record in records))
         attributes: dict[str, AnyValue] = {
             contract.SEEN: state.seen,
             contract.EMITTED: state.emitted,
@@ -667,7 +666,7 @@ class Emitter:
 
     def _emit_all(self, state: StepState, batch: Batch, found: list[Candidate]) -> int:
         """Build and send the records of ``found`` (presampling off); return how many were dropped."""
-        dropped = 0
+        dropped = emitted = 0
         for index, prompt, order in found:
             try:
                 record = self._build(state, batch, index, order, self._prompt_of(state, prompt))
@@ -675,7 +674,10 @@ class Emitter:
                 self._lost(state, "building a generation record", error)
                 dropped += 1
             else:
-                dropped += not self._emit_generation(state, record)
+                sent = self._emit_generation(state, record)
+                emitted += sent
+                dropped += not sent
+        self._emitted(state, emitted)
         return dropped
 
     def _build_kept(self, state: StepState, batch: Batch, entered: list[Entered]) -> int:
@@ -692,8 +694,18 @@ class Emitter:
                 failed += lost
         return failed
 
+    def _emitted(self, state: StepState, records: int) -> None:
+        """Count generation records the SDK took (once per batch of them: one lock each, not one per record)."""
+        if records:
+            with self._lock:
+                state.emitted += records
+            self.stats.add(_stats.GENERATIONS_EMITTED, records)
+
     def _emit_generation(self, state: StepState, pending: PendingRecord) -> bool:
-        """Hand one generation record to the SDK; True when it took it, else it is counted as dropped."""
+        """Hand one generation record to the SDK; True when it took it, else it is counted as dropped.
+
+        The caller counts the records taken (``_emitted``).
+        """
         if state.rate is not None:  # the watch-list's rate, so that the collector applies it too
             pending.attributes[contract.SAMPLE_RATE] = state.rate
         try:
@@ -709,9 +721,6 @@ class Emitter:
         except Exception as error:
             self._lost(state, "sending a generation record to the OpenTelemetry SDK", error)
             return False
-        with self._lock:
-            state.emitted += 1
-        self.stats.add(_stats.GENERATIONS_EMITTED)
         return True
 
     def _ended_meanwhile(self, state: StepState, generations: int) -> None:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TypedDict
 
 import requests
-from opentelemetry.sdk._logs import LoggerProvider, ReadableLogRecord
+from opentelemetry.sdk._logs import LoggerProvider, LogRecordProcessor, ReadableLogRecord
 from opentelemetry.sdk._logs.export import (
     BatchLogRecordProcessor,
     LogRecordExporter,
@@ -29,7 +29,7 @@ from opentelemetry.sdk.resources import Resource
 
 from otel_valgen import _stats, contract
 from otel_valgen._courier import Courier, sender_for
-from otel_valgen._delivery import CountingExporter, QueueGuard, quiet_sdk_delivery_lines
+from otel_valgen._delivery import CountingExporter, LocalBatcher, QueueGuard, quiet_sdk_delivery_lines
 from otel_valgen._env import env_int
 from otel_valgen._settings import Settings
 from otel_valgen._spool import Spool, claim_orphans
@@ -204,13 +204,18 @@ class Pipeline:
             self.exporter.on_waiting = functools.partial(_report_to_ray, settings.run_id)
         self.resource = build_resource(settings, self.instance_id, resource_extra or {})
         self.provider = LoggerProvider(resource=self.resource, shutdown_on_exit=False)
-        batch_processor = BatchLogRecordProcessor(
-            self.exporter,
-            schedule_delay_millis=batching.schedule_delay_ms,
-            max_queue_size=batching.max_queue_size,
-            max_export_batch_size=batching.max_export_batch_size,
-        )
-        self.provider.add_log_record_processor(QueueGuard(batch_processor, self.exporter))
+        processor: LogRecordProcessor
+        if self._local:
+            processor = LocalBatcher(self.exporter, batching.schedule_delay_ms / 1000, batching.max_export_batch_size)
+        else:
+            batch_processor = BatchLogRecordProcessor(
+                self.exporter,
+                schedule_delay_millis=batching.schedule_delay_ms,
+                max_queue_size=batching.max_queue_size,
+                max_export_batch_size=batching.max_export_batch_size,
+            )
+            processor = QueueGuard(batch_processor, self.exporter)
+        self.provider.add_log_record_processor(processor)
         self.logger = self.provider.get_logger(contract.SCOPE_NAME)
         self._stats = stats
 

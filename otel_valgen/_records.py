@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, NamedTuple, Protocol
 
+import numpy as np
 import xxhash
 from opentelemetry.util.types import AnyValue
 
@@ -149,11 +150,12 @@ class ResponseLanes:
 
     def number(self, hashes: bytes) -> list[int] | None:
         """The lane of each generation of a call (8-byte id hashes); None when every lane is 1."""
-        words = memoryview(hashes).cast("Q").tolist()
         with self._lock:
             if self._first is None and self._counts is None:
                 self._first = hashes
-                return _call_lanes(words)
+                return _call_lanes(hashes)
+        words = memoryview(hashes).cast("Q").tolist()
+        with self._lock:
             counts = self._counts
             if counts is None:
                 assert self._first is not None
@@ -169,11 +171,12 @@ class ResponseLanes:
         return lanes if any(lane != 1 for lane in lanes) else None
 
 
-def _call_lanes(words: list[int]) -> list[int] | None:
+def _call_lanes(hashes: bytes) -> list[int] | None:
     """1 + the response index of each generation among equal id hashes of one call; None if all are 1."""
-    if len(set(words)) == len(words):
+    ordered = np.sort(np.frombuffer(hashes, dtype=np.uint64))  # equal hashes side by side, found in C
+    if not (ordered[1:] == ordered[:-1]).any():
         return None
-    return _counted(words, {})
+    return _counted(memoryview(hashes).cast("Q").tolist(), {})
 
 
 def _counted(words: list[int], counts: dict[int, int]) -> list[int]:
@@ -194,13 +197,15 @@ class _Ids(NamedTuple):
 
 
 def _derived_ids(inputs: Sequence[Any]) -> _Ids | None:
-    """Ids from the inputs when all are valid ``str`` (the usual case): one XXH64 each."""
-    if set(map(type, inputs)) != _STR_ONLY:  # bytes would hash too, but are ids of their repaired text
-        return None
+    """Ids from the inputs when all are valid texts (the usual case): one XXH64 each.
+
+    ``str.encode`` refuses anything but a ``str`` (bytes are ids of their repaired text, a
+    message list of its rendering: ``_any_ids``), so the call's types need no pass of their own.
+    """
     try:
         # Encoded here: xxhash 3 hashed a str as its UTF-8, xxhash 4 raises TypeError for one.
         digests = b"".join(map(xxhash.xxh64_digest, map(str.encode, inputs)))
-    except UnicodeEncodeError:  # lone surrogates: see _any_ids
+    except (TypeError, UnicodeEncodeError):  # not a text; lone surrogates: see _any_ids
         return None
     return _Ids(digests, lambda index: digests[8 * index : 8 * index + 8].hex())
 

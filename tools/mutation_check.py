@@ -931,9 +931,27 @@ MUTATIONS: tuple[Mutation, ...] = (
         "py.ids.shared_uid_lanes",
         "responses sharing one uid in a call get distinct ids uid/0, uid/1, ... and keys",
         "otel_valgen/_records.py",
-        "return _call_lanes(words)",
+        "return _call_lanes(hashes)",
         "return None",
         ("tests/test_api.py",),
+    ),
+    Mutation(
+        "py.sink.forked_child_starts_afresh",
+        "a forked child does not write the records waiting in its parent's embedded sink",
+        "otel_valgen/_delivery.py",
+        """        if self._pid != os.getpid():
+            self._start()
+        readable""",
+        "        readable",
+        ("tests/test_embedded_sink_batching.py",),
+    ),
+    Mutation(
+        "py.sink.full_batch_written_by_its_call",
+        "the embedded sink writes a full batch in the call that fills it, so what waits stays bounded",
+        "otel_valgen/_delivery.py",
+        "            full = len(self._pending) >= self._max_batch",
+        "            full = False",
+        ("tests/test_embedded_sink_batching.py",),
     ),
     Mutation(
         "py.ids.response_index_from_zero",
