@@ -29,13 +29,18 @@ wraps in ``transformers.PreTrainedTokenizerFast`` (cached under ``--cache-dir``)
   ``rollout_is_weights``). Timed: verl's
   real, unbound v1 ``PPOTrainer._log_rollout_data`` (fetches its fields with ``tq.kv_batch_get``,
   decodes every row) on a minimal object as above, and otel-valgen's v1 hook
-  ``verl_rollouts.send_v1_step(trainer, batch, global_steps)`` on the same ``KVBatchMeta`` (fetches
-  from TransferQueue in two phases, then ``vg.log_rollouts``).
+  ``verl._v1_fetch.send_v1_step(trainer, batch, global_steps)`` on the same ``KVBatchMeta``, after
+  what v1's trainer does before it in a step (untimed, verl's own work: its real, unbound
+  ``PPOTrainer._compute_advantage`` with GRPO and the rollout correction's per-token weights, which
+  writes advantages, weights and mask back, then ``_compute_metrics``' fetch of every row): the
+  hook reads what those held (``verl._v1_capture``, installed as otel-valgen's Ray hook installs it)
+  and fetches the rest; and the same hook with what was held dropped first, which fetches every
+  field from TransferQueue (its fallback).
 - otel-valgen, k = 4 prompts (``rollout_count``), sending OTLP/HTTP to the built collector
   (``build/otelcol-valgen``, ``collector-config/collector.yaml``, destinations stand-ins):
-  ``otel_valgen.integrations.verl_rollouts.send_rollout_batch`` when this checkout has it (keys
-  prompts from token ids, decodes only the k·n rows it keeps, sends their per-token data when the
-  checkout captures it), and always a baseline: ``vg.log_rollouts`` given texts decoded beforehand
+  ``otel_valgen.integrations.verl_rollouts.send_rollout_batch`` when this checkout has it (decodes
+  one prompt per uid for its id and only the k·n responses it keeps, sends their per-token data when
+  the checkout captures it), and always a baseline: ``vg.log_rollouts`` given texts decoded beforehand
   (untimed), the other columns taken from the batch's tensors (timed; no per-token data). Each
   returns once the step's records are flushed to the collector.
 - On the wire: one more step of each hook, untimed, with the OTLP exporter's requests looked at:
@@ -453,13 +458,93 @@ def v1_verl_dump(dumper: Any, meta: Any, folder: str, step: int) -> tuple[float,
     return returned - started, written - started
 
 
-def v1_hook_run(trainer: Any, meta: Any, step: int) -> float:
-    """Seconds in otel-valgen's v1 hook ``send_v1_step`` (fetch ``V1_FIELDS`` from TransferQueue, send)."""
-    from otel_valgen.integrations.verl_rollouts import send_v1_step
+V1_METRIC_FIELDS = (
+    "prompts",
+    "responses",
+    "response_mask",
+    "values",
+    "advantages",
+    "returns",
+    "rm_scores",
+    "token_level_rewards",
+    "num_turns",
+)
+"""What v1's ``PPOTrainer._compute_metrics`` fetches of every row (verl 0.9.1), just before the rollout hook."""
 
+
+def v1_trainer(tokenizer: Any, shape: Shape) -> Any:
+    """What the v1 hook and verl's ``_compute_advantage`` read of the v1 trainer: tokenizer and config.
+
+    GRPO over ``rollout.n`` responses, and the rollout correction's per-token importance weights
+    (decoupled mode), which give the batch its ``rollout_is_weights``.
+    """
+    from omegaconf import OmegaConf
+
+    trainer = type("V1Trainer", (), {})()
+    trainer.tokenizer = tokenizer
+    trainer.config = OmegaConf.create(
+        {
+            "actor_rollout_ref": {"rollout": {"response_length": shape.response_len, "n": shape.n}},
+            "algorithm": {
+                "adv_estimator": "grpo",
+                "gamma": 1.0,
+                "lam": 1.0,
+                "norm_adv_by_std_in_grpo": True,
+                "use_kl_in_reward": False,
+                "rollout_correction": {"rollout_is": "token", "rollout_is_threshold": 2.0, "bypass_mode": False},
+            },
+        }
+    )
+    return trainer
+
+
+def v1_step(trainer: Any, meta: Any, step: int) -> None:
+    """What v1's trainer does with the batch before the rollout hook that the hook reads from (untimed: verl's own).
+
+    verl's real, unbound ``PPOTrainer._compute_advantage`` (fetches its fields from TransferQueue,
+    runs the rollout correction and GRPO, writes advantages, weights and mask back), then
+    ``_compute_metrics``' fetch of every row (``get_metric_data_with_optional_routed_experts`` as that
+    method calls it). With otel-valgen's integration installed, both are what ``verl._v1_capture`` watches.
+    """
+    import transfer_queue as tq
+    from verl.trainer.ppo.v1 import trainer_base
+
+    vars(trainer_base.PPOTrainer)["_compute_advantage"](trainer, meta, {})
+    trainer_base.get_metric_data_with_optional_routed_experts(
+        keys=meta.keys,
+        partition_id=meta.partition_id,
+        fields=list(V1_METRIC_FIELDS),
+        moe_lb_metrics_interval=0,
+        global_steps=step,
+        accumulator=None,
+        kv_batch_get=tq.kv_batch_get,
+    )
+
+
+def v1_hook_run(trainer: Any, meta: Any, step: int, *, held: bool = True) -> float:
+    """Seconds in otel-valgen's v1 hook ``send_v1_step`` after the trainer's step (``v1_step``, untimed).
+
+    ``held=False``: what ``verl._v1_capture`` kept is dropped before the hook, which then fetches every field
+    (the hook's fallback when it does not find the step's rows held).
+    """
+    from otel_valgen.integrations.verl import _v1_capture
+    from otel_valgen.integrations.verl._v1_fetch import send_v1_step
+
+    v1_step(trainer, meta, step)
+    if not held:
+        _v1_capture.forget()
     started = time.perf_counter()
     send_v1_step(trainer, meta, step)
     return time.perf_counter() - started
+
+
+def install_integration() -> None:
+    """otel-valgen's verl integration, as its Ray setup hook installs it in every process (when the checkout has it)."""
+    try:
+        from otel_valgen.integrations import verl as integration
+    except ImportError:
+        return
+    integration.install()
 
 
 def rollout_summaries(stand_in: Any) -> list[dict[str, Any]]:
@@ -528,9 +613,10 @@ def measure(
     texts = decoded(batch, tokenizer)
     send = the_hook()
     times: dict[str, list[float]] = {"verl": [], "verl_written": [], "baseline": [], "hook": [], "decode": []}
-    times.update({"v1_verl": [], "v1_verl_written": [], "v1_hook": []})
+    times.update({"v1_verl": [], "v1_verl_written": [], "v1_hook": [], "v1_fetched": []})
     wires = {"legacy": Wire(), "v1": Wire()}
     queue = v1_queue(batch) if v1 and send else contextlib.nullcontext()
+    install_integration()
     with (
         tempfile.TemporaryDirectory() as tmp,
         harness.bench_collector(Path(tmp), "2s") as (collector, wandb, _),
@@ -545,14 +631,8 @@ def measure(
         )
         verl = verl_dumper(tokenizer)
         if meta is not None:
-            from omegaconf import OmegaConf
-
             v1_verl = v1_dumper(tokenizer)
-            # what send_v1_step reads of the v1 trainer: its tokenizer and the response length limit
-            v1_trainer = type("V1Trainer", (), {})()
-            v1_trainer.tokenizer = tokenizer
-            limit = {"actor_rollout_ref": {"rollout": {"response_length": shape.response_len}}}
-            v1_trainer.config = OmegaConf.create(limit)
+            trainer = v1_trainer(tokenizer, shape)
         for step in range(1, repeats + 2):  # step 1 warms up (verl's thread, the OTLP connection)
             measured = (
                 *verl_dump(verl, batch, extra, os.path.join(tmp, "rollout_data_dir"), step),
@@ -563,7 +643,8 @@ def measure(
             if meta is not None:  # v1: verl's dump, then the hook, on the same rows in TransferQueue
                 measured += (
                     *v1_verl_dump(v1_verl, meta, os.path.join(tmp, "v1_rollout_data_dir"), step),
-                    v1_hook_run(v1_trainer, meta, step + 20_000),
+                    v1_hook_run(trainer, meta, step + 20_000),
+                    v1_hook_run(trainer, meta, step + 50_000, held=False),
                 )
             for name, value in zip(times, measured, strict=False):
                 times[name] += [value] if step > 1 else []
@@ -572,13 +653,13 @@ def measure(
                 hook_run(send, batch, tokenizer, extra, 30_000)
         if meta is not None:
             with wire_tap(wires["v1"]):
-                v1_hook_run(v1_trainer, meta, 40_000)
+                v1_hook_run(trainer, meta, 40_000)
         verl._shutdown_dump_executor()
         if meta is not None:
             v1_verl._shutdown_dump_executor()
         vg.shutdown()
         otel_steps = (
-            (repeats + 1) * (1 + (send is not None) + (meta is not None)) + (send is not None) + (meta is not None)
+            (repeats + 1) * (1 + (send is not None) + 2 * (meta is not None)) + (send is not None) + (meta is not None)
         )
         harness.wait_for(lambda: len(rollout_summaries(wandb)) >= otel_steps, 60, "every rollout summary")
         return times, rollout_summaries(wandb), wires
@@ -613,6 +694,8 @@ def report(
             f"  otel-valgen send_v1_step                      {v1_hook_ms:9.1f} ms   "
             f"{v1_hook_ms / v1_verl_ms:.3f}x (goal 0.1x)"
         )
+        fetched_ms = ms(times["v1_fetched"])
+        print(f"  send_v1_step, nothing held (all fetched)      {fetched_ms:9.1f} ms   {fetched_ms / v1_verl_ms:.3f}x")
     else:
         print("v1: not measured (--no-v1, or no verl_rollouts on this branch)")
     for name, wire in wires.items():

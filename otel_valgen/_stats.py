@@ -59,6 +59,8 @@ VERL_ROW_COLUMNS_MISSING: Final = "verl_row_columns_missing"
 VERL_TOKEN_COLUMNS_MISSING: Final = "verl_token_columns_missing"
 # a verl trainer's rollout hook point is missing or changed: its training batches are not sent (integrations.verl)
 VERL_ROLLOUT_HOOKS_MISSING: Final = "verl_rollout_hooks_missing"
+# a v1 training step whose rows verl's trainer did not leave held (integrations.verl._v1_capture): fetched instead
+VERL_V1_ROWS_FETCHED: Final = "verl_v1_rows_fetched"
 FLUSH_TIMEOUTS: Final = "flush_timeouts"
 INTERNAL_ERRORS: Final = "internal_errors"
 DROP_PREFIX: Final = "dropped."

@@ -277,23 +277,27 @@ def batch_figures(
     if any(mask is _UNFIT for mask in masks):
         return [_row_figures(columns, index, lengths) for index in range(_rows_of(columns))]
     model, masked = (mask if isinstance(mask, np.ndarray) else None for mask in masks)
-    if lengths is not None:
-        limits = np.array([_length(value, shape[1]) for value in lengths], dtype=np.int64)
-        valid = np.arange(shape[1])[None, :] < limits[:, None]
-        model = valid if model is None else model & valid
-    return _figures_2d(floats[0], floats[1], model, masked)
+    ends = _ends(lengths, shape) if lengths is not None else None
+    return _figures_2d(floats[0], floats[1], model, masked, ends)
+
+
+def _ends(lengths: Sequence[Any], shape: tuple[int, ...]) -> np.ndarray:
+    """Each row's length within the matrix's width (``_length``), as an array."""
+    if isinstance(lengths, np.ndarray) and lengths.dtype.kind in "iu" and lengths.shape == shape[:1]:
+        return np.clip(lengths, 0, shape[1]).astype(np.int64)
+    return np.array([_length(value, shape[1]) for value in lengths], dtype=np.int64)
 
 
 _UNFIT: Final = object()  # a mask column that does not fit the float columns' matrix
 
 
 def _mask_matrix(column: Any, shape: tuple[int, ...]) -> np.ndarray | object | None:
-    """A mask column as a bool matrix of ``shape`` (own-length rows padded with False), or _UNFIT."""
+    """A mask column as a matrix of ``shape`` (own-length rows padded with False), or _UNFIT; any nonzero is True."""
     if column is None:
         return None
     matrix = _matrix(column)
     if matrix is not None:
-        return matrix.astype(bool) if matrix.shape == shape else _UNFIT
+        return matrix if matrix.shape == shape else _UNFIT
     out = np.zeros(shape, dtype=bool)
     try:
         for index, row in enumerate(column):
@@ -345,14 +349,71 @@ def _as_array_2d(value: Any) -> np.ndarray:
     return np.asarray(value)
 
 
+_BLOCK_ROWS: Final = 64
+"""Rows of the float matrices worked on at a time: a block's copies stay small (no page faults per call)."""
+
+
 def _figures_2d(
-    rollout: np.ndarray, trainer: np.ndarray, model: np.ndarray | None, masked: np.ndarray | None
+    rollout: np.ndarray,
+    trainer: np.ndarray,
+    model: np.ndarray | None,
+    masked: np.ndarray | None,
+    ends: np.ndarray | None = None,
 ) -> list[dict[str, float | int] | None]:
-    """The figures of each row of [responses, tokens] arrays (the one implementation of the rule)."""
+    """The figures of each row of [responses, tokens] arrays (the one implementation of the rule).
+
+    ``ends``: each row's length (nothing past it is compared). Rows are taken in order of length,
+    ``_BLOCK_ROWS`` at a time and only as wide as the block's longest, so that the work is about
+    the responses' tokens, not the padded width.
+    """
+    rows, width = rollout.shape
+    limits = np.full(rows, width, dtype=np.int64) if ends is None else ends
+    order = np.argsort(limits, kind="stable")
+    counts = np.zeros(rows, dtype=np.int64)
+    mean_abs, max_abs, kl = np.zeros(rows), np.zeros(rows), np.zeros(rows)
+    share = np.zeros(rows) if masked is not None else None
+    for start in range(0, rows, _BLOCK_ROWS):
+        pick = order[start : start + _BLOCK_ROWS]
+        span = int(limits[pick[-1]])  # the block's longest (ascending order)
+        if span <= 0:
+            continue
+        figures = _block_figures(
+            rollout[pick, :span],
+            trainer[pick, :span],
+            model[pick, :span] if model is not None else None,
+            masked[pick, :span] if masked is not None else None,
+            limits[pick],
+        )
+        counts[pick], mean_abs[pick], max_abs[pick], kl[pick] = figures[:4]
+        if share is not None:
+            share[pick] = figures[4]
+    out: list[dict[str, float | int] | None] = []
+    for row, count in enumerate(counts.tolist()):
+        if not count:
+            out.append(None)
+            continue
+        figures_of_row: dict[str, float | int] = {
+            TOKENS: count,
+            MEAN_ABS: float(mean_abs[row]),
+            MAX_ABS: float(max_abs[row]),
+            KL: float(kl[row]),
+        }
+        if share is not None:
+            figures_of_row[MASKED_SHARE] = float(share[row])
+        out.append(figures_of_row)
+    return out
+
+
+def _block_figures(
+    rollout: np.ndarray, trainer: np.ndarray, model: np.ndarray | None, masked: np.ndarray | None, ends: np.ndarray
+) -> tuple[np.ndarray, ...]:
+    """Counts, mean |d|, max |d|, k3 KL (and the masked share) of a block of rows, each cut at its ``ends``."""
+    within = np.arange(rollout.shape[1])[None, :] < ends[:, None]
     with np.errstate(all="ignore"):
         # In float64 (the inputs are often float32): d is not finite exactly where either side is not.
         d = np.subtract(trainer, rollout, dtype=np.float64)
         compared = np.isfinite(d)
+        compared &= within
         if model is not None:
             compared &= model.astype(bool, copy=False)
         d[~compared] = 0.0  # every figure below is 0 for a token left out
@@ -362,25 +423,11 @@ def _figures_2d(
         mean_abs = magnitude.sum(axis=1) / denominator
         max_abs = magnitude.max(axis=1, initial=0.0)
         kl = np.maximum((np.expm1(d) - d).sum(axis=1) / denominator, 0.0)  # e^0 - 1 - 0 = 0
-        share = None
-        if masked is not None:
-            own = model.astype(bool) if model is not None else np.ones(masked.shape, dtype=bool)
-            share = (masked.astype(bool) & own).sum(axis=1) / np.maximum(own.sum(axis=1), 1)
-    out: list[dict[str, float | int] | None] = []
-    for row in range(len(counts)):
-        if not counts[row]:
-            out.append(None)
-            continue
-        figures: dict[str, float | int] = {
-            TOKENS: int(counts[row]),
-            MEAN_ABS: float(mean_abs[row]),
-            MAX_ABS: float(max_abs[row]),
-            KL: float(kl[row]),
-        }
-        if share is not None:
-            figures[MASKED_SHARE] = float(share[row])
-        out.append(figures)
-    return out
+        if masked is None:
+            return counts, mean_abs, max_abs, kl
+        own = within & model.astype(bool, copy=False) if model is not None else within
+        share = (masked.astype(bool, copy=False) & own).sum(axis=1) / np.maximum(own.sum(axis=1), 1)
+    return counts, mean_abs, max_abs, kl, share
 
 
 # -- the wire encoding (valgen.tokens) ---------------------------------------------------------
@@ -510,14 +557,20 @@ class MismatchFigures:
         """Count one response's figures (``response_figures``); ``data_source`` counts them there too."""
         self.count += 1
         self.tokens += int(figures.get(TOKENS, 0))
+        sums, maxima, buckets = self.sums, self.maxima, self.buckets
         for name in FIGURES:
             value = figures.get(name)
             if value is None or not math.isfinite(value):
                 continue
-            self.sums[name] = self.sums.get(name, 0.0) + value
-            self.maxima[name] = max(self.maxima.get(name, 0.0), value)
-            counts = self.buckets.setdefault(name, {})
-            key = bucket(value)
+            sums[name] = sums.get(name, 0.0) + value
+            if not value <= maxima.get(name, 0.0):
+                maxima[name] = value
+            else:
+                maxima.setdefault(name, 0.0)
+            counts = buckets.get(name)
+            if counts is None:
+                counts = buckets[name] = {}
+            key = ZERO_BUCKET if not value >= MIN_VALUE else str(math.ceil(math.log(value) / _LOG_GAMMA))  # bucket()
             counts[key] = counts.get(key, 0) + 1
         if data_source is not None:
             if self.by_data_source is None:

@@ -230,15 +230,16 @@ def test_each_tokens_text_joins_into_the_response(tokenizer: Any) -> None:
 
 
 def test_pieces_are_decoded_for_the_kept_rows_only(tokenizer: Any) -> None:
-    """Of 8 prompts x 2 responses with k = 2, only the 4 kept rows' tokens are decoded."""
-    decoded: list[int] = []
+    """Of 8 prompts x 2 responses with k = 2, only the 4 kept rows' tokens are decoded, each distinct id once."""
+    decoded: list[list[int]] = []
 
     class Backend:
         def __init__(self, backend: Any) -> None:
             self.backend = backend
 
         def decode_batch(self, rows: list[list[int]], **kwargs: Any) -> list[str]:
-            decoded.append(len(rows))
+            if not kwargs.get("skip_special_tokens", True):  # the pieces (the texts skip special tokens)
+                decoded.extend(rows)
             return list(self.backend.decode_batch(rows, **kwargs))
 
         def __getattr__(self, name: str) -> Any:
@@ -253,8 +254,11 @@ def test_pieces_are_decoded_for_the_kept_rows_only(tokenizer: Any) -> None:
     rows = [Row(f"prompt {p}", answer(f"answer {p}.{i}")) for p in range(8) for i in range(2)]
     with capture_records(run_id="r", rollout_count=2, progress_interval_s=0) as records:
         send_rollout_batch(_with_log_probs(tokenizer, rows), Counting(), step=1)
-    assert len(_kept(records)) == 4
-    assert len(decoded) == 4
+    kept = _kept(records)
+    assert len(kept) == 4
+    kept_ids = {token for attributes in kept for token in tokens.decode(attributes[contract.TOKENS]).ids}
+    assert all(len(row) == 1 for row in decoded)  # each id alone: no character is split here
+    assert sorted(row[0] for row in decoded) == sorted(kept_ids)
 
 
 def test_a_changed_correction_is_left_as_verl_made_it_and_counted(caplog: pytest.LogCaptureFixture) -> None:

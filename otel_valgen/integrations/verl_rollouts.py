@@ -66,30 +66,18 @@ Columns (docs/rollouts.md):
   batch without them sends none;
 - per-token data (``log_rollouts``' ``tokens``): ``verl._tokens``.
 
-The v1 trainer's rows are in TransferQueue, where a fetch costs per row and per field, so
-``send_v1_step`` fetches each field for the rows that need it (``_v1_columns``), the same columns
-as above (the rows as the legacy trainer would hold them, padding rows left out):
-
-- for every row, only what the keys and the figures over every row read: ``rm_scores`` (the
-  score), ``extra_fields`` (reward extras, tool rewards, captured turns), ``num_turns`` when the
-  rows have prompt messages, and, when the mismatch figures can be made (both log-probabilities,
-  not bypass mode), ``response_mask``, ``rollout_log_probs`` and ``old_log_probs``; the response
-  lengths are the rows' ``response_len`` tags;
-- for one row per ``uid``: ``prompts``, ``data_source`` and ``raw_prompt``, the dataset row's
-  columns, which verl's agent loop copies into each of its n rows;
-- for the rows ``vg.log_rollouts`` reads: the rest (response ids, advantages, ground truths, the
-  other per-token fields), a prompt's rows at a time: those of the batch's k smallest prompt keys
-  in one call beforehand, any other row's prompt when the row is first read;
-- the last token of the responses at the length limit not fetched yet (``truncated``).
+The v1 trainer's rows are in TransferQueue; ``verl._v1_fetch.send_v1_step`` reads them as ``verl._v1_fetch`` says,
+into the same columns.
 """
 
 from __future__ import annotations
 
 import logging
-import re
+import os
 import struct
+import threading
 from collections.abc import Callable, Mapping, Sequence, Sized
-from typing import TYPE_CHECKING, Any, Final, NamedTuple, overload
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, TypeVar, overload
 
 import numpy as np
 import xxhash
@@ -99,7 +87,11 @@ from otel_valgen import _process
 from otel_valgen._records import _utf8, base_sample_id
 
 if TYPE_CHECKING:
+    from concurrent.futures import Future
+
     from verl import DataProto
+
+T = TypeVar("T")
 
 __all__ = ["rollouts_on", "send_rollout_batch"]
 
@@ -116,6 +108,35 @@ MEDIA_KEYS: Final = ("multi_modal_data", "multi_modal_inputs")
 
 ROW_BLOCK: Final = 64
 """Rows of the batch's masks read at a time: their copies stay a few MiB whatever the batch's size."""
+
+
+_worker: Any = None
+_worker_lock = threading.Lock()
+
+
+def _forget_worker() -> None:
+    """In a forked child: the parent's worker thread is not there (a new one is made when needed)."""
+    global _worker, _worker_lock
+    _worker, _worker_lock = None, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows
+    os.register_at_fork(after_in_child=_forget_worker)
+
+
+def in_background(function: Callable[..., T], *args: Any, **kwargs: Any) -> Future[T]:
+    """``function(*args, **kwargs)`` on the hook's one worker thread, while the caller goes on.
+
+    For work that releases the GIL (numpy over the batch's matrices, the Rust tokenizer's
+    ``decode_batch``): the hook's step then takes less of the training loop's time on a second core.
+    """
+    global _worker
+    with _worker_lock:
+        if _worker is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            _worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="otel-valgen-rollouts")
+        return _worker.submit(function, *args, **kwargs)  # type: ignore[no-any-return]
 
 
 def rollouts_on() -> bool:
@@ -176,11 +197,16 @@ def rollout_columns(
     prompt_mask = _numpy(tensors["attention_mask"])[:, : prompts.shape[1]]
     spans = _spans(tensors, prompts.shape[1])
     found = _token_columns(tensors, responses, spans, tokenizer)
-    rows = _row_figures(tensors, prompts.shape[1], advantages=True, spans=spans, model=found.model if found else None)
+    model = found.model if found else None
+    # The masks' and advantages' passes over the padded batch go on while the prompts are decoded.
+    figures = in_background(_row_figures, tensors, prompts.shape[1], advantages=True, spans=spans, model=model)
     non_tensor = batch.non_tensor_batch
     prompt_ids, prompt_texts = prompt_groups(prompts, prompt_mask, non_tensor, tokenizer)
+    rows = figures.result()
     decode = _response_decoder(responses, rows.spans, tokenizer)
-    inputs, outputs = _conversations(non_tensor, prompt_texts, decode, rows.gaps)
+    inputs, outputs, text_of = _conversations(non_tensor, prompt_texts, decode, rows.gaps)
+    data_sources = _column(non_tensor, "data_source")
+    prefetch_kept(prompt_ids, data_sources, decode, text_of, found.columns if found else None)
     return {
         "prompts": inputs,
         "responses": outputs,
@@ -191,14 +217,16 @@ def rollout_columns(
         "truncated": _truncated(responses, rows.spans, max_response_length or responses.shape[1], tokenizer),
         "param_versions": _column(non_tensor, PARAM_VERSION_KEY),
         "ground_truths": _ground_truths(non_tensor.get("reward_model")),
-        "data_sources": _column(non_tensor, "data_source"),
+        "data_sources": data_sources,
         "extra": _extra(batch, reward_extra_info),
         **_reward_lists(non_tensor),
         "tokens": found.columns if found else None,
     }
 
 
-def _token_columns(tensors: Any, responses: np.ndarray, spans: np.ndarray, tokenizer: Any) -> Any:
+def _token_columns(
+    tensors: Any, responses: np.ndarray | Sequence[Any] | None, spans: np.ndarray, tokenizer: Any
+) -> Any:
     """The batch's per-token columns (``verl._tokens``); None when they cannot be read (counted), the rows sent."""
     from otel_valgen.integrations.verl._tokens import token_columns  # the package imports this module
 
@@ -213,7 +241,7 @@ def _spans(tensors: Any, prompt_width: int) -> np.ndarray:
     """Each row's tokens under the response part of the attention mask, ``ROW_BLOCK`` rows at a time."""
     attention = _numpy(tensors["attention_mask"])
     blocks = [
-        attention[start : start + ROW_BLOCK, prompt_width:].astype(bool).sum(axis=1)
+        np.count_nonzero(attention[start : start + ROW_BLOCK, prompt_width:], axis=1)
         for start in range(0, len(attention), ROW_BLOCK)
     ]
     return np.concatenate(blocks) if blocks else np.zeros(0, dtype=np.int64)
@@ -302,14 +330,20 @@ def prompt_groups(
     A later uid whose id an earlier uid of the batch has gets ``<id>.<j>`` (j = 1, 2, ... in
     batch order). Without a ``uid`` column, rows are grouped by their id.
     """
+    return prompt_groups_of(len(prompts), lambda row: _kept(prompts, mask, row), non_tensor, tokenizer)
+
+
+def prompt_groups_of(
+    size: int, tokens_of: Callable[[int], np.ndarray], non_tensor: Mapping[str, Any], tokenizer: Any
+) -> tuple[list[str], list[str]]:
+    """``prompt_groups`` of ``size`` rows whose prompt ids are ``tokens_of(row)`` (numpy), read only as needed."""
     media = [non_tensor.get(name) for name in MEDIA_KEYS]
     uid_column = non_tensor.get(UID_KEY)
-    # One decode per uid (its first row), else per distinct token sequence, by batch_decode
-    # (the tokenizer's own decode of each row, with less overhead per row).
+    # One decode per uid (its first row), else per distinct token sequence (``decode_rows``).
     if uid_column is not None:
         groups: list[Any] = _values_list(uid_column)
     else:
-        groups = [np.ascontiguousarray(_kept(prompts, mask, i), dtype=np.int64).tobytes() for i in range(len(prompts))]
+        groups = [np.ascontiguousarray(tokens_of(row), dtype=np.int64).tobytes() for row in range(size)]
     first: dict[Any, int] = {}
     for row, group in enumerate(groups):
         first.setdefault(group, row)
@@ -317,9 +351,7 @@ def prompt_groups(
     decoded = [  # ROW_BLOCK rows at a time: the token lists handed to the tokenizer stay small
         text
         for start in range(0, len(firsts), ROW_BLOCK)
-        for text in tokenizer.batch_decode(
-            [_kept(prompts, mask, row).tolist() for row in firsts[start : start + ROW_BLOCK]], skip_special_tokens=True
-        )
+        for text in decode_rows(tokenizer, [tokens_of(row).tolist() for row in firsts[start : start + ROW_BLOCK]])
     ]
     texts = {group: str(text) for group, text in zip(first, decoded, strict=True)}
     if uid_column is None:  # each row's id covers its own media
@@ -334,6 +366,52 @@ def prompt_groups(
         repeats[base] = seen + 1
         ids[group] = f"{base}.{seen}" if seen else base
     return [ids[group] for group in groups], [texts[group] for group in groups]
+
+
+def decode_rows(tokenizer: Any, rows: list[list[int]]) -> list[str]:
+    """``tokenizer.decode(row, skip_special_tokens=True)`` of each row of ids, the same texts with less overhead.
+
+    A fast tokenizer that decodes as transformers' own ``decode`` does (no override, no clean-up
+    of spaces) is the Rust backend's ``decode`` of the ids: its ``decode_batch`` is called directly,
+    without transformers' per-id argument checks (most of the time of a long row's ``decode``).
+    """
+    backend = _plain_backend(tokenizer)
+    if backend is not None:
+        return [str(text) for text in backend.decode_batch(rows, skip_special_tokens=True)]
+    return [str(text) for text in tokenizer.batch_decode(rows, skip_special_tokens=True)]
+
+
+def decode_row(tokenizer: Any, ids: list[int]) -> str:
+    """``tokenizer.decode(ids, skip_special_tokens=True)`` (``decode_rows`` of one row)."""
+    backend = _plain_backend(tokenizer)
+    if backend is not None:
+        return str(backend.decode(ids, skip_special_tokens=True))
+    return str(tokenizer.decode(ids, skip_special_tokens=True))
+
+
+def _plain_backend(tokenizer: Any) -> Any:
+    """The Rust tokenizer that ``tokenizer.decode`` hands the ids to unchanged, else None (then decode is called).
+
+    transformers 5's ``PreTrainedTokenizerBase.decode`` and ``batch_decode`` with
+    ``TokenizersBackend._decode``: the backend's ``decode(ids, skip_special_tokens)``, then a
+    clean-up of spaces only when ``clean_up_tokenization_spaces`` is set.
+    """
+    try:
+        from transformers.tokenization_utils_base import PreTrainedTokenizerBase
+        from transformers.tokenization_utils_tokenizers import TokenizersBackend
+    except ImportError:
+        return None
+    kind = type(tokenizer)
+    if not (
+        isinstance(tokenizer, TokenizersBackend)
+        and kind.decode is PreTrainedTokenizerBase.decode
+        and kind.batch_decode is PreTrainedTokenizerBase.batch_decode
+        and kind._decode is TokenizersBackend._decode
+    ):
+        return None
+    if getattr(tokenizer, "clean_up_tokenization_spaces", True):
+        return None
+    return getattr(tokenizer, "backend_tokenizer", None)
 
 
 def _kept(tokens: np.ndarray, mask: np.ndarray, row: int) -> np.ndarray:
@@ -454,27 +532,107 @@ class LazyTexts(Sequence[str]):
 
 def _conversations(
     non_tensor: Mapping[str, Any], prompt_texts: list[str], decode: Callable[[int], str], gaps: list[bool] | None
-) -> tuple[Sequence[Any], Sequence[Any]]:
+) -> tuple[Sequence[Any], Sequence[Any], Callable[[int], bool]]:
     """Each row's prompt messages and turns (``verl._conversations``), else its texts; rows made when read.
 
-    A row with captured turns decodes no response text: its output is the turns.
+    A row with captured turns decodes no response text: its output is the turns. Also: whether a
+    row's output needs its decoded text.
     """
     import otel_valgen.integrations.verl._conversations as chats
 
     rows = chats.from_columns(non_tensor, len(prompt_texts), gaps)
     if rows is None:
-        return prompt_texts, LazyTexts(len(prompt_texts), decode)
+        return prompt_texts, LazyTexts(len(prompt_texts), decode), lambda row: True
     return (
         chats.Lazy(len(prompt_texts), lambda row: rows.input(row, prompt_texts[row])),
         chats.Lazy(len(prompt_texts), lambda row: rows.output_of(row, lambda: decode(row)), rows.figure_output),
+        lambda row: not rows.has_turns(row),
     )
 
 
-def _response_decoder(responses: np.ndarray, lengths: np.ndarray, tokenizer: Any) -> Callable[[int], str]:
-    def decode(index: int) -> str:
-        return str(tokenizer.decode(responses[index][: lengths[index]].tolist(), skip_special_tokens=True))
+class ResponseTexts:
+    """Each row's response text (``decode_row`` of ``ids_of(row)``), decoded when read or by ``prefetch``."""
 
-    return decode
+    def __init__(self, ids_of: Callable[[int], list[int]], tokenizer: Any) -> None:
+        self._ids_of = ids_of
+        self._tokenizer = tokenizer
+        self._done: dict[int, str] = {}
+        self._pending: Future[Any] | None = None
+
+    def __call__(self, row: int) -> str:
+        from otel_valgen.integrations.verl._tokens import settle  # the package imports this module
+
+        settle(self)
+        text = self._done.get(row)
+        return text if text is not None else decode_row(self._tokenizer, self._ids_of(row))
+
+    def prefetch(self, rows: Sequence[int]) -> None:
+        """Decode ``rows`` at once (``decode_rows``: one Rust call, the rows in parallel)."""
+        todo = [row for row in dict.fromkeys(rows) if row not in self._done]
+        self._done.update(zip(todo, decode_rows(self._tokenizer, [self._ids_of(row) for row in todo]), strict=True))
+
+
+def _response_decoder(responses: np.ndarray, lengths: np.ndarray, tokenizer: Any) -> ResponseTexts:
+    return ResponseTexts(lambda index: responses[index][: lengths[index]].tolist(), tokenizer)
+
+
+def prefetch_kept(
+    prompt_ids: Sequence[str],
+    data_sources: Sequence[Any] | None,
+    texts: ResponseTexts,
+    text_of: Callable[[int], bool],
+    tokens: Mapping[str, Any] | None,
+) -> None:
+    """Decode, at once and in the background, the texts and token pieces of the rows likely kept (``_likely_kept``).
+
+    One Rust call for all of them instead of one per row when each is read (a reader waits for it,
+    ``settle``); rows outside the guess are decoded when read.
+    """
+    likely = _likely_kept(prompt_ids, data_sources)
+    rows = [row for row, prompt in enumerate(prompt_ids) if prompt in likely]
+    text_rows = [row for row in rows if text_of(row)]
+    pieces = tokens.get("pieces") if tokens is not None else None
+    prefetch = getattr(pieces, "prefetch", None)
+
+    def work() -> None:
+        texts.prefetch(text_rows)
+        if callable(prefetch):
+            prefetch(rows)
+
+    # In the background: log_rollouts computes the step's figures meanwhile, and reads these last.
+    pending = in_background(work)
+    texts._pending = pending
+    if pieces is not None and callable(prefetch):
+        pieces._pending = pending
+
+
+def _likely_kept(prompt_ids: Sequence[str], data_sources: Sequence[Any] | None) -> set[str]:
+    """The prompts ``log_rollouts`` will likely keep: the batch's k smallest keys.
+
+    k is ``rollout_count``, per data source with ``sample_by = data_source``; every prompt with
+    presampling off. Only a guess (earlier calls of the step, a rate, the extremes or the most
+    mismatched change what is kept): what is read outside it is read then.
+    """
+    import heapq
+
+    from otel_valgen import contract
+
+    emitter = _process.active_emitter()
+    if emitter is None:
+        return set()
+    settings = emitter.settings
+    if not settings.presample:
+        return set(prompt_ids)
+    split = settings.sample_by == contract.SAMPLE_BY_DATA_SOURCE and data_sources is not None
+    ranked: dict[str, list[tuple[int, str]]] = {}
+    seen: set[str] = set()
+    for row, prompt in enumerate(prompt_ids):
+        if prompt not in seen:
+            seen.add(prompt)
+            source = str(data_sources[row]) if split and data_sources is not None else ""
+            ranked.setdefault(source, []).append((vg.sample_key(settings.seed, prompt), prompt))
+    k = settings.rollout_count
+    return {prompt for members in ranked.values() for _, prompt in heapq.nsmallest(k, members)}
 
 
 def _scores(tensors: Any) -> list[float] | None:
@@ -593,607 +751,3 @@ def send_separation_step(trainer: Any, batch: DataProto) -> int:
         max_response_length=max_response_length(trainer),
         source="trainer",
     )
-
-
-V1_PROMPT_FIELDS: Final = ("prompts", "data_source", "raw_prompt")
-"""Fetched for one row per prompt, its ``uid``'s first: verl's agent loop copies the dataset row into all n rows."""
-
-V1_ROW_FIELDS: Final = ("rm_scores", "extra_fields", "num_turns")
-"""Fetched for every row: scores, reward extras, and what the figures over every trajectory read (``num_turns``)."""
-
-V1_KEPT_FIELDS: Final = ("responses", "response_mask", "advantages", "reward_model")
-"""Fetched for the rows ``log_rollouts`` reads, a prompt's rows at a time, with ``verl._tokens.TOKEN_FIELDS``."""
-
-V1_FIELDS: Final = (*V1_PROMPT_FIELDS, *V1_ROW_FIELDS, *V1_KEPT_FIELDS)
-"""Every field the v1 hook may fetch from TransferQueue, besides the per-token ones (``verl._tokens.TOKEN_FIELDS``)."""
-
-RAW_PROMPT: Final = "raw_prompt"
-"""The prompt's messages (``_layout.RAW_PROMPT_COLUMN``), a dataset column verl's agent loop stores with each row."""
-
-SPAN_TAG: Final = "response_len"
-"""The tag verl's agent loop puts on each TransferQueue row: its response's length in tokens."""
-
-
-def send_v1_step(trainer: Any, batch: Any, global_steps: int) -> int:
-    """The v1 ``PPOTrainer._compute_metrics``'s batch (a ``KVBatchMeta``), fetched from TransferQueue in two phases.
-
-    Only when rollouts are on; padding rows (``tags`` with ``is_padding``) are left out; the param
-    version is the tags' ``max_global_steps``. First what the keys and the figures over every row
-    need, then the rest of the rows ``log_rollouts`` reads (``_v1_columns``).
-    """
-    if not rollouts_on():
-        return 0
-    try:
-        columns = _v1_columns(trainer, batch)
-    except Exception as error:
-        _process.counters.failed(
-            "fetching the v1 rollout batch from TransferQueue", error, _rows(getattr(batch, "keys", ()))
-        )
-        return 0
-    if columns is None:
-        return 0
-    return vg.log_rollouts(step=global_steps, source="trainer", **columns)
-
-
-def _v1_columns(trainer: Any, batch: Any) -> dict[str, Any] | None:
-    """The keyword arguments of ``vg.log_rollouts`` for a v1 batch; None when it has no row but padding.
-
-    TransferQueue's cost is per row and field, so each field is fetched for the rows that need it:
-
-    1. one row, every field the hook may read (which ones the batch has);
-    2. one row per prompt (its ``uid``'s first): ``V1_PROMPT_FIELDS``, for the prompt ids and texts;
-    3. the rows of the prompts ``log_rollouts`` will likely keep (``_likely_kept``): the rest of
-       their fields (``V1_KEPT_FIELDS`` and the per-token ones), kept in ``_KeptRows``; a row read
-       outside them has its prompt's rows fetched when it is read;
-    4. every row, in a thread while this one decodes the prompts and fetches 3: ``V1_ROW_FIELDS``
-       (``num_turns`` with prompt messages) and, when the mismatch figures over every response can
-       be made, ``verl._tokens.FIGURE_FIELDS``; the response lengths come from the tags;
-    5. the responses that reach the length limit and are not fetched yet: their last token.
-    """
-    from concurrent.futures import ThreadPoolExecutor
-
-    import transfer_queue as tq  # type: ignore[import-untyped]
-
-    store = _V1Store(tq, batch)
-    if not store.keys:
-        return None
-    plan = _v1_plan(store, trainer)
-    fetched = _V1PromptRows.fetch(store, plan.present)
-    # The fetch of every row is the longest: TransferQueue's storage works on it while this thread
-    # decodes the prompts (its storage unit answers one request at a time, so the rows kept wait).
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="otel-valgen-v1-fetch") as background:
-        every_rows = background.submit(store.fetch, range(len(store.keys)), plan.every)
-        prompts = fetched.prompts(trainer.tokenizer)
-        kept = _KeptRows(store, plan.kept, prompts.ids)
-        likely = _likely_kept(prompts.ids, prompts.data_sources)
-        kept.load([row for row, prompt in enumerate(prompts.ids) if prompt in likely])
-        every = every_rows.result()
-    return _v1_assemble(trainer, store, plan, prompts, kept, every, _v1_spans(plan, every))
-
-
-class _V1Store:
-    """A v1 batch's rows in TransferQueue (its padding rows left out), fetched by field and by row."""
-
-    def __init__(self, tq: Any, batch: Any) -> None:
-        rows = [index for index, tag in enumerate(batch.tags) if not tag.get("is_padding", False)]
-        self.keys: list[str] = [batch.keys[index] for index in rows]
-        self.tags: list[Mapping[str, Any]] = [batch.tags[index] for index in rows]
-        self._tq = tq
-        self._partition = batch.partition_id
-
-    def fetch(self, rows: Sequence[int], fields: Sequence[str]) -> Any:
-        """The ``fields`` TransferQueue has of ``rows`` (a TensorDict), in their order; nothing asked: ``{}``."""
-        keys = [self.keys[row] for row in rows]
-        wanted = list(fields)
-        if not keys or not wanted:
-            return {}
-        return self._tq.kv_batch_get(keys=keys, partition_id=self._partition, select_fields=wanted)
-
-
-class _V1Plan(NamedTuple):
-    """Which fields of a v1 batch are fetched for which rows (``_v1_columns``)."""
-
-    present: frozenset[str]  # the fields the batch's rows have
-    every: tuple[str, ...]  # fetched for every row
-    kept: tuple[str, ...]  # fetched for the rows log_rollouts reads
-    spans: np.ndarray | None  # each row's response length, from the tags (None: from response_mask)
-
-
-def _v1_plan(store: _V1Store, trainer: Any) -> _V1Plan:
-    """Probe the batch's first row for its fields, and split them between every row and the rows kept."""
-    token_fields, figure_fields = _token_fields()
-    wanted = tuple(dict.fromkeys((*V1_FIELDS, *token_fields)))
-    present = frozenset(_field_names(store.fetch([0], wanted)))
-    spans = _tag_spans(store.tags)
-    conversations = RAW_PROMPT in present
-    every: list[str] = [name for name in V1_ROW_FIELDS if name in present and (name != "num_turns" or conversations)]
-    if _figures_made(present, figure_fields, trainer):
-        every += [name for name in figure_fields if name in present]
-    # Every row's response_mask also gives the lengths without tags, and the turns without num_turns.
-    if "response_mask" in present and (spans is None or (conversations and "num_turns" not in present)):
-        every.append("response_mask")
-    elif spans is None:
-        every.append("responses")
-    every = list(dict.fromkeys(every))
-    kept = [
-        name
-        for name in (*V1_KEPT_FIELDS, *token_fields)
-        if name in present and (name not in every or name == "responses")  # every row's only for its length
-    ]
-    return _V1Plan(present, tuple(every), tuple(dict.fromkeys(kept)), spans)
-
-
-def _token_fields() -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """``verl._tokens``' ``TOKEN_FIELDS`` and ``FIGURE_FIELDS``; none without the per-token capture."""
-    try:
-        from otel_valgen.integrations.verl._tokens import FIGURE_FIELDS, TOKEN_FIELDS  # the package imports us
-    except ImportError:
-        return (), ()
-    return tuple(TOKEN_FIELDS), tuple(FIGURE_FIELDS)
-
-
-def _figures_made(present: frozenset[str], figure_fields: tuple[str, ...], trainer: Any) -> bool:
-    """Whether the mismatch figures over every response can be made: both log-probabilities, not bypass mode."""
-    if not figure_fields or not {"rollout_log_probs", "old_log_probs"} <= present:
-        return False
-    from otel_valgen.integrations.verl._tokens import settings_of
-
-    settings = settings_of(trainer)
-    return settings is None or not settings.bypass  # bypass: old_log_probs are the rollout's, no figures
-
-
-def _field_names(fetched: Any) -> list[str]:
-    """The fields a fetch returned (TensorDict refuses iteration over its keys as ``in`` does)."""
-    return [str(name) for name in fetched.keys()]  # noqa: SIM118
-
-
-def _tag_spans(tags: Sequence[Mapping[str, Any]]) -> np.ndarray | None:
-    """Each row's response length from its ``SPAN_TAG``; None when a row has none."""
-    spans = [tag.get(SPAN_TAG) for tag in tags]
-    if not all(type(span) is int and span >= 0 for span in spans):
-        return None
-    return np.array(spans, dtype=np.int64)
-
-
-class _V1Prompts(NamedTuple):
-    """Each row's prompt id and text, and its prompt's dataset columns."""
-
-    ids: list[str]
-    texts: list[str]
-    data_sources: list[Any] | None
-    raw: list[Any] | None  # the prompt's messages (raw_prompt)
-
-
-class _V1PromptRows(NamedTuple):
-    """``V1_PROMPT_FIELDS`` of each uid's first row (of every row without uids), as fetched."""
-
-    fetched: Any
-    uids: list[str] | None
-    firsts: list[int]  # the rows fetched
-    slots: list[int]  # each row's place among them
-
-    @classmethod
-    def fetch(cls, store: _V1Store, present: frozenset[str]) -> _V1PromptRows:
-        """Fetch the prompt fields of one row per uid."""
-        uids = _v1_uids(store.keys)
-        if uids is None:
-            firsts, slots = list(range(len(store.keys))), list(range(len(store.keys)))
-        else:
-            first: dict[str, int] = {}
-            for row, uid in enumerate(uids):
-                first.setdefault(uid, row)
-            place = {uid: slot for slot, uid in enumerate(first)}
-            firsts, slots = list(first.values()), [place[uid] for uid in uids]
-        fetched = store.fetch(firsts, [name for name in V1_PROMPT_FIELDS if name in present])
-        return cls(fetched, uids, firsts, slots)
-
-    def prompts(self, tokenizer: Any) -> _V1Prompts:
-        """Each row's prompt id and text (``prompt_groups`` of the rows fetched), and its prompt's columns."""
-        tokens, lengths = _padded(self.fetched["prompts"], None)
-        array = _numpy(tokens)
-        uids = self.uids
-        non_tensor = {UID_KEY: _objects([uids[row] for row in self.firsts])} if uids is not None else {}
-        ids, texts = prompt_groups(array, _numpy(_lengths_mask(lengths, array.shape[1])), non_tensor, tokenizer)
-        return _V1Prompts(
-            [ids[slot] for slot in self.slots],
-            [texts[slot] for slot in self.slots],
-            self.spread("data_source"),
-            self.spread(RAW_PROMPT),
-        )
-
-    def spread(self, name: str) -> list[Any] | None:
-        """Field ``name`` of each row: its uid's first row's (None when not fetched)."""
-        if name not in _field_names(self.fetched):
-            return None
-        values = _values(self.fetched[name])
-        return [values[slot] for slot in self.slots]
-
-
-def _likely_kept(prompt_ids: Sequence[str], data_sources: Sequence[Any] | None) -> set[str]:
-    """The prompts ``log_rollouts`` will likely keep, fetched in one call: the batch's k smallest keys.
-
-    k is ``rollout_count``, per data source with ``sample_by = data_source``; every prompt with
-    presampling off. Only a guess (earlier calls of the step, a rate, the extremes or the most
-    mismatched change what is kept): a row read outside it has its prompt's rows fetched then.
-    """
-    import heapq
-
-    from otel_valgen import contract
-
-    emitter = _process.active_emitter()
-    if emitter is None:
-        return set()
-    settings = emitter.settings
-    if not settings.presample:
-        return set(prompt_ids)
-    split = settings.sample_by == contract.SAMPLE_BY_DATA_SOURCE and data_sources is not None
-    ranked: dict[str, list[tuple[int, str]]] = {}
-    seen: set[str] = set()
-    for row, prompt in enumerate(prompt_ids):
-        if prompt not in seen:
-            seen.add(prompt)
-            source = str(data_sources[row]) if split and data_sources is not None else ""
-            ranked.setdefault(source, []).append((vg.sample_key(settings.seed, prompt), prompt))
-    k = settings.rollout_count
-    return {prompt for members in ranked.values() for _, prompt in heapq.nsmallest(k, members)}
-
-
-class _KeptRows:
-    """Fields of the rows ``log_rollouts`` reads, fetched a prompt's rows at a time: by ``load``, else when read.
-
-    A fetch that fails fails every read of its rows (``log_rollouts`` counts each such record as dropped).
-    """
-
-    def __init__(self, store: _V1Store, fields: Sequence[str], groups: Sequence[str]) -> None:
-        self._store = store
-        self._fields = tuple(fields)
-        self._group_of = list(groups)
-        self._members: dict[str, list[int]] = {}
-        for row, group in enumerate(groups):
-            self._members.setdefault(group, []).append(row)
-        self._values: dict[str, dict[int, Any]] = {name: {} for name in self._fields}
-        self._loaded: set[str] = set()
-        self._failed: dict[str, Exception] = {}
-
-    def load(self, rows: Sequence[int]) -> None:
-        """Fetch, in one call, the rows of the prompts of ``rows`` not fetched yet."""
-        groups = {self._group_of[row] for row in rows} - self._loaded - set(self._failed)
-        if not groups:
-            return
-        members = sorted(row for group in groups for row in self._members[group])
-        try:
-            fetched = self._store.fetch(members, self._fields)
-            names = _field_names(fetched)
-            for name in self._fields:
-                if name in names:
-                    self._values[name].update(zip(members, _row_values(fetched[name]), strict=True))
-        except Exception as error:
-            self._failed.update(dict.fromkeys(groups, error))
-            raise
-        self._loaded |= groups
-
-    def has(self, name: str) -> bool:
-        """Whether field ``name`` is among those fetched for the kept rows."""
-        return name in self._fields
-
-    def loaded(self, row: int) -> bool:
-        """Whether row ``row`` is fetched."""
-        return self._group_of[row] in self._loaded
-
-    def get(self, name: str, row: int) -> Any:
-        """Field ``name`` of row ``row`` (None when the row has not that field); fetched with its prompt's rows."""
-        group = self._group_of[row]
-        if group in self._failed:
-            raise self._failed[group]
-        if group not in self._loaded:
-            self.load([row])
-        return self._values[name].get(row) if name in self._values else None
-
-
-def _row_values(field: Any) -> list[Any]:
-    """A fetched field's value for each row: a tensor (a nested tensor's own length), else the object."""
-    if getattr(field, "is_nested", False):
-        return list(field.unbind())
-    if callable(getattr(field, "unbind", None)) and hasattr(field, "dtype"):  # a plain tensor
-        return list(field.unbind(0))
-    return _values(field)
-
-
-def _row_array(value: Any) -> np.ndarray:
-    """One row of a tensor field as numpy (bf16 and fp16 as float32, which have no numpy view)."""
-    import torch
-
-    if isinstance(value, torch.Tensor):
-        if value.dtype in (torch.bfloat16, torch.float16):
-            value = value.float()
-        return value.detach().cpu().numpy()  # type: ignore[no-any-return]
-    return np.asarray(value)
-
-
-def _v1_spans(plan: _V1Plan, every: Any) -> np.ndarray:
-    """Each row's response length: its tag, else the length of its fetched ``response_mask`` (or ``responses``)."""
-    if plan.spans is not None:
-        return plan.spans
-    lengths = _padded(every["response_mask" if "response_mask" in plan.every else "responses"], None)[1]
-    return np.asarray(_numpy(lengths), dtype=np.int64)
-
-
-def _v1_assemble(
-    trainer: Any,
-    store: _V1Store,
-    plan: _V1Plan,
-    prompts: _V1Prompts,
-    kept: _KeptRows,
-    every: Any,
-    spans: np.ndarray,
-) -> dict[str, Any]:
-    """The columns of ``log_rollouts`` from what ``_v1_columns`` fetched; what only kept rows need is lazy."""
-    import otel_valgen.integrations.verl._conversations as chats
-
-    size, tokenizer = len(store.keys), trainer.tokenizer
-    names = _field_names(every)
-    width = int(spans.max()) if size else 0
-    tensors = {
-        name: _dense(every[name], width, mask=name == "response_mask")
-        for name in plan.every
-        if name in names and name in _TENSORS
-    }
-    tensors.update(
-        {name: _kept_column(kept, name, size) for name in plan.kept if name not in ("advantages", "reward_model")}
-    )
-    responses = tensors.pop("responses", None)
-    found = _v1_token_columns(trainer, store.keys, tensors, responses, spans, tokenizer)
-    extra_fields = _values(every["extra_fields"]) if "extra_fields" in names else None
-    non_tensor = _v1_non_tensor(prompts, every, extra_fields)
-    masks = _v1_masks(tensors.get("response_mask"), found, kept, spans, need_gaps=_needs_gaps(non_tensor))
-
-    def decode(row: int) -> str:
-        ids = _v1_row(kept, "responses", row)
-        return "" if ids is None else str(tokenizer.decode(ids[: spans[row]].tolist(), skip_special_tokens=True))
-
-    inputs, outputs = _conversations(non_tensor, prompts.texts, decode, masks.gaps)
-    present = plan.present
-    return {
-        "prompts": inputs,
-        "responses": outputs,
-        "rewards": _row_sums(every["rm_scores"], width) if "rm_scores" in names else None,
-        "prompt_ids": prompts.ids,
-        "advantages": chats.Lazy(size, lambda row: _v1_advantage(kept, masks, row, int(spans[row])))
-        if "advantages" in present
-        else None,
-        "response_lengths": masks.lengths,
-        "truncated": _v1_truncated(store, kept, spans, max_response_length(trainer) or width, _eos_ids(tokenizer)),
-        "param_versions": [tag.get(PARAM_VERSION_KEY) for tag in store.tags],
-        "ground_truths": chats.Lazy(size, lambda row: _ground_truth(kept.get("reward_model", row)))
-        if "reward_model" in present
-        else None,
-        "data_sources": prompts.data_sources,
-        "extra": _v1_extra(extra_fields),
-        **{name: list(values) for name, values in _v1_reward_lists(extra_fields or []).items()},
-        "tokens": found.columns if found is not None else None,
-    }
-
-
-_TENSORS: Final = ("response_mask", "rollout_log_probs", "old_log_probs", "ref_log_prob", "rollout_is_weights")
-"""Fields fetched for every row that are handed on as one padded array (``_dense``; the others row by row)."""
-
-
-def _dense(field: Any, width: int, *, mask: bool = False) -> Any:
-    """A fetched tensor field of every row as one array right-padded with zeros to ``width``.
-
-    From a nested tensor's flat values at once (much faster than ``to_padded_tensor``): numpy
-    (bf16, fp16 as float32), a ``mask`` as a torch bool tensor (``verl._correction`` compares masks).
-    """
-    import torch
-
-    values = field.values() if getattr(field, "is_nested", False) else None
-    if values is None or values.dim() != 1:
-        padded = _padded(field, width)[0]
-        return padded.bool() if mask else _row_array(padded)
-    flat = _row_array(values)
-    lengths = _numpy(field.offsets().diff())
-    width = max(width, int(lengths.max(initial=0)))
-    out = np.zeros((len(lengths), width), dtype=bool if mask else flat.dtype)
-    out[np.arange(width)[None, :] < lengths[:, None]] = flat != 0 if mask else flat
-    return torch.from_numpy(out) if mask else out
-
-
-def _kept_column(kept: _KeptRows, name: str, size: int) -> Any:
-    """Field ``name`` of every row as a sequence that fetches a row (``_KeptRows``) when it is read."""
-    import otel_valgen.integrations.verl._conversations as chats
-
-    return chats.Lazy(size, lambda row: _v1_row(kept, name, row))
-
-
-def _v1_row(kept: _KeptRows, name: str, row: int) -> np.ndarray | None:
-    """Field ``name`` of kept row ``row`` as numpy; None when the row has none."""
-    value = kept.get(name, row)
-    return None if value is None else _row_array(value)
-
-
-def _v1_non_tensor(prompts: _V1Prompts, every: Any, extra_fields: list[Any] | None) -> dict[str, Any]:
-    """The conversation columns (``verl._conversations.from_columns``) of the v1 rows that were fetched."""
-    from otel_valgen.integrations.verl._layout import MESSAGES_COLUMN  # the package imports this module
-
-    columns: dict[str, Any] = {}
-    if prompts.raw is not None:
-        columns[RAW_PROMPT] = prompts.raw
-    if "num_turns" in _field_names(every):
-        columns["num_turns"] = _values(every["num_turns"])
-    if extra_fields is not None:
-        columns[MESSAGES_COLUMN] = [_messages(row) for row in extra_fields]
-    return columns
-
-
-def _needs_gaps(non_tensor: Mapping[str, Any]) -> bool:
-    """Whether the rows' turns are told by their masks' gaps: prompt messages and no turn count."""
-    from otel_valgen.integrations.verl._layout import NUM_TURNS_COLUMNS  # the package imports this module
-
-    return RAW_PROMPT in non_tensor and not any(name in non_tensor for name in NUM_TURNS_COLUMNS)
-
-
-def _v1_token_columns(
-    trainer: Any, keys: list[str], tensors: dict[str, Any], responses: Any, spans: np.ndarray, tokenizer: Any
-) -> Any:
-    """The per-token columns (``verl._tokens.token_columns``) of the v1 rows; None without the capture."""
-    try:
-        from otel_valgen.integrations.verl._tokens import trainer_batch  # the package imports this module
-    except ImportError:
-        return None
-    with trainer_batch(trainer, keys):
-        return _token_columns(tensors, responses, spans, tokenizer)
-
-
-class _V1Masks(NamedTuple):
-    """What the hook reads of the v1 rows' masks (``_RowFigures`` of the legacy rows)."""
-
-    lengths: Sequence[int]  # the model's tokens (the mask before verl's correction when captured), else the span
-    gaps: list[bool] | None  # a token of the span that the mask leaves out; None when not needed or not fetched
-    trained: Any  # every row's response_mask (the tokens trained on) when fetched for every row, else None
-
-
-def _v1_masks(mask: Any, found: Any, kept: _KeptRows, spans: np.ndarray, *, need_gaps: bool) -> _V1Masks:
-    """Lengths (and gaps) from every row's mask when it was fetched, else each kept row's length when read."""
-    import otel_valgen.integrations.verl._conversations as chats
-
-    if mask is not None and hasattr(mask, "shape"):
-        model = getattr(found, "model", None)
-        counted = _numpy(model if model is not None else mask)
-        lengths = [int(length) for length in np.count_nonzero(counted, axis=1)]
-        gaps = chats.response_gaps(counted, spans) if need_gaps else None
-        return _V1Masks(lengths, gaps, mask)
-    if not kept.has("response_mask"):
-        return _V1Masks([int(span) for span in spans], None, None)
-
-    def length(row: int) -> int:
-        fetched = _v1_row(kept, "response_mask", row)
-        return int(np.count_nonzero(fetched[: spans[row]])) if fetched is not None else int(spans[row])
-
-    return _V1Masks(chats.Lazy(len(spans), length), None, None)
-
-
-def _v1_advantage(kept: _KeptRows, masks: _V1Masks, row: int, span: int) -> float | None:
-    """The mean advantage over the row's trained tokens (``response_mask``); None for an empty response."""
-    values = _v1_row(kept, "advantages", row)
-    if values is None:
-        return None
-    mask = _row_array(masks.trained[row]) if masks.trained is not None else _v1_row(kept, "response_mask", row)
-    trained = mask.astype(bool) if mask is not None else np.arange(len(values)) < span
-    shared = min(len(values), len(trained))
-    return _advantages(values[None, :shared], trained[None, :shared])[0]
-
-
-def _v1_truncated(store: _V1Store, kept: _KeptRows, spans: np.ndarray, limit: int, eos: set[int]) -> list[bool]:
-    """``cut_at_limit`` of every row: the last token of those at the limit, fetched unless already kept."""
-    at_limit = [row for row, span in enumerate(spans) if span >= limit]
-    last: dict[int, int | None] = {}
-    for row in at_limit:
-        if kept.loaded(row):
-            last[row] = _last_token(kept.get("responses", row), int(spans[row]))
-    missing = [row for row in at_limit if row not in last]
-    fetched = store.fetch(missing, ["responses"])
-    if missing:
-        for row, value in zip(missing, _row_values(fetched["responses"]), strict=True):
-            last[row] = _last_token(value, int(spans[row]))
-    return [cut_at_limit(int(span), last.get(row), limit, eos) for row, span in enumerate(spans)]
-
-
-def _last_token(value: Any, span: int) -> int | None:
-    if value is None or span <= 0:
-        return None
-    return int(_row_array(value)[span - 1])
-
-
-def _row_sums(field: Any, width: int) -> list[float]:
-    """Each row's sum of a fetched tensor field in float64, over the row padded to ``width`` as the legacy rows are."""
-    return np.asarray(_dense(field, width)).sum(axis=1, dtype=np.float64).tolist()  # type: ignore[no-any-return]
-
-
-def _ground_truth(reward_model: Any) -> Any:
-    return reward_model.get("ground_truth") if isinstance(reward_model, Mapping) else None
-
-
-def _v1_extra(extra_fields: list[Any] | None) -> dict[str, list[Any]] | None:
-    """The reward's extra columns: every key of the rows' ``reward_extra_info``, in order of appearance."""
-    if not extra_fields:
-        return None
-    infos = [_reward_extra_info(row) for row in extra_fields]
-    keys = dict.fromkeys(key for info in infos for key in info)
-    return {key: [info.get(key) for info in infos] for key in keys} or None
-
-
-_V1_KEY: Final = re.compile(r"(.+)_\d+_\d+")
-
-
-def _v1_uids(keys: Sequence[Any]) -> list[str] | None:
-    """The uid of each v1 row, from its TransferQueue key ``<uid>_<session>_<index>``; None if a key is not one."""
-    uids = []
-    for key in keys:
-        match = _V1_KEY.fullmatch(key) if isinstance(key, str) else None
-        if match is None:
-            return None
-        uids.append(match.group(1))
-    return uids
-
-
-def _padded(value: Any, width: int | None) -> tuple[Any, Any]:
-    """A TransferQueue field as a right-padded tensor ``width`` wide (default its longest row), and its row lengths."""
-    import torch
-
-    if getattr(value, "is_nested", False):
-        lengths = value.offsets().diff()
-        padded = value.to_padded_tensor(padding=0)
-    else:
-        padded = value
-        lengths = torch.full((value.shape[0],), value.shape[1])
-    if width is not None and padded.shape[1] != width:
-        padded = (
-            torch.nn.functional.pad(padded, (0, width - padded.shape[1]))
-            if padded.shape[1] < width
-            else padded[:, :width]
-        )
-    return padded, lengths
-
-
-def _values(field: Any) -> list[Any]:
-    """A non-tensor TransferQueue field's values (a ``NonTensorStack``, or the list tensordict gives for one)."""
-    tolist = getattr(field, "tolist", None)
-    return list(tolist()) if callable(tolist) else list(field)
-
-
-def _lengths_mask(lengths: Any, width: int) -> Any:
-    import torch
-
-    return (torch.arange(width)[None, :] < lengths[:, None]).long()
-
-
-def _objects(values: list[Any]) -> np.ndarray:
-    """A 1-d object array of ``values`` (numpy would make lists of messages a 2-d array)."""
-    array = np.empty(len(values), dtype=object)
-    array[:] = values
-    return array
-
-
-def _messages(row: Any) -> Any:
-    """The captured messages of one row's ``extra_fields`` (``integrations.verl._agent_loop``)."""
-    from otel_valgen.integrations.verl._layout import MESSAGES_COLUMN  # the package imports this module
-
-    return row.get(MESSAGES_COLUMN) if isinstance(row, Mapping) else None
-
-
-def _v1_reward_lists(extra_fields: list[Any]) -> dict[str, np.ndarray]:
-    """The ``REWARD_COLUMNS`` of the rows' ``extra_fields``, for those a row has (None in the others)."""
-    from otel_valgen.integrations.verl._layout import REWARD_COLUMNS  # the package imports this module
-
-    found = {}
-    for name in REWARD_COLUMNS:
-        values = [row.get(name) if isinstance(row, Mapping) else None for row in extra_fields]
-        if any(value is not None for value in values):
-            found[name] = _objects(values)
-    return found
-
-
-def _reward_extra_info(row: Any) -> Mapping[str, Any]:
-    """The ``reward_extra_info`` of one row's ``extra_fields`` (v1 keeps the reward's extra columns there)."""
-    info = row.get("reward_extra_info") if isinstance(row, Mapping) else None
-    return info if isinstance(info, Mapping) else {}

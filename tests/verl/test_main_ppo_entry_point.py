@@ -145,6 +145,8 @@ def test_the_training_steps_rollouts_arrive_whole(job: Job) -> None:
     print("rollouts:", *(r.attributes for r in kept), sep="\n")
     assert {r.attributes[contract.RUN_ID] for r in kept} == {job.launch.wandb_run_id()}
     assert all(contract.PARAM_VERSION in r.attributes for r in kept) == (job.trainer == "v1")  # v1: the TQ tags
+    # v1: the hook read the rows verl's trainer held (its fallback, fetching them, warns at its first step)
+    assert "fetched from TransferQueue instead" not in job.launch.text()
 
 
 def test_the_kept_prompts_are_the_bottom_k_of_verls_own_dump(job: Job) -> None:

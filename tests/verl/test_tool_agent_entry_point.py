@@ -280,3 +280,13 @@ def _same(got: Any, want: Any, key: str = "") -> None:
         assert got == pytest.approx(want, rel=1e-9), key
     else:
         assert got == want, key
+
+
+def test_the_v1_hook_reads_the_rows_verls_trainer_held(run: ToolRun) -> None:
+    """v1: the rollout hook read the step's rows where verl's own trainer held them (``verl._v1_capture``).
+
+    Its fallback, fetching them from TransferQueue, is counted and warned about at its first step.
+    """
+    if run.mode != "v1":
+        pytest.skip("the v1 trainer's hook only")
+    assert "fetched from TransferQueue instead" not in run.launch.text()

@@ -27,7 +27,8 @@ from otel_valgen import contract
 from otel_valgen.integrations import verl as vg_verl
 from otel_valgen.integrations.verl import _rows
 from otel_valgen.integrations.verl._layout import MESSAGES_COLUMN, REWARD_COLUMNS
-from otel_valgen.integrations.verl_rollouts import _v1_reward_lists, send_rollout_batch
+from otel_valgen.integrations.verl._v1_fetch import _v1_reward_lists
+from otel_valgen.integrations.verl_rollouts import send_rollout_batch
 from otel_valgen.testing import capture_records
 from tests.test_verl_rollouts import Row, answer, make_batch
 from tests.verl import harness

@@ -10,6 +10,7 @@ them: the records and the step's end record must be the same.
 
 from __future__ import annotations
 
+import logging
 import sys
 import types
 from typing import Any
@@ -18,14 +19,17 @@ import numpy as np
 import pytest
 import torch
 
+import otel_valgen as vg
 from otel_valgen import contract
 from otel_valgen.integrations import verl_rollouts
+from otel_valgen.integrations.verl import _v1_fetch
 from otel_valgen.integrations.verl._layout import MESSAGES_COLUMN
 from otel_valgen.testing import capture_records
 from tests.verl import harness
 
 verl = pytest.importorskip("verl")
 tensordict_utils = pytest.importorskip("verl.utils.tensordict_utils")
+trainer_base = pytest.importorskip("verl.trainer.ppo.v1.trainer_base")  # before the stand-in replaces transfer_queue
 
 PROMPTS, N, K = 12, 4, 3
 LIMIT = 24  # actor_rollout_ref.rollout.response_length
@@ -47,9 +51,20 @@ class Store:
         fields = [name for name in select_fields if name in self.rows[keys[0]]]
         return tensordict_utils.list_of_dict_to_tensordict([{f: self.rows[key][f] for f in fields} for key in keys])
 
+    def kv_batch_put(self, keys: list[str], partition_id: str, fields: Any, tags: Any = None) -> Any:
+        """What the trainer writes back (nested tensors, one row per key)."""
+        assert partition_id == "train"
+        for name in fields.keys():  # noqa: SIM118
+            for key, value in zip(keys, fields.get(name).unbind(), strict=True):
+                self.rows[key][name] = value
+        return Meta(keys=list(keys), tags=tags, partition_id=partition_id)
+
 
 class Meta(types.SimpleNamespace):
     """A ``KVBatchMeta``: keys, tags, partition."""
+
+    def __len__(self) -> int:
+        return len(self.keys)
 
 
 TURNS = [
@@ -96,6 +111,7 @@ def _rows(
                 "advantages": torch.full((length,), float(session) - 1.5),
                 "reward_model": {"ground_truth": str(2 * p), "style": "rule"},
                 "data_source": f"source{p % 2}",
+                "uid": f"uid{p}",  # the dataset row's columns come with it (verl's agent loop)
                 "extra_fields": {"reward_extra_info": {"acc": float(session % 2), "note": f"n{p}"}},
             }
             if chat:
@@ -228,7 +244,7 @@ class Sent(types.SimpleNamespace):
 def _both(store: Store, tags: list[dict[str, Any]], trainer: Any, **settings: Any) -> Sent:
     meta = Meta(keys=list(store.rows), tags=tags, partition_id="train")
     with capture_records(run_id="r", rollout_count=K, progress_interval_s=0, **settings) as records:
-        sent = verl_rollouts.send_v1_step(trainer, meta, 5)
+        sent = _v1_fetch.send_v1_step(trainer, meta, 5)
     two_phase, calls = _snapshot(records), list(store.calls)
     with capture_records(run_id="r", rollout_count=K, progress_interval_s=0, **settings) as records:
         assert _reference(store.rows, tags, trainer) == sent
@@ -275,7 +291,7 @@ def test_a_row_outside_the_guess_is_fetched_with_its_prompts_rows_when_read(
 ) -> None:
     """With no guess every kept prompt's rows are fetched when first read, one call each; the records do not change."""
     fake, tags = store
-    monkeypatch.setattr(verl_rollouts, "_likely_kept", lambda ids, sources: set())
+    monkeypatch.setattr(_v1_fetch, "_likely_kept", lambda ids, sources: set())
     sent = _both(fake, tags, trainer)
     assert sent.two_phase == sent.reference
     assert [len(keys) for keys in _kept_fetches(sent.calls)] == [N] * K
@@ -291,3 +307,125 @@ def test_k_per_data_source_and_padding_rows(store: Any, trainer: Any) -> None:
     assert sent.two_phase == sent.reference
     assert len(sent.two_phase[0]) > K * N - N  # both data sources' k prompts (less their padding rows)
     assert len(_kept_fetches(sent.calls)) == 1  # in one call: none fetched when read
+
+
+# -- the rows v1's trainer held (verl._v1_capture) ---------------------------------------------------------
+
+METRIC_FIELDS = (
+    "prompts",
+    "responses",
+    "response_mask",
+    "values",
+    "advantages",
+    "returns",
+    "rm_scores",
+    "token_level_rewards",
+    "num_turns",
+)  # what v1's _compute_metrics fetches of every row
+HELD = (
+    "prompts",
+    "responses",
+    "response_mask",
+    "rm_scores",
+    "num_turns",
+    "advantages",
+    "rollout_log_probs",
+    "old_log_probs",
+    "ref_log_prob",
+    "rollout_is_weights",
+)
+
+
+@pytest.fixture
+def corrected(trainer: Any) -> Any:
+    """The trainer with GRPO over N responses and the rollout correction's per-token weights (decoupled mode)."""
+    from omegaconf import OmegaConf
+
+    trainer.config = OmegaConf.merge(
+        trainer.config,
+        {
+            "actor_rollout_ref": {"rollout": {"n": N}},
+            "algorithm": {
+                "adv_estimator": "grpo",
+                "gamma": 1.0,
+                "lam": 1.0,
+                "norm_adv_by_std_in_grpo": True,
+                "use_kl_in_reward": False,
+                "rollout_correction": {"rollout_is": "token", "rollout_is_threshold": 2.0, "bypass_mode": False},
+            },
+        },
+    )
+    return trainer
+
+
+def _trainer_step(store: Store, meta: Meta, trainer: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What v1's trainer does before the hook, on the stand-in store.
+
+    verl's real ``_compute_advantage`` (watched as ``install()`` leaves it), then ``_compute_metrics``'
+    fetch of every row (its module function, watched).
+    """
+    from otel_valgen.integrations.verl import _correction, _v1_capture
+
+    assert not _v1_capture.watch(trainer_base)
+    assert _correction.watch(trainer_base) is None
+    monkeypatch.setattr(trainer_base, "tq", store)
+    vars(trainer_base.PPOTrainer)["_compute_advantage"](trainer, meta, {})
+    trainer_base.get_metric_data_with_optional_routed_experts(
+        keys=meta.keys,
+        partition_id="train",
+        fields=list(METRIC_FIELDS),
+        moe_lb_metrics_interval=0,
+        global_steps=5,
+        accumulator=None,
+        kv_batch_get=store.kv_batch_get,
+    )
+
+
+def test_rows_the_trainer_held_are_not_fetched(
+    store: Any, corrected: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """After verl's own _compute_advantage and _compute_metrics' fetch, the hook fetches only what they did not hold.
+
+    The records are those of every field of every row; the hook asks TransferQueue for no field the trainer
+    held, and for every row only ``extra_fields``; nothing is counted as fetched instead.
+    """
+    from otel_valgen.integrations.verl import _correction
+
+    fake, tags = store
+    meta = Meta(keys=list(fake.rows), tags=tags, partition_id="train")
+    with capture_records(run_id="r", rollout_count=K, progress_interval_s=0) as records:
+        _trainer_step(fake, meta, corrected, monkeypatch)
+        held_corrections = list(_correction._kept)
+        fake.calls.clear()
+        sent = _v1_fetch.send_v1_step(corrected, meta, 5)
+        assert vg.stats().get(_v1_fetch.FETCHED_INSTEAD, 0) == 0
+    held = _snapshot(records)
+    calls = list(fake.calls)
+    _correction._kept[:] = held_corrections  # the reference takes the same mask before the correction
+    with capture_records(run_id="r", rollout_count=K, progress_interval_s=0) as records:
+        assert _reference(fake.rows, tags, corrected) == sent == PROMPTS * N
+    assert held == _snapshot(records)
+    assert all(contract.TOKENS in attributes for _, attributes in held[0].values())
+    assert not {name for _, fields in calls for name in fields} & set(HELD)
+    every = [fields for keys, fields in calls if len(keys) == PROMPTS * N]
+    assert every == [["extra_fields"]]
+    assert "fetched from TransferQueue instead" not in caplog.text
+
+
+def test_rows_not_held_are_fetched_counted_and_warned_once(
+    store: Any, trainer: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Nothing held (no trainer step before it): the hook fetches every field, counted each step, said once."""
+    fake, tags = store
+    meta = Meta(keys=list(fake.rows), tags=tags, partition_id="train")
+    _v1_fetch._warned.clear()
+    with (
+        caplog.at_level(logging.DEBUG, logger="otel_valgen"),
+        capture_records(run_id="r", rollout_count=K, progress_interval_s=0),
+    ):
+        assert _v1_fetch.send_v1_step(trainer, meta, 5) == PROMPTS * N
+        assert _v1_fetch.send_v1_step(trainer, meta, 6) == PROMPTS * N
+        assert vg.stats()[_v1_fetch.FETCHED_INSTEAD] == 2
+    warned = [r for r in caplog.records if "fetched from TransferQueue instead" in r.getMessage()]
+    assert [r.levelno for r in warned] == [logging.WARNING, logging.DEBUG]
+    assert "PPOTrainer._compute_advantage" in warned[0].getMessage()

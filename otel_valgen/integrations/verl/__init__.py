@@ -19,7 +19,9 @@ concern:
   ``ToolAgentLoop`` held) rides with its row; ``_conversations`` reads it back for both kinds of rows.
 - ``_rollout_hooks``: training rollouts (``OTEL_VALGEN_ROLLOUT_COUNT`` > 0): each training step's
   final batch is sent with ``vg.log_rollouts`` (``integrations.verl_rollouts``), with its per-token
-  data (``_tokens``); ``_correction`` keeps the response mask verl's rollout correction replaces.
+  data (``_tokens``); ``_correction`` keeps the response mask verl's rollout correction replaces;
+  the v1 trainer's rows are read from TransferQueue (``_v1_fetch``), except what ``_v1_capture``
+  keeps of what the trainer held in the same step.
 - ``_actors``: Ray actor classes made before the hooks get the hooked methods back.
 - ``_tables``: verl's own table, which the hooks never call, still writes, but first says why
   this validation did not reach otel-valgen.
@@ -52,6 +54,7 @@ from otel_valgen.integrations.verl._layout import (
     ROLLOUT_HOOKS,
     TESTED_VERL_VERSIONS,
     TOOL_AGENT_MODULE,
+    V1_TRAINER_MODULE,
 )
 from otel_valgen.integrations.verl._validation import ValGenerationsMixin, log_val_generations, on_import
 
@@ -124,6 +127,8 @@ def install() -> bool:
             wrapt.register_post_import_hook(_rollout_hooks.on_import, module_name)
         for module_name in _correction.watched_modules():
             wrapt.register_post_import_hook(_rollout_hooks.on_correction_import, module_name)
+        # after ROLLOUT_HOOKS: it keeps rows only for the v1 hook it finds in place
+        wrapt.register_post_import_hook(_rollout_hooks.on_v1_trainer_import, V1_TRAINER_MODULE)
         wrapt.register_post_import_hook(_agent_loop.on_worker_import, AGENT_LOOP_MODULE)
         wrapt.register_post_import_hook(_agent_loop.on_tool_agent_import, TOOL_AGENT_MODULE)
     except Exception:

@@ -74,6 +74,11 @@ class Rows:
         prompt = self.prompts[row]
         return _plain(prompt) if conversations.is_conversation(prompt) else text
 
+    def has_turns(self, row: int) -> bool:
+        """Whether the row's output is its captured turns (no decoded text)."""
+        turns = self.captured[row] if self.captured is not None else None
+        return turns is not None and conversations.is_conversation(turns)
+
     def figure_output(self, row: int) -> Any:
         """The row's turns, or one empty assistant message (single turn), for figures; None when uncaptured."""
         turns = self.captured[row] if self.captured is not None else None

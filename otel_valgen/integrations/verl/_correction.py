@@ -150,6 +150,12 @@ def _by_keys(mask: Any, row_keys: Sequence[str], torch: Any) -> Any:
     """The mask before of each row from the keyed corrections, if every row has one and its mask after is the row's."""
     if len(row_keys) != len(mask):
         return None
+    keys = list(row_keys)
+    for correction in _kept:  # the usual case: one correction of these very rows, in this order
+        if correction.keys == keys and tuple(correction.before.shape) == tuple(mask.shape):
+            if _same(correction.after, mask):
+                return correction.before
+            break
     where: dict[str, tuple[int, int]] = {}
     for number, correction in enumerate(_kept):
         if correction.keys is not None:

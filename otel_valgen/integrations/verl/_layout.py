@@ -103,6 +103,55 @@ CORRECTION_IMPORTERS: Final = {"verl.trainer.ppo.v1.trainer_base": ("_compute_ad
 """Modules that import the correction by name at import time, so hold their own reference: module ->
 (the method that calls it, its TransferQueue batch argument, whose ``keys`` are the rows' in order)."""
 
+V1_TRAINER_MODULE: Final = "verl.trainer.ppo.v1.trainer_base"
+
+
+@dataclasses.dataclass(frozen=True)
+class V1Capture:
+    """A module function of the v1 trainer whose result holds a step's rows, kept by key for the v1 rollout hook."""
+
+    parameters: tuple[str, ...]
+    keys: str  # the parameter holding the rows' TransferQueue keys, in the result's row order
+    fields: tuple[str, ...]  # what is kept of the result (those it has)
+    caller: str  # the PPOTrainer method that calls it
+
+
+V1_CAPTURES: Final = {
+    # _compute_advantage of each local step: the DataProto of its rows, padded, after the rollout correction
+    # (its response_mask), with the advantages added; rm_scores as fetched.
+    "compute_advantage_for_multi_trajectories": V1Capture(
+        ("data", "batch_keys", "adv_estimator", "gamma", "lam", "num_repeat", "norm_adv_by_std_in_grpo", "config"),
+        "batch_keys",
+        (
+            "response_mask",
+            "rm_scores",
+            "advantages",
+            "rollout_log_probs",
+            "old_log_probs",
+            "ref_log_prob",
+            "rollout_is_weights",
+        ),
+        "_compute_advantage",
+    ),
+    # _compute_metrics' fetch of every row of the step (a TensorDict of nested tensors), just before the hook.
+    "get_metric_data_with_optional_routed_experts": V1Capture(
+        (
+            "keys",
+            "partition_id",
+            "fields",
+            "moe_lb_metrics_interval",
+            "global_steps",
+            "accumulator",
+            "kv_batch_get",
+        ),
+        "keys",
+        ("prompts", "responses", "num_turns"),
+        "_compute_metrics",
+    ),
+}
+"""Module functions of ``V1_TRAINER_MODULE`` (imported there by name) whose results the v1 rollout hook reads
+instead of fetching the same rows from TransferQueue (``_v1_capture``)."""
+
 AGENT_LOOP_MODULE: Final = "verl.experimental.agent_loop.agent_loop"
 AGENT_LOOP_WORKER: Final = "AgentLoopWorker"
 """Every agent loop runs in this class's ``_run_agent_loop`` (one asyncio task per trajectory, holding

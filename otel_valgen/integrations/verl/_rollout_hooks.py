@@ -11,7 +11,7 @@ from typing import Any
 
 from otel_valgen import _process, _stats
 from otel_valgen._env import OTEL_VALGEN_ROLLOUT_COUNT
-from otel_valgen.integrations.verl import _correction
+from otel_valgen.integrations.verl import _correction, _v1_capture
 from otel_valgen.integrations.verl._layout import (
     ROLLOUT_HOOKS,
     RolloutHook,
@@ -71,6 +71,7 @@ def _send_rollouts(method: str, signature: inspect.Signature, trainer: Any, args
     """Send the batch of one call of a hooked method; nothing (not even binding) while rollouts are off."""
     # Imported here: it needs numpy, which verl brings and a plain otel-valgen install does not.
     from otel_valgen.integrations import verl_rollouts
+    from otel_valgen.integrations.verl import _v1_fetch
     from otel_valgen.integrations.verl._tokens import trainer_batch
 
     if not verl_rollouts.rollouts_on():
@@ -82,7 +83,7 @@ def _send_rollouts(method: str, signature: inspect.Signature, trainer: Any, args
                 verl_rollouts.send_legacy_step(trainer, bound["batch"])
     elif method == "_compute_metrics":
         with trainer_batch(trainer, _v1_row_keys(bound["batch"])):
-            verl_rollouts.send_v1_step(trainer, bound["batch"], bound["global_steps"])
+            _v1_fetch.send_v1_step(trainer, bound["batch"], bound["global_steps"])
     else:
         with trainer_batch(trainer):
             verl_rollouts.send_separation_step(trainer, bound["batch"])
@@ -105,6 +106,34 @@ def on_correction_import(module: Any) -> None:
         return
     if missing is not None:
         _correction_missing(*missing)
+
+
+def on_v1_trainer_import(module: Any) -> None:
+    """The post-import hook of the v1 trainer's module: ``_v1_capture`` keeps what its rollout hook reads."""
+    try:
+        if not any(cls.__module__ == module.__name__ for cls in originals):  # no hook to take what is kept
+            return
+        problems = _v1_capture.watch(module)
+    except Exception:  # an import hook that raises would fail verl's import
+        _logger.exception("otel_valgen: could not watch verl's v1 trainer in %s", module.__name__)
+        return
+    for name, problem in problems:
+        _capture_missing(name, problem)
+
+
+def _capture_missing(name: str, problem: str) -> None:
+    """Count a v1 function ``_v1_capture`` cannot watch, and say so (WARNING when rollouts are asked for)."""
+    _process.counters.add(_stats.VERL_ROLLOUT_HOOKS_MISSING)
+    _logger.log(
+        logging.WARNING if rollouts_asked() else logging.INFO,
+        "otel_valgen: verl %s: %s %s; not watched: the v1 trainer's rollout hook fetches those rows from "
+        "TransferQueue at every step instead, which takes longer%s (tested: %s)",
+        verl_version(),
+        name,
+        problem,
+        untested_note(),
+        tested_versions(),
+    )
 
 
 def _correction_missing(name: str, problem: str) -> None:

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import contextvars
 import logging
+import threading
+import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -106,7 +108,9 @@ class TokenColumns(NamedTuple):
     model: Any  # the response mask before the correction (a bool tensor), None when not captured
 
 
-def token_columns(tensors: Any, responses: Any, spans: np.ndarray, tokenizer: Any) -> TokenColumns:
+def token_columns(
+    tensors: Any, responses: np.ndarray | Sequence[Any] | None, spans: np.ndarray, tokenizer: Any
+) -> TokenColumns:
     """The per-token columns of a batch: ``tensors`` maps ``TOKEN_FIELDS`` to 2-D tensors (or to rows).
 
     ``responses``: the ids, a numpy matrix or one row per response (None without them); ``spans``:
@@ -208,13 +212,53 @@ _warned: set[tuple[str, str]] = set()
 # -- pieces ---------------------------------------------------------------------------------------------
 
 
-class Pieces(Sequence[list[str] | None]):
-    """Each row's token texts, decoded only when the row is read (``log_rollouts`` reads the kept ones)."""
+_tables: weakref.WeakKeyDictionary[Any, dict[int, str]] = weakref.WeakKeyDictionary()
+_tables_lock = threading.Lock()
 
-    def __init__(self, responses: Any, spans: np.ndarray, tokenizer: Any) -> None:
+
+def alone_texts(tokenizer: Any) -> dict[int, str]:
+    """The texts of ids decoded alone by ``tokenizer``, filled in as ids are decoded, kept across steps.
+
+    An id decodes alone (special tokens kept) to the same text at every step, also after tokens
+    are added to the tokenizer (they are new ids), so a training run decodes each id of its
+    tokenizer once; a table is at most the vocabulary. A tokenizer that cannot be a weak key gets a
+    fresh table each time.
+    """
+    with _tables_lock:
+        try:
+            found = _tables.get(tokenizer)
+            if found is None:
+                found = _tables[tokenizer] = {}
+        except TypeError:
+            return {}
+    return found
+
+
+def settle(prefetched: Any) -> None:
+    """Wait for the background prefetch of ``prefetched`` (``verl_rollouts.prefetch_kept``); a failed one is redone."""
+    pending = prefetched._pending
+    if pending is not None:
+        prefetched._pending = None
+        try:
+            pending.result()
+        except Exception:
+            _logger.debug("otel_valgen: prefetching the kept rows failed; they are decoded when read", exc_info=True)
+
+
+class Pieces(Sequence[list[str] | None]):
+    """Each row's token texts, decoded only when the row is read (``log_rollouts`` reads the kept ones).
+
+    Each distinct id is decoded once (``alone_texts``): the kept responses share most of their
+    tokens, and the steps their tokenizer. ``prefetch`` decodes the rows likely read at once.
+    """
+
+    def __init__(self, responses: np.ndarray | Sequence[Any], spans: np.ndarray, tokenizer: Any) -> None:
         self._responses = responses
         self._spans = spans
         self._tokenizer = tokenizer
+        self._alone = alone_texts(tokenizer)  # id -> its text decoded alone
+        self._done: dict[int, list[str] | None] = {}
+        self._pending: Any = None  # a background prefetch (verl_rollouts.prefetch_kept)
 
     def __len__(self) -> int:
         return len(self._responses)
@@ -226,37 +270,71 @@ class Pieces(Sequence[list[str] | None]):
     def __getitem__(self, index: int | slice) -> list[str] | list[list[str] | None] | None:
         if isinstance(index, slice):
             return [self[i] for i in range(*index.indices(len(self)))]
-        row = self._responses[index]
-        if row is None:
+        row = index % len(self) if index < 0 else index
+        settle(self)
+        if row not in self._done:
+            self.prefetch([row])
+        return self._done[row]
+
+    def prefetch(self, rows: Sequence[int]) -> None:
+        """Decode the pieces of ``rows`` (not done yet) together: two Rust ``decode_batch`` calls in all."""
+        todo = [row for row in dict.fromkeys(rows) if row not in self._done]
+        ids = [self._ids(row) for row in todo]
+        present = [(row, row_ids) for row, row_ids in zip(todo, ids, strict=True) if row_ids is not None]
+        self._done.update(dict.fromkeys(todo))
+        pieces = rows_pieces(self._tokenizer, [row_ids for _, row_ids in present], self._alone)
+        self._done.update(zip([row for row, _ in present], pieces, strict=True))
+
+    def _ids(self, row: int) -> list[int] | None:
+        values = self._responses[row]
+        if values is None:
             return None
-        return token_pieces(self._tokenizer, [int(token) for token in row[: int(self._spans[index])]])
+        part = values[: int(self._spans[row])]
+        ids = part.tolist() if callable(getattr(part, "tolist", None)) else list(part)  # numpy, torch: Python ints
+        return [int(token) for token in ids]
 
 
-def token_pieces(tokenizer: Any, ids: list[int]) -> list[str]:
-    """The text of each token, special tokens included; joined, they are the response's text.
+def token_pieces(tokenizer: Any, ids: list[int], alone: dict[int, str] | None = None) -> list[str]:
+    """The text of each token, special tokens included; joined, they are the response's text (``rows_pieces``)."""
+    return rows_pieces(tokenizer, [ids], alone)[0]
 
-    Each id is decoded alone. A character that a byte-level tokenizer splits over several tokens
-    decodes to U+FFFD piece by piece: the run from such a token that completes a character (at
-    most ``CHARACTER_TOKENS``) is decoded together, its text the piece of its last token, the
-    others' empty. Two calls of a fast tokenizer's Rust ``decode_batch`` per row at most.
+
+def rows_pieces(tokenizer: Any, rows: list[list[int]], alone: dict[int, str] | None = None) -> list[list[str]]:
+    """The text of each token of each row of ids, special tokens included; joined, they are the row's text.
+
+    Each id is decoded alone (``alone``: the texts of ids decoded before, filled in). A character
+    that a byte-level tokenizer splits over several tokens decodes to U+FFFD piece by piece: the
+    run from such a token that completes a character (at most ``CHARACTER_TOKENS``) is decoded
+    together, its text the piece of its last token, the others' empty. Two calls of a fast
+    tokenizer's Rust ``decode_batch`` in all: the new ids, then the runs.
     """
-    pieces = _decode_many(tokenizer, [[token] for token in ids])
-    broken = [index for index, piece in enumerate(pieces) if "\ufffd" in piece]
-    if not broken:
-        return pieces
-    runs = [(start, end) for start in broken for end in range(start + 1, min(start + CHARACTER_TOKENS, len(ids)))]
-    joined = dict(zip(runs, _decode_many(tokenizer, [ids[start : end + 1] for start, end in runs]), strict=True))
-    free = 0  # the first token no joined run has taken
-    for start in broken:
-        if start < free:
-            continue
-        ends = range(start + 1, min(start + CHARACTER_TOKENS, len(ids)))
-        end = next((end for end in ends if "\ufffd" not in joined[(start, end)]), None)
-        if end is not None:
-            pieces[start:end] = [""] * (end - start)
-            pieces[end] = joined[(start, end)]
-            free = end + 1
-    return pieces
+    known = {} if alone is None else alone
+    new = [token for token in {token for ids in rows for token in ids} if token not in known]
+    known.update(zip(new, _decode_many(tokenizer, [[token] for token in new]), strict=True))
+    out = [list(map(known.__getitem__, ids)) for ids in rows]
+    broken = [[index for index, piece in enumerate(pieces) if "\ufffd" in piece] for pieces in out]
+    runs = [
+        (number, start, end)
+        for number, (ids, starts) in enumerate(zip(rows, broken, strict=True))
+        for start in starts
+        for end in range(start + 1, min(start + CHARACTER_TOKENS, len(ids)))
+    ]
+    if not runs:
+        return out
+    texts = _decode_many(tokenizer, [rows[number][start : end + 1] for number, start, end in runs])
+    joined = dict(zip(runs, texts, strict=True))
+    for number, (pieces, starts) in enumerate(zip(out, broken, strict=True)):
+        free = 0  # the first token no joined run has taken
+        for start in starts:
+            if start < free:
+                continue
+            ends = range(start + 1, min(start + CHARACTER_TOKENS, len(pieces)))
+            end = next((end for end in ends if "\ufffd" not in joined[(number, start, end)]), None)
+            if end is not None:
+                pieces[start:end] = [""] * (end - start)
+                pieces[end] = joined[(number, start, end)]
+                free = end + 1
+    return out
 
 
 def _decode_many(tokenizer: Any, rows: list[list[int]]) -> list[str]:
