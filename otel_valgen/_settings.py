@@ -396,7 +396,8 @@ SETTINGS: Final[tuple[Setting, ...]] = (
         ("OTEL_BLRP_*",),
         None,
         "SDK defaults",
-        "Batching, read as the SDK reads them.",
+        "Batching, read as the SDK reads them. The embedded sink keeps no queue: it writes a batch when the call "
+        "that fills it returns, at each flush, and every schedule delay.",
         forwarded=False,
     ),
 )
