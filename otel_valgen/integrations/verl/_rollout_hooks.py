@@ -7,7 +7,7 @@ import inspect
 import logging
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 from otel_valgen import _process, _stats
 from otel_valgen._env import OTEL_VALGEN_ROLLOUT_COUNT
@@ -121,31 +121,35 @@ def on_v1_trainer_import(module: Any) -> None:
         _capture_missing(name, problem)
 
 
+_CAPTURE_MISSED: Final = (
+    "the v1 trainer's rollout hook fetches those rows from TransferQueue at every step instead, which takes longer"
+)
+_CORRECTION_MISSED: Final = (
+    "with algorithm.rollout_correction on, the rollouts' per-token data leave out which tokens are the model's "
+    "and which the correction masked"
+)
+
+
 def _capture_missing(name: str, problem: str) -> None:
-    """Count a v1 function ``_v1_capture`` cannot watch, and say so (WARNING when rollouts are asked for)."""
-    _process.counters.add(_stats.VERL_ROLLOUT_HOOKS_MISSING)
-    _logger.log(
-        logging.WARNING if rollouts_asked() else logging.INFO,
-        "otel_valgen: verl %s: %s %s; not watched: the v1 trainer's rollout hook fetches those rows from "
-        "TransferQueue at every step instead, which takes longer%s (tested: %s)",
-        verl_version(),
-        name,
-        problem,
-        untested_note(),
-        tested_versions(),
-    )
+    """Count a v1 function ``_v1_capture`` cannot watch, and say so."""
+    _unwatched(name, problem, _CAPTURE_MISSED)
 
 
 def _correction_missing(name: str, problem: str) -> None:
-    """Count a rollout correction verl no longer has as it was, and say so (WARNING when rollouts are asked for)."""
+    """Count a rollout correction verl no longer has as it was, and say so."""
+    _unwatched(name, problem, _CORRECTION_MISSED)
+
+
+def _unwatched(name: str, problem: str, consequence: str) -> None:
+    """Count a verl function left unwatched and say what that costs (WARNING when rollouts are asked for)."""
     _process.counters.add(_stats.VERL_ROLLOUT_HOOKS_MISSING)
     _logger.log(
         logging.WARNING if rollouts_asked() else logging.INFO,
-        "otel_valgen: verl %s: %s %s; not watched: with algorithm.rollout_correction on, the rollouts' per-token "
-        "data leave out which tokens are the model's and which the correction masked%s (tested: %s)",
+        "otel_valgen: verl %s: %s %s; not watched: %s%s (tested: %s)",
         verl_version(),
         name,
         problem,
+        consequence,
         untested_note(),
         tested_versions(),
     )

@@ -201,14 +201,7 @@ def _held_columns(trainer: Any, store: _V1Store, held: StepRows) -> tuple[dict[s
             cut_at_limit(int(span), _last_token(responses[row], int(span)) if span >= limit else None, limit, eos)
             for row, span in enumerate(spans)
         ],
-        "param_versions": [tag.get(PARAM_VERSION_KEY) for tag in store.tags],
-        "ground_truths": chats.Lazy(size, lambda row: _ground_truth(kept.get("reward_model", row)))
-        if "reward_model" in present
-        else None,
-        "data_sources": prompts.data_sources,
-        "extra": _v1_extra(extra_fields),
-        **{name: list(values) for name, values in _v1_reward_lists(extra_fields or []).items()},
-        "tokens": found.columns if found is not None else None,
+        **_shared_columns(store, kept, present, prompts, extra_fields, found),
     }, ""
 
 
@@ -642,8 +635,24 @@ def _v1_assemble(
         else None,
         "response_lengths": masks.lengths,
         "truncated": _v1_truncated(store, kept, spans, max_response_length(trainer) or width, _eos_ids(tokenizer)),
+        **_shared_columns(store, kept, present, prompts, extra_fields, found),
+    }
+
+
+def _shared_columns(
+    store: _V1Store,
+    kept: _KeptRows,
+    present: frozenset[str],
+    prompts: _V1Prompts,
+    extra_fields: list[Any] | None,
+    found: Any,
+) -> dict[str, Any]:
+    """The columns read alike from held and from fetched rows: versions, ground truths, sources, extras, tokens."""
+    import otel_valgen.integrations.verl._conversations as chats
+
+    return {
         "param_versions": [tag.get(PARAM_VERSION_KEY) for tag in store.tags],
-        "ground_truths": chats.Lazy(size, lambda row: _ground_truth(kept.get("reward_model", row)))
+        "ground_truths": chats.Lazy(len(store.keys), lambda row: _ground_truth(kept.get("reward_model", row)))
         if "reward_model" in present
         else None,
         "data_sources": prompts.data_sources,
