@@ -37,7 +37,7 @@ from __future__ import annotations
 import json
 import math
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -133,11 +133,30 @@ def _bools(value: Any) -> np.ndarray:
     return _as_array(value).astype(bool)
 
 
+Figures = list[dict[str, float | int] | None]
+"""``batch_figures``' answer: each response's figures, None for one without both log-probabilities."""
+
+
+class ColumnsAhead(dict[str, Any]):
+    """Per-token columns whose ``batch_figures`` are being computed ahead of the call that reads them.
+
+    An integration starts the figures over its batch's matrices on a worker thread (numpy releases
+    the GIL) while it decodes texts, and hands ``log_rollouts`` these columns: ``figures()``
+    waits for that answer instead of computing it again. It must be ``batch_figures`` of the same
+    columns, which give their own ``LENGTH``; a call that leaves out any of them (``check_columns``)
+    computes its figures itself.
+    """
+
+    def __init__(self, columns: Mapping[str, Any], figures: Callable[[], Figures]) -> None:
+        super().__init__(columns)
+        self.figures = figures
+
+
 def check_columns(columns: object, size: int) -> tuple[dict[str, Any], list[str]]:
     """The columns a call may send (known names, one row per response), and what was left out, why.
 
     A column is a sequence of rows (lists, arrays, tensors, None for a response without it) or
-    one 2-D array or tensor, one row per response.
+    one 2-D array or tensor, one row per response. ``ColumnsAhead`` stay so when none is left out.
     """
     if not isinstance(columns, Mapping):
         return {}, [f"tokens must map column names to rows, not a {type(columns).__name__}"]
@@ -158,6 +177,8 @@ def check_columns(columns: object, size: int) -> tuple[dict[str, Any], list[str]
             problems.append(f"column {name!r} has {rows} rows for {size} responses")
             continue
         kept[name] = column
+    if isinstance(columns, ColumnsAhead) and not problems:
+        return ColumnsAhead(kept, columns.figures), problems
     return kept, problems
 
 
@@ -255,15 +276,15 @@ def kl_of(figures: Mapping[str, Any] | None) -> float | None:
     return float(value)
 
 
-def batch_figures(
-    columns: Mapping[str, Any], lengths: Sequence[Any] | None = None
-) -> list[dict[str, float | int] | None]:
+def batch_figures(columns: Mapping[str, Any], lengths: Sequence[Any] | None = None) -> Figures:
     """``response_figures`` of every response of a call, at once when the columns are 2-D arrays or tensors.
 
     ``columns`` as ``read_response`` takes them; ``lengths`` (one per response, or None; the
     columns' ``LENGTH`` when given) leaves out what lies past each response's length. A response
-    without both log-probabilities gets None.
+    without both log-probabilities gets None. ``ColumnsAhead`` with a ``LENGTH`` give theirs.
     """
+    if isinstance(columns, ColumnsAhead) and columns.get(LENGTH) is not None:
+        return columns.figures()
     if columns.get(LENGTH) is not None:
         lengths = columns[LENGTH]
     rollout, trainer = columns.get(ROLLOUT), columns.get(TRAINER)

@@ -83,8 +83,9 @@ import numpy as np
 import xxhash
 
 import otel_valgen as vg
-from otel_valgen import _process
+from otel_valgen import _process, tokens
 from otel_valgen._records import _utf8, base_sample_id
+from otel_valgen.tokens import PIECES
 
 if TYPE_CHECKING:
     from concurrent.futures import Future
@@ -129,6 +130,7 @@ def in_background(function: Callable[..., T], *args: Any, **kwargs: Any) -> Futu
 
     For work that releases the GIL (numpy over the batch's matrices, the Rust tokenizer's
     ``decode_batch``): the hook's step then takes less of the training loop's time on a second core.
+    One worker: the passes over the padded matrices contend for memory bandwidth, not only cores.
     """
     global _worker
     with _worker_lock:
@@ -200,13 +202,14 @@ def rollout_columns(
     model = found.model if found else None
     # The masks' and advantages' passes over the padded batch go on while the prompts are decoded.
     figures = in_background(_row_figures, tensors, prompts.shape[1], advantages=True, spans=spans, model=model)
+    token_data = figures_ahead(found)
     non_tensor = batch.non_tensor_batch
     prompt_ids, prompt_texts = prompt_groups(prompts, prompt_mask, non_tensor, tokenizer)
     rows = figures.result()
     decode = _response_decoder(responses, rows.spans, tokenizer)
     inputs, outputs, text_of = _conversations(non_tensor, prompt_texts, decode, rows.gaps)
     data_sources = _column(non_tensor, "data_source")
-    prefetch_kept(prompt_ids, data_sources, decode, text_of, found.columns if found else None)
+    prefetch_kept(prompt_ids, data_sources, decode, text_of, token_data)
     return {
         "prompts": inputs,
         "responses": outputs,
@@ -220,7 +223,7 @@ def rollout_columns(
         "data_sources": data_sources,
         "extra": _extra(batch, reward_extra_info),
         **_reward_lists(non_tensor),
-        "tokens": found.columns if found else None,
+        "tokens": token_data,
     }
 
 
@@ -235,6 +238,17 @@ def _token_columns(
     except Exception as error:
         _process.counters.failed("reading the per-token data of verl's rollout batch", error)
         return None
+
+
+def figures_ahead(found: Any) -> dict[str, Any] | None:
+    """``found``'s columns, their mismatch figures over every response started on the hook's worker.
+
+    numpy over the matrices, while this thread decodes the prompts (``tokens.ColumnsAhead``).
+    """
+    if found is None:
+        return None
+    ahead = in_background(tokens.batch_figures, dict(found.columns))
+    return tokens.ColumnsAhead(found.columns, ahead.result)
 
 
 def _spans(tensors: Any, prompt_width: int) -> np.ndarray:
@@ -285,8 +299,10 @@ class _RowFigures(NamedTuple):
 def _row_figures(
     tensors: Any, prompt_width: int, *, advantages: bool, spans: np.ndarray | None = None, model: Any = None
 ) -> _RowFigures:
-    """Each row's ``_RowFigures``, read ``ROW_BLOCK`` rows at a time (each row's figures are its own).
+    """Each row's ``_RowFigures``, read ``ROW_BLOCK`` rows of about the same span at a time.
 
+    A row's tokens are those under its span: each block is read only as wide as its longest
+    span, so the work is about the responses' tokens, not the padded width.
     ``advantages``: whether to read them (None in the result otherwise, or without ``advantages``);
     their mean is over ``response_mask`` (the tokens trained on). ``spans``: ``_spans``, when known.
     ``model``: the response mask before verl's rollout correction (``verl._correction``), which
@@ -295,29 +311,34 @@ def _row_figures(
     """
     from otel_valgen.integrations.verl._conversations import response_gaps as response_gaps_of
 
-    attention = _numpy(tensors["attention_mask"])
+    if spans is None:
+        spans = _spans(tensors, prompt_width)
     trained = _numpy(tensors["response_mask"]) if _has(tensors, "response_mask") else None
     response_mask = _numpy(model) if model is not None else trained
     values = _numpy(tensors["advantages"]) if advantages and _has(tensors, "advantages") else None
-    width = _numpy(tensors["responses"]).shape[1]
-    blocks, lengths, gaps, means = [], [], [], []
-    for start in range(0, len(attention), ROW_BLOCK):
-        end = start + ROW_BLOCK
-        span = spans[start:end] if spans is not None else attention[start:end, prompt_width:].astype(bool).sum(axis=1)
-        blocks.append(span)
+    rows = len(spans)
+    lengths = spans.astype(np.int64) if response_mask is None else np.zeros(rows, dtype=np.int64)
+    gaps = np.zeros(rows, dtype=bool)
+    means: list[float | None] = [None] * rows
+    order = np.argsort(spans, kind="stable")
+    for start in range(0, rows, ROW_BLOCK):
+        pick = order[start : start + ROW_BLOCK]
+        span = spans[pick]
+        wide = int(span[-1])  # the block's longest (ascending order)
         if response_mask is None:
-            mask = _mask(span, width)
-            lengths += [int(length) for length in span]
+            mask = _mask(span, wide)
         else:
-            mask = response_mask[start:end].astype(bool)
-            lengths += [int(length) for length in mask.sum(axis=1)]
-            gaps += response_gaps_of(mask, span) or []
+            mask = response_mask[pick, :wide].astype(bool)
+            lengths[pick] = mask.sum(axis=1)
+            gaps[pick] = response_gaps_of(mask, span) or []
         if values is not None:
-            means += _advantages(values[start:end], trained[start:end].astype(bool) if trained is not None else mask)
+            kept = trained[pick, :wide].astype(bool) if trained is not None else mask
+            for row, mean in zip(pick.tolist(), _advantages(values[pick, :wide], kept), strict=True):
+                means[row] = mean
     return _RowFigures(
-        np.concatenate(blocks) if blocks else np.zeros(0, dtype=np.int64),
-        lengths,
-        gaps if response_mask is not None else None,
+        spans,
+        lengths.tolist(),
+        gaps.tolist() if response_mask is not None else None,
         means if values is not None else None,
     )
 
@@ -581,7 +602,7 @@ def prefetch_kept(
     data_sources: Sequence[Any] | None,
     texts: ResponseTexts,
     text_of: Callable[[int], bool],
-    tokens: Mapping[str, Any] | None,
+    token_data: Mapping[str, Any] | None,
 ) -> None:
     """Decode, at once and in the background, the texts and token pieces of the rows likely kept (``_likely_kept``).
 
@@ -591,7 +612,7 @@ def prefetch_kept(
     likely = _likely_kept(prompt_ids, data_sources)
     rows = [row for row, prompt in enumerate(prompt_ids) if prompt in likely]
     text_rows = [row for row in rows if text_of(row)]
-    pieces = tokens.get("pieces") if tokens is not None else None
+    pieces = token_data.get(PIECES) if token_data is not None else None
     prefetch = getattr(pieces, "prefetch", None)
 
     def work() -> None:

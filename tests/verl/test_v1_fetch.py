@@ -412,6 +412,46 @@ def test_rows_the_trainer_held_are_not_fetched(
     assert "fetched from TransferQueue instead" not in caplog.text
 
 
+def test_single_turn_rows_fetch_extra_fields_for_the_rows_read_only(
+    store: Any, corrected: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One turn in every row and nothing captured in the probe row: ``extra_fields`` only for the rows read.
+
+    The records are still those of every field of every row (their ``valgen.extra.*`` from
+    ``reward_extra_info`` too), and the step's trajectory figures are the same.
+    """
+    from otel_valgen.integrations.verl import _correction
+
+    fake, tags = store
+    chat = all("num_turns" in row for row in fake.rows.values())
+    for row in fake.rows.values():
+        for name in (MESSAGES_COLUMN, "tool_rewards"):
+            row["extra_fields"].pop(name, None)
+        if chat:
+            row["num_turns"] = 2
+    meta = Meta(keys=list(fake.rows), tags=tags, partition_id="train")
+    with capture_records(run_id="r", rollout_count=K, progress_interval_s=0) as records:
+        _trainer_step(fake, meta, corrected, monkeypatch)
+        held_corrections = list(_correction._kept)
+        fake.calls.clear()
+        sent = _v1_fetch.send_v1_step(corrected, meta, 5)
+    held = _snapshot(records)
+    calls = list(fake.calls)
+    _correction._kept[:] = held_corrections
+    with capture_records(run_id="r", rollout_count=K, progress_interval_s=0) as records:
+        assert _reference(fake.rows, tags, corrected) == sent == PROMPTS * N
+    assert held == _snapshot(records)
+    assert all("valgen.extra.acc" in attributes for _, attributes in held[0].values())
+    every = [fields for keys, fields in calls if len(keys) == PROMPTS * N]
+    read = [(keys, fields) for keys, fields in calls if "extra_fields" in fields and len(keys) not in (1, PROMPTS * N)]
+    if chat:  # num_turns of every row says one turn
+        assert every == []
+        assert read
+        assert all(len(keys) < PROMPTS * N for keys, _ in read)
+    else:  # no turn counts: every row's extra_fields, as before
+        assert every == [["extra_fields"]]
+
+
 def test_rows_not_held_are_fetched_counted_and_warned_once(
     store: Any, trainer: Any, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -51,6 +51,7 @@ from otel_valgen.integrations.verl_rollouts import (
     _token_columns,
     cut_at_limit,
     decode_row,
+    figures_ahead,
     max_response_length,
     prefetch_kept,
     prompt_groups_of,
@@ -161,21 +162,28 @@ def _held_columns(trainer: Any, store: _V1Store, held: StepRows) -> tuple[dict[s
     if prompt_ids is None or responses is None or not (held.has("rm_scores") and held.has("response_mask")):
         return None, "the trainer's rows lack prompts, responses, rm_scores or response_mask as 1-D rows"
     size, tokenizer = len(store.keys), trainer.tokenizer
-    present = frozenset(_field_names(store.fetch([0], HELD_FETCHED)))
+    probe = store.fetch([0], HELD_FETCHED)
+    present = frozenset(_field_names(probe))
     own = responses.lengths()  # each row's own length, as TransferQueue holds it
     tagged = _tag_spans(store.tags)
     spans = tagged if tagged is not None else own
     width = int(spans.max()) if size else 0
+    turns = held.values("num_turns")
+    num_turns = turns if RAW_PROMPT in present else None
+    # extra_fields of every row only when the figures over every trajectory need them (turns or
+    # tool rewards); else only the rows read (reward_extra_info), with reward_model.
+    every_row = "extra_fields" in present and not _single_turn_rows(probe, turns)
     fetched = _V1PromptRows.fetch(store, present, ("data_source", RAW_PROMPT))
-    every = store.fetch(range(size), [name for name in ("extra_fields",) if name in present])
+    every = store.fetch(range(size), ["extra_fields"] if every_row else [])
     prompts = fetched.prompts(tokenizer, [prompt_ids[row] for row in fetched.firsts])
-    kept = _KeptRows(store, [name for name in ("reward_model",) if name in present], prompts.ids)
+    read = ("reward_model",) if every_row else ("reward_model", "extra_fields")
+    kept = _KeptRows(store, [name for name in read if name in present], prompts.ids)
     likely = _likely_kept(prompts.ids, prompts.data_sources)
     kept.load([row for row, prompt in enumerate(prompts.ids) if prompt in likely])
     tensors = {name: held.matrix(name, width) for name in _TENSORS if held.has(name)}
     found = _v1_token_columns(trainer, store.keys, tensors, responses, spans, tokenizer)
+    token_data = figures_ahead(found)
     extra_fields = _values(every.get("extra_fields")) if "extra_fields" in _field_names(every) else None
-    num_turns = held.values("num_turns") if RAW_PROMPT in present else None
     non_tensor = _v1_non_tensor(prompts, num_turns, extra_fields)
     masks = _v1_masks(tensors["response_mask"], found, kept, spans, need_gaps=_needs_gaps(non_tensor))
     advantages = _numpy(held.matrix("advantages", width)) if held.has("advantages") else None
@@ -189,7 +197,7 @@ def _held_columns(trainer: Any, store: _V1Store, held: StepRows) -> tuple[dict[s
     limit = max_response_length(trainer) or width
     eos = _eos_ids(tokenizer)
     inputs, outputs, text_of = _conversations(non_tensor, prompts.texts, decode, masks.gaps)
-    prefetch_kept(prompts.ids, prompts.data_sources, decode, text_of, found.columns if found is not None else None)
+    prefetch_kept(prompts.ids, prompts.data_sources, decode, text_of, token_data)
     return {
         "prompts": inputs,
         "responses": outputs,
@@ -201,8 +209,46 @@ def _held_columns(trainer: Any, store: _V1Store, held: StepRows) -> tuple[dict[s
             cut_at_limit(int(span), _last_token(responses[row], int(span)) if span >= limit else None, limit, eos)
             for row, span in enumerate(spans)
         ],
-        **_shared_columns(store, kept, present, prompts, extra_fields, found),
+        **_shared_columns(store, kept, present, prompts, extra_fields, token_data),
+        **({} if every_row or not kept.has("extra_fields") else {"extra": _kept_extra(kept, probe, size)}),
     }, ""
+
+
+def _single_turn_rows(probe: Any, turns: Sequence[Any] | None) -> bool:
+    """Whether no row can have what the figures over every trajectory read in ``extra_fields``.
+
+    True when every row's ``num_turns`` (held) is one turn, and the probe row's ``extra_fields`` has
+    no captured turns and no tool rewards or turn scores: the rows come from a loop that keeps no
+    conversation (verl's single-turn loop), whose rows' figures their turn counts give. A batch that
+    mixes such a loop with a tool loop stopped at its first turn is read as single-turn.
+    """
+    from otel_valgen.integrations.verl._conversations import SINGLE_TURN  # the package imports this module
+    from otel_valgen.integrations.verl._layout import MESSAGES_COLUMN, REWARD_COLUMNS
+
+    if turns is None or not all(isinstance(n, int) and n <= SINGLE_TURN for n in turns):
+        return False
+    if "extra_fields" not in _field_names(probe):
+        return True
+    rows = _values(probe.get("extra_fields"))
+    row = rows[0] if rows else None
+    if not isinstance(row, Mapping):
+        return True
+    return row.get(MESSAGES_COLUMN) is None and all(not row.get(name) for name in REWARD_COLUMNS)
+
+
+def _kept_extra(kept: _KeptRows, probe: Any, size: int) -> dict[str, Any] | None:
+    """The reward's extra columns read from the rows' ``extra_fields`` when read (the keys of the probe row's)."""
+    import otel_valgen.integrations.verl._conversations as chats
+
+    rows = _values(probe.get("extra_fields")) if "extra_fields" in _field_names(probe) else []
+    keys = list(_reward_extra_info(rows[0]) if rows else {})
+    if not keys:
+        return None
+
+    def column(key: str) -> Any:
+        return chats.Lazy(size, lambda row: _reward_extra_info(kept.get("extra_fields", row)).get(key))
+
+    return {key: column(key) for key in keys}
 
 
 def _sums(matrix: Any) -> list[float]:
@@ -612,6 +658,7 @@ def _v1_assemble(
     )
     responses = tensors.pop("responses", None)
     found = _v1_token_columns(trainer, store.keys, tensors, responses, spans, tokenizer)
+    token_data = figures_ahead(found)
     extra_fields = _values(every.get("extra_fields")) if "extra_fields" in names else None
     num_turns = _values(every.get("num_turns")) if "num_turns" in names else None
     non_tensor = _v1_non_tensor(prompts, num_turns, extra_fields)
@@ -635,7 +682,7 @@ def _v1_assemble(
         else None,
         "response_lengths": masks.lengths,
         "truncated": _v1_truncated(store, kept, spans, max_response_length(trainer) or width, _eos_ids(tokenizer)),
-        **_shared_columns(store, kept, present, prompts, extra_fields, found),
+        **_shared_columns(store, kept, present, prompts, extra_fields, token_data),
     }
 
 
@@ -645,7 +692,7 @@ def _shared_columns(
     present: frozenset[str],
     prompts: _V1Prompts,
     extra_fields: list[Any] | None,
-    found: Any,
+    token_data: dict[str, Any] | None,
 ) -> dict[str, Any]:
     """The columns read alike from held and from fetched rows: versions, ground truths, sources, extras, tokens."""
     import otel_valgen.integrations.verl._conversations as chats
@@ -658,7 +705,7 @@ def _shared_columns(
         "data_sources": prompts.data_sources,
         "extra": _v1_extra(extra_fields),
         **{name: list(values) for name, values in _v1_reward_lists(extra_fields or []).items()},
-        "tokens": found.columns if found is not None else None,
+        "tokens": token_data,
     }
 
 
