@@ -439,11 +439,13 @@ def _block_figures(
             compared &= model.astype(bool, copy=False)
         d[~compared] = 0.0  # every figure below is 0 for a token left out
         counts = np.count_nonzero(compared, axis=1)
-        magnitude = np.abs(d)
         denominator = np.maximum(counts, 1)
+        k3 = np.expm1(d)
+        k3 -= d
+        kl = np.maximum(k3.sum(axis=1) / denominator, 0.0)  # e^0 - 1 - 0 = 0
+        magnitude = np.abs(d, out=d)  # d is not read again
         mean_abs = magnitude.sum(axis=1) / denominator
         max_abs = magnitude.max(axis=1, initial=0.0)
-        kl = np.maximum((np.expm1(d) - d).sum(axis=1) / denominator, 0.0)  # e^0 - 1 - 0 = 0
         if masked is None:
             return counts, mean_abs, max_abs, kl
         own = within & model.astype(bool, copy=False) if model is not None else within

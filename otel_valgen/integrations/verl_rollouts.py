@@ -200,7 +200,8 @@ def rollout_columns(
     spans = _spans(tensors, prompts.shape[1])
     found = _token_columns(tensors, responses, spans, tokenizer)
     model = found.model if found else None
-    # The masks' and advantages' passes over the padded batch go on while the prompts are decoded.
+    # The passes over the padded batch (the masks and advantages, then the mismatch figures) go on
+    # on the hook's worker while the prompts are decoded.
     figures = in_background(_row_figures, tensors, prompts.shape[1], advantages=True, spans=spans, model=model)
     token_data = figures_ahead(found)
     non_tensor = batch.non_tensor_batch
@@ -332,7 +333,7 @@ def _row_figures(
             lengths[pick] = mask.sum(axis=1)
             gaps[pick] = response_gaps_of(mask, span) or []
         if values is not None:
-            kept = trained[pick, :wide].astype(bool) if trained is not None else mask
+            kept = trained[pick, :wide].astype(bool) if trained is not None and trained is not response_mask else mask
             for row, mean in zip(pick.tolist(), _advantages(values[pick, :wide], kept), strict=True):
                 means[row] = mean
     return _RowFigures(

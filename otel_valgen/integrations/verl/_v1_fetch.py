@@ -173,6 +173,9 @@ def _held_columns(trainer: Any, store: _V1Store, held: StepRows) -> tuple[dict[s
     # extra_fields of every row only when the figures over every trajectory need them (turns or
     # tool rewards); else only the rows read (reward_extra_info), with reward_model.
     every_row = "extra_fields" in present and not _single_turn_rows(probe, turns)
+    tensors = {name: held.matrix(name, width) for name in _TENSORS if held.has(name)}
+    found = _v1_token_columns(trainer, store.keys, tensors, responses, spans, tokenizer)
+    token_data = figures_ahead(found)  # the figures go on while the rows are fetched and the prompts decoded
     fetched = _V1PromptRows.fetch(store, present, ("data_source", RAW_PROMPT))
     every = store.fetch(range(size), ["extra_fields"] if every_row else [])
     prompts = fetched.prompts(tokenizer, [prompt_ids[row] for row in fetched.firsts])
@@ -180,9 +183,6 @@ def _held_columns(trainer: Any, store: _V1Store, held: StepRows) -> tuple[dict[s
     kept = _KeptRows(store, [name for name in read if name in present], prompts.ids)
     likely = _likely_kept(prompts.ids, prompts.data_sources)
     kept.load([row for row, prompt in enumerate(prompts.ids) if prompt in likely])
-    tensors = {name: held.matrix(name, width) for name in _TENSORS if held.has(name)}
-    found = _v1_token_columns(trainer, store.keys, tensors, responses, spans, tokenizer)
-    token_data = figures_ahead(found)
     extra_fields = _values(every.get("extra_fields")) if "extra_fields" in _field_names(every) else None
     non_tensor = _v1_non_tensor(prompts, num_turns, extra_fields)
     masks = _v1_masks(tensors["response_mask"], found, kept, spans, need_gaps=_needs_gaps(non_tensor))
