@@ -480,19 +480,14 @@ def v1_trainer(tokenizer: Any, shape: Shape) -> Any:
     """
     from omegaconf import OmegaConf
 
+    from tests.verl.harness import GRPO_CORRECTED
+
     trainer = type("V1Trainer", (), {})()
     trainer.tokenizer = tokenizer
     trainer.config = OmegaConf.create(
         {
             "actor_rollout_ref": {"rollout": {"response_length": shape.response_len, "n": shape.n}},
-            "algorithm": {
-                "adv_estimator": "grpo",
-                "gamma": 1.0,
-                "lam": 1.0,
-                "norm_adv_by_std_in_grpo": True,
-                "use_kl_in_reward": False,
-                "rollout_correction": {"rollout_is": "token", "rollout_is_threshold": 2.0, "bypass_mode": False},
-            },
+            "algorithm": GRPO_CORRECTED,
         }
     )
     return trainer

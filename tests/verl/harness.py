@@ -36,6 +36,15 @@ REPO = Path(__file__).resolve().parents[2]
 
 RESPONSE_LIMIT = 32  # rollout.response_length and data.max_response_length: responses are cut at 32 tokens
 DATA_SOURCE = "openai/gsm8k"  # verl's default_compute_score grades it with its gsm8k rule ("#### <answer>")
+GRPO_CORRECTED: dict[str, Any] = {
+    "adv_estimator": "grpo",
+    "gamma": 1.0,
+    "lam": 1.0,
+    "norm_adv_by_std_in_grpo": True,
+    "use_kl_in_reward": False,
+    "rollout_correction": {"rollout_is": "token", "rollout_is_threshold": 2.0, "bypass_mode": False},
+}
+"""A v1 trainer's ``algorithm``: GRPO with the rollout correction's per-token weights (decoupled mode)."""
 SPECIAL_TOKENS = ("<|pad|>", "<|endoftext|>", "<|system|>", "<|user|>", "<|assistant|>", "<|end|>")
 CHAT_TEMPLATE = (
     "{% for message in messages %}{{ '<|' + message['role'] + '|>' + message['content'] + '<|end|>' }}{% endfor %}"

@@ -345,14 +345,7 @@ def corrected(trainer: Any) -> Any:
         trainer.config,
         {
             "actor_rollout_ref": {"rollout": {"n": N}},
-            "algorithm": {
-                "adv_estimator": "grpo",
-                "gamma": 1.0,
-                "lam": 1.0,
-                "norm_adv_by_std_in_grpo": True,
-                "use_kl_in_reward": False,
-                "rollout_correction": {"rollout_is": "token", "rollout_is_threshold": 2.0, "bypass_mode": False},
-            },
+            "algorithm": harness.GRPO_CORRECTED,
         },
     )
     return trainer
@@ -381,6 +374,32 @@ def _trainer_step(store: Store, meta: Meta, trainer: Any, monkeypatch: pytest.Mo
     )
 
 
+def _held_step(
+    fake: Store, tags: list[dict[str, Any]], trainer: Any, monkeypatch: pytest.MonkeyPatch
+) -> tuple[Any, list[tuple[list[str], list[str]]]]:
+    """The hook's records after the trainer's step (its rows held) and the hook's fetches.
+
+    The records are checked to be those of every field of every row, with nothing counted as fetched instead.
+    """
+    from otel_valgen.integrations.verl import _correction
+
+    meta = Meta(keys=list(fake.rows), tags=tags, partition_id="train")
+    with capture_records(run_id="r", rollout_count=K, progress_interval_s=0) as records:
+        _trainer_step(fake, meta, trainer, monkeypatch)
+        held_corrections = list(_correction._kept)
+        fake.calls.clear()
+        sent = _v1_fetch.send_v1_step(trainer, meta, 5)
+        fetched_instead = vg.stats().get(_v1_fetch.FETCHED_INSTEAD, 0)
+    held = _snapshot(records)
+    calls = list(fake.calls)
+    _correction._kept[:] = held_corrections  # the reference takes the same mask before the correction
+    with capture_records(run_id="r", rollout_count=K, progress_interval_s=0) as records:
+        assert _reference(fake.rows, tags, trainer) == sent == PROMPTS * N
+    assert held == _snapshot(records)
+    assert fetched_instead == 0
+    return held, calls
+
+
 def test_rows_the_trainer_held_are_not_fetched(
     store: Any, corrected: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -389,22 +408,8 @@ def test_rows_the_trainer_held_are_not_fetched(
     The records are those of every field of every row; the hook asks TransferQueue for no field the trainer
     held, and for every row only ``extra_fields``; nothing is counted as fetched instead.
     """
-    from otel_valgen.integrations.verl import _correction
-
     fake, tags = store
-    meta = Meta(keys=list(fake.rows), tags=tags, partition_id="train")
-    with capture_records(run_id="r", rollout_count=K, progress_interval_s=0) as records:
-        _trainer_step(fake, meta, corrected, monkeypatch)
-        held_corrections = list(_correction._kept)
-        fake.calls.clear()
-        sent = _v1_fetch.send_v1_step(corrected, meta, 5)
-        assert vg.stats().get(_v1_fetch.FETCHED_INSTEAD, 0) == 0
-    held = _snapshot(records)
-    calls = list(fake.calls)
-    _correction._kept[:] = held_corrections  # the reference takes the same mask before the correction
-    with capture_records(run_id="r", rollout_count=K, progress_interval_s=0) as records:
-        assert _reference(fake.rows, tags, corrected) == sent == PROMPTS * N
-    assert held == _snapshot(records)
+    held, calls = _held_step(fake, tags, corrected, monkeypatch)
     assert all(contract.TOKENS in attributes for _, attributes in held[0].values())
     assert not {name for _, fields in calls for name in fields} & set(HELD)
     every = [fields for keys, fields in calls if len(keys) == PROMPTS * N]
@@ -418,10 +423,8 @@ def test_single_turn_rows_fetch_extra_fields_for_the_rows_read_only(
     """One turn in every row and nothing captured in the probe row: ``extra_fields`` only for the rows read.
 
     The records are still those of every field of every row (their ``valgen.extra.*`` from
-    ``reward_extra_info`` too), and the step's trajectory figures are the same.
+    ``reward_extra_info`` too), and so are the step's end records with the figures over every trajectory.
     """
-    from otel_valgen.integrations.verl import _correction
-
     fake, tags = store
     chat = all("num_turns" in row for row in fake.rows.values())
     for row in fake.rows.values():
@@ -429,18 +432,7 @@ def test_single_turn_rows_fetch_extra_fields_for_the_rows_read_only(
             row["extra_fields"].pop(name, None)
         if chat:
             row["num_turns"] = 2
-    meta = Meta(keys=list(fake.rows), tags=tags, partition_id="train")
-    with capture_records(run_id="r", rollout_count=K, progress_interval_s=0) as records:
-        _trainer_step(fake, meta, corrected, monkeypatch)
-        held_corrections = list(_correction._kept)
-        fake.calls.clear()
-        sent = _v1_fetch.send_v1_step(corrected, meta, 5)
-    held = _snapshot(records)
-    calls = list(fake.calls)
-    _correction._kept[:] = held_corrections
-    with capture_records(run_id="r", rollout_count=K, progress_interval_s=0) as records:
-        assert _reference(fake.rows, tags, corrected) == sent == PROMPTS * N
-    assert held == _snapshot(records)
+    held, calls = _held_step(fake, tags, corrected, monkeypatch)
     assert all("valgen.extra.acc" in attributes for _, attributes in held[0].values())
     every = [fields for keys, fields in calls if len(keys) == PROMPTS * N]
     read = [(keys, fields) for keys, fields in calls if "extra_fields" in fields and len(keys) not in (1, PROMPTS * N)]
