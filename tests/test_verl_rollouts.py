@@ -502,39 +502,48 @@ def test_rollouts_off_read_nothing_of_the_batch(tokenizer: Any) -> None:
     assert vg.stats()["internal_errors"] == 0
 
 
-class _LegacyTrainer(RayPPOTrainer):
-    """verl's legacy trainer at a step, without building its workers."""
+def _at_step(cls: type, **state: Any) -> Any:
+    """An instance of verl's own trainer class with only ``state`` set (its ``__init__`` builds workers)."""
+    trainer = cls.__new__(cls)
+    vars(trainer).update(state)
+    return trainer
 
-    def __init__(self, tokenizer: Any, global_steps: int) -> None:
-        self.tokenizer = tokenizer
-        self.global_steps = global_steps
-        self.config = OmegaConf.create(
+
+def _legacy_trainer(tokenizer: Any, global_steps: int) -> Any:
+    """The legacy trainer (verl's own class) at a step, without building its workers."""
+    return _at_step(
+        RayPPOTrainer,
+        tokenizer=tokenizer,
+        global_steps=global_steps,
+        config=OmegaConf.create(
             {"actor_rollout_ref": {"rollout": {"response_length": 12}}, "data": {"max_response_length": 20}}
-        )
+        ),
+    )
 
 
 def test_the_legacy_trainer_sends_at_global_steps_with_the_rollouts_length_limit(tokenizer: Any) -> None:
     """RayPPOTrainer's batch: at global_steps, source trainer; the limit is rollout.response_length first."""
     rows = [Row("Q?", answer("a" * 12)), Row("Q?", answer("b" * 16))]
     with capture_records(run_id="r", rollout_count=8, progress_interval_s=0) as records:
-        assert send_legacy_step(_LegacyTrainer(tokenizer, 17), make_batch(tokenizer, rows)) == 2
+        assert send_legacy_step(_legacy_trainer(tokenizer, 17), make_batch(tokenizer, rows)) == 2
     sent = _sent(records)
     assert {attributes[contract.STEP] for attributes in sent.values()} == {17}
     assert {attributes[contract.SOURCE] for attributes in sent.values()} == {"trainer"}
     assert (sent["a" * 12][contract.TRUNCATED], sent["b" * 16][contract.TRUNCATED]) == (True, True)
 
 
-class _FullyAsyncTrainer(FullyAsyncTrainer.__ray_metadata__.modified_class):  # type: ignore[name-defined,misc]
-    """verl's fully-async trainer as its Ray actor runs it, in a sync cycle, without its actors and workers."""
-
-    def __init__(self, tokenizer: Any, version: int, local_step: int, extra: dict[str, list[Any]]) -> None:
-        self.tokenizer = tokenizer
-        self.config = OmegaConf.create({"trainer": {"rollout_data_dir": None}})
-        self.global_steps = 1000  # not the step of a fully-async trainer's rollouts
-        self.timing_raw: dict[str, float] = {}
-        self.reward_extra_infos_dict = extra
-        self.local_trigger_step = local_step
-        self.current_param_version = version
+def _fully_async_trainer(tokenizer: Any, version: int, local_step: int, extra: dict[str, list[Any]]) -> Any:
+    """The fully-async trainer (verl's own class, as its Ray actor runs it) in a sync cycle, no actors."""
+    return _at_step(
+        FullyAsyncTrainer.__ray_metadata__.modified_class,
+        tokenizer=tokenizer,
+        config=OmegaConf.create({"trainer": {"rollout_data_dir": None}}),
+        global_steps=1000,  # not the step of a fully-async trainer's rollouts
+        timing_raw={},
+        reward_extra_infos_dict=extra,
+        local_trigger_step=local_step,
+        current_param_version=version,
+    )
 
 
 @pytest.mark.parametrize(("local_step", "step"), [(1, 4), (2, 5), (3, 5)])
@@ -542,7 +551,7 @@ def test_the_fully_async_trainer_sends_at_the_version_its_update_leads_to(
     tokenizer: Any, local_step: int, step: int
 ) -> None:
     """Through verl's _fit_dump_data: the cycle's last local step (1) at current_param_version, earlier ones at +1."""
-    trainer = _FullyAsyncTrainer(tokenizer, version=4, local_step=local_step, extra={"format": [1.0, 0.0]})
+    trainer = _fully_async_trainer(tokenizer, version=4, local_step=local_step, extra={"format": [1.0, 0.0]})
     batch = make_batch(tokenizer, _grpo(["Q one?"], 2), non_tensors={"acc": [0.5, 0.5]}, reward_extra_keys=["acc"])
     with capture_records(run_id="r", rollout_count=8, progress_interval_s=0) as records:
         trainer._fit_dump_data(batch)
