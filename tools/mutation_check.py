@@ -1774,8 +1774,8 @@ MUTATIONS: tuple[Mutation, ...] = (
         "py.verl_rollouts.length_response_mask",
         "the response length is response_mask summed: a multi-turn tool's tokens are not the model's",
         "otel_valgen/integrations/verl_rollouts.py",
-        "lengths += [int(length) for length in mask.sum(axis=1)]",
-        "lengths += [int(length) for length in span]",
+        "lengths[pick] = mask.sum(axis=1)",
+        "lengths[pick] = span",
         ("tests/test_verl_rollouts.py",),
     ),
     Mutation(
@@ -1790,8 +1790,8 @@ MUTATIONS: tuple[Mutation, ...] = (
         "py.verl_rollouts.advantage_response_mask",
         "the advantage is averaged over response_mask, not over a tool's tokens",
         "otel_valgen/integrations/verl_rollouts.py",
-        "means += _advantages(values[start:end], trained[start:end].astype(bool) if trained is not None else mask)",
-        "means += _advantages(values[start:end], _mask(span, width))",
+        "kept = trained[pick, :wide].astype(bool) if trained is not None and trained is not response_mask else mask",
+        "kept = _mask(span, wide)",
         ("tests/test_verl_rollouts.py",),
     ),
     Mutation(
