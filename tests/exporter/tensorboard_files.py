@@ -14,11 +14,16 @@ def _accumulator(folder: Path) -> EventAccumulator:
 
 
 def read_texts(folder: Path, tag: str) -> dict[int, str]:
-    """The text written under ``tag``, by step (the last one written at a step)."""
+    """The text written under ``tag``, by step (the last one written at a step).
+
+    By the events' time: two writers of one second in one process name their files by a counter,
+    which does not sort as text past 9.
+    """
     accumulator = _accumulator(folder)
     if tag not in accumulator.Tags()["tensors"]:
         return {}
-    return {event.step: event.tensor_proto.string_val[0].decode() for event in accumulator.Tensors(tag)}
+    events = sorted(accumulator.Tensors(tag), key=lambda event: event.wall_time)
+    return {event.step: event.tensor_proto.string_val[0].decode() for event in events}
 
 
 def read_scalars(folder: Path, tag: str) -> dict[int, float]:
