@@ -1,6 +1,7 @@
 """The OTel SDK pipeline of one process: provider, batch processor and exporter.
 
-With an OTLP endpoint the SDK's own OTLP exporter sends the records; without one the
+With an OTLP endpoint the SDK's own OTLP exporter sends the records (its request built in
+place, ``_otlp_request``); without one the
 embedded sink writes OTLP-JSON lines, the format of the collector's ``file`` exporter, to
 one file per process under the configured folder.
 """
@@ -91,9 +92,9 @@ def _otlp_exporter(settings: Settings) -> tuple[LogRecordExporter, str]:
     """The SDK's exporter for the protocol, given every resolved setting (``_settings``)."""
     endpoint = settings.endpoint or ""
     if settings.protocol == "grpc":  # the SDK reads the gRPC exporter's TLS and header variables itself
-        from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter as GrpcExporter
+        from otel_valgen._otlp_request import in_place_grpc_exporter
 
-        return GrpcExporter(endpoint=endpoint), f"OTLP/gRPC {endpoint}"
+        return in_place_grpc_exporter()(endpoint=endpoint), f"OTLP/gRPC {endpoint}"
     transport = settings.transport
     # Both HTTP exporters take the same arguments, resolved once by the settings.
     common = _HttpExporterArgs(
@@ -111,10 +112,11 @@ def _otlp_exporter(settings: Settings) -> tuple[LogRecordExporter, str]:
         json_exporter = JsonExporter(**common, compression=JsonCompression.from_str(transport.compression))
         return json_exporter, f"OTLP/HTTP JSON {endpoint}"
     from opentelemetry.exporter.otlp.proto.http import Compression
-    from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter as HttpExporter
+
+    from otel_valgen._otlp_request import InPlaceHttpExporter
 
     session = _CertificateFirstSession() if transport.certificate_file else None
-    exporter = HttpExporter(**common, compression=Compression(transport.compression), session=session)
+    exporter = InPlaceHttpExporter(**common, compression=Compression(transport.compression), session=session)
     return exporter, f"OTLP/HTTP {endpoint}"
 
 

@@ -8,76 +8,26 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from opentelemetry import trace
 from opentelemetry._logs import SeverityNumber
 from opentelemetry.exporter.otlp.json.file._log_exporter import FileLogExporter
-from opentelemetry.sdk._logs import LoggerProvider, ReadableLogRecord
-from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogRecordProcessor
+from opentelemetry.sdk._logs import ReadableLogRecord
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
 import otel_valgen as vg
 from otel_valgen import _sink
-
-
-def _records(
-    emits: Sequence[dict[str, Any]],
-    resource: Resource | None = None,
-    scope: tuple[str, str | None, str | None] = ("s", None, None),
-) -> list[ReadableLogRecord]:
-    """What the SDK hands the exporter for ``emits`` (``Logger.emit`` keyword arguments)."""
-    captured = InMemoryLogRecordExporter()
-    provider = LoggerProvider(resource=resource or Resource.create({"service.name": "t"}), shutdown_on_exit=False)
-    provider.add_log_record_processor(SimpleLogRecordProcessor(captured))
-    name, version, schema_url = scope
-    logger = provider.get_logger(name, version, schema_url)
-    for arguments in emits:
-        logger.emit(**arguments)
-    provider.shutdown()
-    return list(captured.get_finished_logs())
-
-
-def _traced() -> Any:
-    span = NonRecordingSpan(SpanContext(0xABC, 0xDEF, is_remote=False, trace_flags=TraceFlags(1)))
-    return trace.set_span_in_context(span)
-
-
-ODD_TEXTS = ['quote " back \\ slash', "tab\tnew\nline\x00\x1f\x7f", "é ü 中文 🚀", "lone \ud800 surrogate", ""]
-VALUES: list[Any] = [
-    *ODD_TEXTS,
-    True,
-    False,
-    0,
-    -1,
-    2**63 - 1,
-    -(2**63),
-    2**70,
-    0.0,
-    -0.0,
-    1.5,
-    1e300,
-    5e-324,
-    math.nan,
-    math.inf,
-    -math.inf,
-    (),
-    ("a", 1, 2.5, True),
-    {},
-    {"inner": {"deeper": [1, "x"]}, "": "empty key", "n": None},
-    None,
-]
+from tests.support.sdk_records import VALUES, sdk_records, traced
 
 
 @pytest.mark.parametrize("body", [*VALUES, {"input": "q", "output": "a"}, {1: "int key", None: "none key"}])
 def test_each_kind_of_value_is_encoded_as_the_library_does(body: Any) -> None:
     """Every value the SDK hands over, as body and as attribute, gives the library's bytes."""
     attributes = {f"a{index}": value for index, value in enumerate(VALUES) if value is not None}
-    batch = _records(
+    batch = sdk_records(
         [
             {
                 "timestamp": 1_700_000_000_000_000_001,
                 "observed_timestamp": 1_700_000_000_000_000_002,
-                "context": _traced(),
+                "context": traced(),
                 "severity_number": SeverityNumber.INFO,
                 "severity_text": "INFO",
                 "body": body,
@@ -91,13 +41,13 @@ def test_each_kind_of_value_is_encoded_as_the_library_does(body: Any) -> None:
 
 def test_sparse_records_scopes_and_resources_group_as_the_library_does() -> None:
     """Missing fields are left out, and records group by resource then scope in order of appearance."""
-    plain = _records([{"body": "only a body"}, {}, {"attributes": {"k": 1}, "severity_number": SeverityNumber.WARN}])
-    versioned = _records(
+    plain = sdk_records([{"body": "only a body"}, {}, {"attributes": {"k": 1}, "severity_number": SeverityNumber.WARN}])
+    versioned = sdk_records(
         [{"body": "x", "event_name": "e"}],
         resource=Resource({"service.name": "other", "n": 3}, schema_url="https://schema/r"),
         scope=("scope", "1.2", "https://schema/s"),
     )
-    bare = _records([{"body": "y"}], resource=Resource({}))
+    bare = sdk_records([{"body": "y"}], resource=Resource({}))
     batch = [plain[0], versioned[0], plain[1], bare[0], plain[2]]
     assert _sink._direct(batch) == _sink.library_line(batch)
     assert _sink._direct([]) is None
@@ -111,7 +61,7 @@ def test_unusual_values_fall_back_to_the_library() -> None:
         pass
 
     for value in (b"raw bytes", bytearray(b"ab"), Text("sub"), 3.5 + 0j):
-        batch = _records([{"body": value, "attributes": {"k": "v"}}])
+        batch = sdk_records([{"body": value, "attributes": {"k": "v"}}])
         with pytest.raises(Exception):  # noqa: B017, PT011 (any refusal sends the batch to the library)
             _sink._direct(batch)
         try:

@@ -936,6 +936,22 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("tests/test_api.py",),
     ),
     Mutation(
+        "py.otlp_request.empty_array_present",
+        "an empty list or tuple is an AnyValue holding an empty array, as the library encodes it",
+        "otel_valgen/_otlp_request.py",
+        "        array.SetInParent()  # present when empty, as the library's\n",
+        "",
+        ("tests/test_otlp_request.py",),
+    ),
+    Mutation(
+        "py.otlp_request.records_by_resource_and_scope",
+        "records group under their own resource and scope, in order of first appearance",
+        "otel_valgen/_otlp_request.py",
+        "if last is not None and resource is last[0] and scope is last[1]:",
+        "if last is not None:",
+        ("tests/test_otlp_request.py",),
+    ),
+    Mutation(
         "py.sink.forked_child_starts_afresh",
         "a forked child does not write the records waiting in its parent's embedded sink",
         "otel_valgen/_delivery.py",
