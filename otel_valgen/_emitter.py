@@ -628,9 +628,7 @@ class Emitter:
                 data_sources = data_sources_of(batch.data_sources, len(batch.inputs))
             lengths = batch.rollout.response_lengths if batch.rollout is not None else None
             responses = batch_figures(columns, lengths)
-            for index, response in enumerate(responses):
-                if response is not None:
-                    figures.add(response, data_sources[index] if data_sources is not None else None)
+            figures.add_all(responses, data_sources)
         except Exception as error:
             self.stats.failed("computing the responses' mismatch figures", error)
             return MismatchFigures(), None

@@ -37,6 +37,7 @@ from __future__ import annotations
 import json
 import math
 import zlib
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -567,9 +568,14 @@ def _bytes(value: Any) -> bytes:
 
 def bucket(value: float) -> str:
     """The log bucket of a figure's value: ``ceil(log_GAMMA(value))``, or ``ZERO_BUCKET`` below MIN_VALUE."""
+    index = _bucket_index(value)
+    return ZERO_BUCKET if index is None else str(index)
+
+
+def _bucket_index(value: float) -> int | None:
     if not value >= MIN_VALUE:  # NaN too (never sent: figures are finite)
-        return ZERO_BUCKET
-    return str(math.ceil(math.log(value) / _LOG_GAMMA))
+        return None
+    return math.ceil(math.log(value) / _LOG_GAMMA)
 
 
 def bucket_value(key: str) -> float:
@@ -577,6 +583,18 @@ def bucket_value(key: str) -> float:
     if key == ZERO_BUCKET:
         return 0.0
     return 2 * GAMMA ** int(key) / (GAMMA + 1)
+
+
+_Columns = dict[str, tuple[list[float | None], list[int | None]]]
+"""A figure's value in each response (None: missing or not finite), and its bucket's index."""
+
+
+def _figure_column(rows: Sequence[Mapping[str, float | int]], name: str) -> tuple[list[float | None], list[int | None]]:
+    values: list[float | None] = []
+    for figures in rows:
+        value = figures.get(name)
+        values.append(value if value is not None and math.isfinite(value) else None)
+    return values, [_bucket_index(value) if value is not None else None for value in values]
 
 
 @dataclass
@@ -592,27 +610,49 @@ class MismatchFigures:
 
     def add(self, figures: Mapping[str, float | int], data_source: str | None = None) -> None:
         """Count one response's figures (``response_figures``); ``data_source`` counts them there too."""
-        self.count += 1
-        self.tokens += int(figures.get(TOKENS, 0))
-        sums, maxima, buckets = self.sums, self.maxima, self.buckets
-        for name in FIGURES:
-            value = figures.get(name)
-            if value is None or not math.isfinite(value):
+        self.add_all([figures], [data_source] if data_source is not None else None)
+
+    def add_all(
+        self, responses: Sequence[Mapping[str, float | int] | None], data_sources: Sequence[str] | None = None
+    ) -> None:
+        """Count each response's figures in order (None: a response without), a figure at a time over them all.
+
+        ``data_sources`` (one per response) counts them there too; each value's bucket is found once.
+        """
+        rows = [figures for figures in responses if figures is not None]
+        columns = {name: _figure_column(rows, name) for name in FIGURES}
+        self._count(range(len(rows)), rows, columns)
+        if data_sources is None:
+            return
+        groups: dict[str, list[int]] = {}
+        sources = (source for figures, source in zip(responses, data_sources, strict=True) if figures is not None)
+        for position, source in enumerate(sources):
+            groups.setdefault(source, []).append(position)
+        if groups and self.by_data_source is None:
+            self.by_data_source = {}
+        for source, positions in groups.items():
+            self.by_data_source.setdefault(source, MismatchFigures())._count(positions, rows, columns)  # type: ignore[union-attr]
+
+    def _count(self, positions: Sequence[int], rows: Sequence[Mapping[str, float | int]], columns: _Columns) -> None:
+        """Count the rows at ``positions``: their tokens, then per figure the sum (in order), the maximum (at least 0).
+
+        And the bucket counts, of their finite values.
+        """
+        if not positions:
+            return
+        self.count += len(positions)
+        self.tokens += sum(int(rows[position].get(TOKENS, 0)) for position in positions)
+        for name, (values, indices) in columns.items():
+            picked = [position for position in positions if values[position] is not None]
+            if not picked:
                 continue
-            sums[name] = sums.get(name, 0.0) + value
-            if not value <= maxima.get(name, 0.0):
-                maxima[name] = value
-            else:
-                maxima.setdefault(name, 0.0)
-            counts = buckets.get(name)
-            if counts is None:
-                counts = buckets[name] = {}
-            key = ZERO_BUCKET if not value >= MIN_VALUE else str(math.ceil(math.log(value) / _LOG_GAMMA))  # bucket()
-            counts[key] = counts.get(key, 0) + 1
-        if data_source is not None:
-            if self.by_data_source is None:
-                self.by_data_source = {}
-            self.by_data_source.setdefault(data_source, MismatchFigures()).add(figures)
+            finite: list[float] = [values[position] for position in picked]  # type: ignore[misc]
+            self.sums[name] = sum(finite, self.sums.get(name, 0.0))
+            self.maxima[name] = max(self.maxima.get(name, 0.0), *finite)
+            counts = self.buckets.setdefault(name, {})
+            for index, n in Counter(indices[position] for position in picked).items():
+                key = ZERO_BUCKET if index is None else str(index)
+                counts[key] = counts.get(key, 0) + n
 
     def absorb(self, other: MismatchFigures) -> None:
         """Add ``other``'s responses (one call's) to these."""

@@ -111,18 +111,28 @@ ROW_BLOCK: Final = 64
 """Rows of the batch's masks read at a time: their copies stay a few MiB whatever the batch's size."""
 
 
-_worker: Any = None
+_workers: dict[str, Any] = {}
 _worker_lock = threading.Lock()
 
 
-def _forget_worker() -> None:
-    """In a forked child: the parent's worker thread is not there (a new one is made when needed)."""
-    global _worker, _worker_lock
-    _worker, _worker_lock = None, threading.Lock()
+def _forget_workers() -> None:
+    """In a forked child: the parent's worker threads are not there (new ones are made when needed)."""
+    global _workers, _worker_lock
+    _workers, _worker_lock = {}, threading.Lock()
 
 
 if hasattr(os, "register_at_fork"):  # not on Windows
-    os.register_at_fork(after_in_child=_forget_worker)
+    os.register_at_fork(after_in_child=_forget_workers)
+
+
+def _submit(lane: str, function: Callable[..., T], *args: Any, **kwargs: Any) -> Future[T]:
+    with _worker_lock:
+        worker = _workers.get(lane)
+        if worker is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            worker = _workers[lane] = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"otel-valgen-{lane}")
+        return worker.submit(function, *args, **kwargs)  # type: ignore[no-any-return]
 
 
 def in_background(function: Callable[..., T], *args: Any, **kwargs: Any) -> Future[T]:
@@ -132,13 +142,15 @@ def in_background(function: Callable[..., T], *args: Any, **kwargs: Any) -> Futu
     ``decode_batch``): the hook's step then takes less of the training loop's time on a second core.
     One worker: the passes over the padded matrices contend for memory bandwidth, not only cores.
     """
-    global _worker
-    with _worker_lock:
-        if _worker is None:
-            from concurrent.futures import ThreadPoolExecutor
+    return _submit("rollouts", function, *args, **kwargs)
 
-            _worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="otel-valgen-rollouts")
-        return _worker.submit(function, *args, **kwargs)  # type: ignore[no-any-return]
+
+def wait_in_background(function: Callable[..., T], *args: Any, **kwargs: Any) -> Future[T]:
+    """``in_background`` for a call that waits on another process (a TransferQueue fetch), on a thread of its own.
+
+    The wait takes no core: the caller decodes meanwhile, and the passes on the worker are not queued behind it.
+    """
+    return _submit("fetch", function, *args, **kwargs)
 
 
 def rollouts_on() -> bool:

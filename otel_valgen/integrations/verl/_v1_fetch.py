@@ -29,6 +29,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Final, NamedTuple, overload
 
@@ -56,6 +57,7 @@ from otel_valgen.integrations.verl_rollouts import (
     prefetch_kept,
     prompt_groups_of,
     rollouts_on,
+    wait_in_background,
 )
 
 _logger = logging.getLogger("otel_valgen")
@@ -115,8 +117,6 @@ def v1_columns(trainer: Any, batch: Any) -> dict[str, Any] | None:
        be made, ``verl._tokens.FIGURE_FIELDS``; the response lengths come from the tags;
     5. the responses that reach the length limit and are not fetched yet: their last token.
     """
-    from concurrent.futures import ThreadPoolExecutor
-
     import transfer_queue as tq  # type: ignore[import-untyped]
 
     store = _V1Store(tq, batch)
@@ -132,13 +132,12 @@ def v1_columns(trainer: Any, batch: Any) -> dict[str, Any] | None:
     fetched = _V1PromptRows.fetch(store, plan.present)
     # The fetch of every row is the longest: TransferQueue's storage works on it while this thread
     # decodes the prompts (its storage unit answers one request at a time, so the rows kept wait).
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="otel-valgen-v1-fetch") as background:
-        every_rows = background.submit(store.fetch, range(len(store.keys)), plan.every)
-        prompts = fetched.prompts(trainer.tokenizer)
-        kept = _KeptRows(store, plan.kept, prompts.ids)
-        likely = _likely_kept(prompts.ids, prompts.data_sources)
-        kept.load([row for row, prompt in enumerate(prompts.ids) if prompt in likely])
-        every = every_rows.result()
+    every_rows = wait_in_background(store.fetch, range(len(store.keys)), plan.every)
+    prompts = fetched.prompts(trainer.tokenizer)
+    kept = _KeptRows(store, plan.kept, prompts.ids)
+    likely = _likely_kept(prompts.ids, prompts.data_sources)
+    kept.load([row for row, prompt in enumerate(prompts.ids) if prompt in likely])
+    every = every_rows.result()
     return _v1_assemble(trainer, store, plan, prompts, kept, every, _v1_spans(plan, every))
 
 
@@ -176,9 +175,12 @@ def _held_columns(trainer: Any, store: _V1Store, held: StepRows) -> tuple[dict[s
     tensors = {name: held.matrix(name, width) for name in _TENSORS if held.has(name)}
     found = _v1_token_columns(trainer, store.keys, tensors, responses, spans, tokenizer)
     token_data = figures_ahead(found)  # the figures go on while the rows are fetched and the prompts decoded
-    fetched = _V1PromptRows.fetch(store, present, ("data_source", RAW_PROMPT))
-    every = store.fetch(range(size), ["extra_fields"] if every_row else [])
+    # TransferQueue answers on its client's thread while this one decodes the prompts (the Rust
+    # tokenizer lets go of the GIL); its storage unit answers one request at a time, in order.
+    fetched = _V1PromptRows.fetch(store, present, ("data_source", RAW_PROMPT), behind=True)
+    every = wait_in_background(store.fetch, range(size), ["extra_fields"] if every_row else [])
     prompts = fetched.prompts(tokenizer, [prompt_ids[row] for row in fetched.firsts])
+    every = every.result()
     read = ("reward_model",) if every_row else ("reward_model", "extra_fields")
     kept = _KeptRows(store, [name for name in read if name in present], prompts.ids)
     likely = _likely_kept(prompts.ids, prompts.data_sources)
@@ -509,14 +511,16 @@ class _V1Prompts(NamedTuple):
 class _V1PromptRows(NamedTuple):
     """``V1_PROMPT_FIELDS`` of each uid's first row (of every row without uids), as fetched."""
 
-    fetched: Any
+    fetched: Any  # the fields, or their Future when fetched behind
     uids: list[str] | None
     firsts: list[int]  # the rows fetched
     slots: list[int]  # each row's place among them
 
     @classmethod
-    def fetch(cls, store: _V1Store, present: frozenset[str], fields: Sequence[str] = V1_PROMPT_FIELDS) -> _V1PromptRows:
-        """Fetch the prompt ``fields`` (those the rows have) of one row per uid."""
+    def fetch(
+        cls, store: _V1Store, present: frozenset[str], fields: Sequence[str] = V1_PROMPT_FIELDS, behind: bool = False
+    ) -> _V1PromptRows:
+        """Fetch the prompt ``fields`` (those the rows have) of one row per uid; ``behind``: on the fetch thread."""
         uids = _v1_uids(store.keys)
         if uids is None:
             firsts, slots = list(range(len(store.keys))), list(range(len(store.keys)))
@@ -526,31 +530,42 @@ class _V1PromptRows(NamedTuple):
                 first.setdefault(uid, row)
             place = {uid: slot for slot, uid in enumerate(first)}
             firsts, slots = list(first.values()), [place[uid] for uid in uids]
-        fetched = store.fetch(firsts, [name for name in fields if name in present])
+        wanted = [name for name in fields if name in present]
+        fetched = wait_in_background(store.fetch, firsts, wanted) if behind else store.fetch(firsts, wanted)
         return cls(fetched, uids, firsts, slots)
 
     def prompts(self, tokenizer: Any, tokens: Sequence[np.ndarray] | None = None) -> _V1Prompts:
         """Each row's prompt id and text (``prompt_groups`` of the rows fetched), and its prompt's columns.
 
-        ``tokens``: the prompt ids of the rows fetched, when known (else fetched with them).
+        ``tokens``: the prompt ids of the rows fetched, when known (else fetched with them). With
+        them, a fetch behind is waited for after the prompts are decoded.
         """
-        rows = tokens if tokens is not None else [_row_array(row) for row in _row_values(self.fetched["prompts"])]
+        fetched = self.fetched
+        if tokens is None:
+            fetched = _settled(fetched)
+            tokens = [_row_array(row) for row in _row_values(fetched["prompts"])]
         uids = self.uids
         non_tensor = {UID_KEY: _objects([uids[row] for row in self.firsts])} if uids is not None else {}
-        ids, texts = prompt_groups_of(len(rows), rows.__getitem__, non_tensor, tokenizer)
+        ids, texts = prompt_groups_of(len(tokens), tokens.__getitem__, non_tensor, tokenizer)
+        fetched = _settled(fetched)
         return _V1Prompts(
             [ids[slot] for slot in self.slots],
             [texts[slot] for slot in self.slots],
-            self.spread("data_source"),
-            self.spread(RAW_PROMPT),
+            self.spread(fetched, "data_source"),
+            self.spread(fetched, RAW_PROMPT),
         )
 
-    def spread(self, name: str) -> list[Any] | None:
+    def spread(self, fetched: Any, name: str) -> list[Any] | None:
         """Field ``name`` of each row: its uid's first row's (None when not fetched)."""
-        if name not in _field_names(self.fetched):
+        if name not in _field_names(fetched):
             return None
-        values = _values(self.fetched.get(name))
+        values = _values(fetched.get(name))
         return [values[slot] for slot in self.slots]
+
+
+def _settled(fetched: Any) -> Any:
+    """What a fetch gave: its Future's result when fetched behind."""
+    return fetched.result() if isinstance(fetched, Future) else fetched
 
 
 class _KeptRows:
