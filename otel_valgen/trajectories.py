@@ -48,7 +48,7 @@ import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, TypeGuard
+from typing import Any, Final, NamedTuple, TypeGuard
 
 from otel_valgen._sanitize import clean_score
 from otel_valgen.conversations import is_conversation
@@ -165,6 +165,36 @@ def reward_values(value: object, invalid: Counter[str]) -> list[float]:
     return out
 
 
+class _Shape(NamedTuple):
+    """What the figures read of one conversation."""
+
+    turns: int  # assistant messages
+    finished: bool  # ended on an assistant message without tool calls
+    tool_calls: Counter[str]  # by tool name
+    tool_errors: int
+
+
+def _shape(output: Any) -> _Shape:
+    turns = errors = 0
+    finished = False
+    calls_by_name: Counter[str] = Counter()
+    for message in output if isinstance(output, list | tuple) else list(output):
+        if not isinstance(message, Mapping):
+            continue
+        role = message.get("role")
+        calls = message.get("tool_calls") or ()
+        if role == "assistant":
+            turns += 1
+            finished = not calls
+        elif role == "tool":
+            finished = False
+            if message.get("is_error") or message.get("error"):
+                errors += 1
+        for call in calls if isinstance(calls, list | tuple) else ():
+            calls_by_name[_tool_name(call)] += 1
+    return _Shape(turns, finished, calls_by_name, errors)
+
+
 @dataclass
 class TrajectoryFigures:
     """A source's running figures over the trajectories it saw."""
@@ -206,46 +236,40 @@ class TrajectoryFigures:
             outputs = [peek(index) for index in range(len(outputs))]
         if _TEXTS_ONLY.issuperset(map(type, outputs)):  # plain texts (the usual column): no trajectory
             return invalid
+        shapes: dict[int, _Shape | None] = {}  # by output object: rows often share one (an integration's)
         for index, output in enumerate(outputs):
-            if type(output) is str or not is_conversation(output):
+            if type(output) is str:
+                continue
+            key = id(output)
+            if key in shapes:
+                shape = shapes[key]
+            else:
+                shape = shapes[key] = _shape(output) if is_conversation(output) else None
+            if shape is None:
                 continue
             cut = truncated is not None and truncated[index] is not None and bool(truncated[index])
-            messages = list(output) if not isinstance(output, list) else output
             rewards = reward_values(tool_rewards[index], invalid) if tool_rewards is not None else []
             scores = reward_values(turn_scores[index], invalid) if turn_scores is not None else []
-            self._add_one(messages, cut, rewards, scores)
+            self._add_one(shape, cut, rewards, scores)
             if data_sources is not None:
                 if self.by_data_source is None:
                     self.by_data_source = {}
                 figures = self.by_data_source.setdefault(data_sources[index], TrajectoryFigures())
-                figures._add_one(messages, cut, rewards, scores)
+                figures._add_one(shape, cut, rewards, scores)
         return invalid
 
-    def _add_one(self, messages: list[Any], cut: bool, tool_rewards: list[float], turn_scores: list[float]) -> None:
+    def _add_one(self, shape: _Shape, cut: bool, tool_rewards: list[float], turn_scores: list[float]) -> None:
         self.tool_rewards.add(tool_rewards)
         self.turn_scores.add(turn_scores)
-        turns = 0
-        finished = False
-        for message in messages:
-            if not isinstance(message, Mapping):
-                continue
-            role = message.get("role")
-            calls = message.get("tool_calls") or ()
-            if role == "assistant":
-                turns += 1
-                finished = not calls
-            elif role == "tool":
-                finished = False
-                if message.get("is_error") or message.get("error"):
-                    self.tool_errors += 1
-            for call in calls if isinstance(calls, list | tuple) else ():
-                self.tool_calls[_tool_name(call)] += 1
+        if shape.tool_calls:
+            self.tool_calls.update(shape.tool_calls)
+        self.tool_errors += shape.tool_errors
         self.count += 1
-        self.turns_sum += turns
-        self.turns_max = max(self.turns_max, turns)
+        self.turns_sum += shape.turns
+        self.turns_max = max(self.turns_max, shape.turns)
         if cut:
             self.length_limit += 1
-        elif not finished:
+        elif not shape.finished:
             self.turn_limit += 1
 
     def absorb(self, other: TrajectoryFigures) -> None:

@@ -112,6 +112,14 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("tests/test_trajectories.py",),
     ),
     Mutation(
+        "py.trajectories.shape_read_per_output",
+        "a conversation's turns and tool calls are read from it, shared only by rows holding the same object",
+        "otel_valgen/trajectories.py",
+        "            key = id(output)\n",
+        "            key = len(output)\n",
+        ("tests/test_trajectories.py",),
+    ),
+    Mutation(
         "py.trajectories.rewards_absent_not_zero",
         "a source without any tool reward or turn score sends no such figures (absent, not zeros)",
         "otel_valgen/trajectories.py",

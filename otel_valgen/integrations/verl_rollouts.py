@@ -145,12 +145,13 @@ def in_background(function: Callable[..., T], *args: Any, **kwargs: Any) -> Futu
     return _submit("rollouts", function, *args, **kwargs)
 
 
-def wait_in_background(function: Callable[..., T], *args: Any, **kwargs: Any) -> Future[T]:
-    """``in_background`` for a call that waits on another process (a TransferQueue fetch), on a thread of its own.
+def in_side_thread(function: Callable[..., T], *args: Any, **kwargs: Any) -> Future[T]:
+    """``in_background`` on a second thread, for work that must not queue behind the worker's passes.
 
-    The wait takes no core: the caller decodes meanwhile, and the passes on the worker are not queued behind it.
+    A fetch that waits on another process (TransferQueue) takes no core; decoding the rows likely
+    kept (Rust, without the GIL) is read while the step's figures are still being made.
     """
-    return _submit("fetch", function, *args, **kwargs)
+    return _submit("side", function, *args, **kwargs)
 
 
 def rollouts_on() -> bool:
@@ -633,8 +634,8 @@ def prefetch_kept(
         if callable(prefetch):
             prefetch(rows)
 
-    # In the background: log_rollouts computes the step's figures meanwhile, and reads these last.
-    pending = in_background(work)
+    # Beside the worker: log_rollouts waits for the step's figures meanwhile, and reads these last.
+    pending = in_side_thread(work)
     texts._pending = pending
     if pieces is not None and callable(prefetch):
         pieces._pending = pending
@@ -672,8 +673,15 @@ def _likely_kept(prompt_ids: Sequence[str], data_sources: Sequence[Any] | None) 
 def _scores(tensors: Any) -> list[float] | None:
     for name in ("token_level_scores", "rm_scores"):
         if _has(tensors, name):
-            return _numpy(tensors[name]).sum(axis=1, dtype=np.float64).tolist()  # type: ignore[no-any-return]
+            return row_sums(tensors[name])
     return None
+
+
+def row_sums(matrix: Any) -> list[float]:
+    """Each row's sum of a score matrix (tensor or array) as verl's dumps sum it: torch's ``sum(-1)``, in its dtype."""
+    import torch
+
+    return torch.as_tensor(matrix).sum(-1).tolist()  # type: ignore[no-any-return]
 
 
 def _advantages(advantages: np.ndarray, response_mask: np.ndarray) -> list[float | None]:

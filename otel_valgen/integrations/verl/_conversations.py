@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, overload
+from typing import TYPE_CHECKING, Any, Final, overload
 
 from otel_valgen import _process, _stats, conversations
 from otel_valgen.integrations.verl._layout import MESSAGES_COLUMN, NUM_TURNS_COLUMNS, RAW_PROMPT_COLUMN
@@ -60,6 +60,10 @@ class Lazy(Sequence[Any]):
         return self._make(index % self._size)
 
 
+_ONE_TURN: Final = ({"role": "assistant", "content": ""},)
+"""A single-turn row's output for the figures: one object for every such row (the figures read it once)."""
+
+
 class Rows:
     """The conversation columns of one batch (or one validation's rows), read row by row."""
 
@@ -84,7 +88,7 @@ class Rows:
         turns = self.captured[row] if self.captured is not None else None
         if turns is not None and conversations.is_conversation(turns):
             return turns
-        return [{"role": "assistant", "content": ""}] if not self.multi_turn[row] else None
+        return _ONE_TURN if not self.multi_turn[row] else None
 
     def output(self, row: int, text: Any) -> Any:
         """The row's turns, else one assistant message ``text`` (single turn), else ``text``."""

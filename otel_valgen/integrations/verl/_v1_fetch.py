@@ -53,11 +53,12 @@ from otel_valgen.integrations.verl_rollouts import (
     cut_at_limit,
     decode_row,
     figures_ahead,
+    in_side_thread,
     max_response_length,
     prefetch_kept,
     prompt_groups_of,
     rollouts_on,
-    wait_in_background,
+    row_sums,
 )
 
 _logger = logging.getLogger("otel_valgen")
@@ -132,7 +133,7 @@ def v1_columns(trainer: Any, batch: Any) -> dict[str, Any] | None:
     fetched = _V1PromptRows.fetch(store, plan.present)
     # The fetch of every row is the longest: TransferQueue's storage works on it while this thread
     # decodes the prompts (its storage unit answers one request at a time, so the rows kept wait).
-    every_rows = wait_in_background(store.fetch, range(len(store.keys)), plan.every)
+    every_rows = in_side_thread(store.fetch, range(len(store.keys)), plan.every)
     prompts = fetched.prompts(trainer.tokenizer)
     kept = _KeptRows(store, plan.kept, prompts.ids)
     likely = _likely_kept(prompts.ids, prompts.data_sources)
@@ -178,7 +179,7 @@ def _held_columns(trainer: Any, store: _V1Store, held: StepRows) -> tuple[dict[s
     # TransferQueue answers on its client's thread while this one decodes the prompts (the Rust
     # tokenizer lets go of the GIL); its storage unit answers one request at a time, in order.
     fetched = _V1PromptRows.fetch(store, present, ("data_source", RAW_PROMPT), behind=True)
-    every = wait_in_background(store.fetch, range(size), ["extra_fields"] if every_row else [])
+    every = in_side_thread(store.fetch, range(size), ["extra_fields"] if every_row else [])
     prompts = fetched.prompts(tokenizer, [prompt_ids[row] for row in fetched.firsts])
     every = every.result()
     read = ("reward_model",) if every_row else ("reward_model", "extra_fields")
@@ -203,7 +204,7 @@ def _held_columns(trainer: Any, store: _V1Store, held: StepRows) -> tuple[dict[s
     return {
         "prompts": inputs,
         "responses": outputs,
-        "rewards": _sums(held.matrix("rm_scores", width)),
+        "rewards": row_sums(held.matrix("rm_scores", width)),
         "prompt_ids": prompts.ids,
         "advantages": chats.Lazy(size, advantage) if advantages is not None else None,
         "response_lengths": masks.lengths,
@@ -251,11 +252,6 @@ def _kept_extra(kept: _KeptRows, probe: Any, size: int) -> dict[str, Any] | None
         return chats.Lazy(size, lambda row: _reward_extra_info(kept.get("extra_fields", row)).get(key))
 
     return {key: column(key) for key in keys}
-
-
-def _sums(matrix: Any) -> list[float]:
-    """Each row's sum in float64 (``_row_sums`` of a padded matrix)."""
-    return np.ascontiguousarray(_numpy(matrix)).sum(axis=1, dtype=np.float64).tolist()  # type: ignore[no-any-return]
 
 
 _warned: set[str] = set()
@@ -531,7 +527,7 @@ class _V1PromptRows(NamedTuple):
             place = {uid: slot for slot, uid in enumerate(first)}
             firsts, slots = list(first.values()), [place[uid] for uid in uids]
         wanted = [name for name in fields if name in present]
-        fetched = wait_in_background(store.fetch, firsts, wanted) if behind else store.fetch(firsts, wanted)
+        fetched = in_side_thread(store.fetch, firsts, wanted) if behind else store.fetch(firsts, wanted)
         return cls(fetched, uids, firsts, slots)
 
     def prompts(self, tokenizer: Any, tokens: Sequence[np.ndarray] | None = None) -> _V1Prompts:
@@ -688,7 +684,7 @@ def _v1_assemble(
     return {
         "prompts": inputs,
         "responses": outputs,
-        "rewards": _row_sums(every["rm_scores"], width) if "rm_scores" in names else None,
+        "rewards": row_sums(_dense(every["rm_scores"], width)) if "rm_scores" in names else None,
         "prompt_ids": prompts.ids,
         "advantages": chats.Lazy(
             size, lambda row: _v1_advantage(_v1_row(kept, "advantages", row), kept, masks, row, int(spans[row]))
@@ -859,11 +855,6 @@ def _last_token(value: Any, span: int) -> int | None:
     if value is None or span <= 0:
         return None
     return int(_row_array(value)[span - 1])
-
-
-def _row_sums(field: Any, width: int) -> list[float]:
-    """Each row's sum of a fetched tensor field in float64, over the row padded to ``width`` as the legacy rows are."""
-    return np.asarray(_dense(field, width)).sum(axis=1, dtype=np.float64).tolist()  # type: ignore[no-any-return]
 
 
 def _ground_truth(reward_model: Any) -> Any:
