@@ -27,7 +27,7 @@ K8S_TEST_DIR := deploy/kubernetes/manifest_test
 # The library's own tests: what the range lanes run (the library and its runtime dependencies only).
 LIBRARY_TESTS := tests/test_api.py tests/test_accounting.py tests/test_bad_input.py tests/test_conversations.py tests/test_k_rule.py \
 	tests/test_launchers.py tests/test_lifecycle.py tests/test_presampling.py tests/test_sampling.py \
-	tests/test_settings.py tests/test_testing_helpers.py
+	tests/test_settings.py tests/test_testing_helpers.py tests/test_tokens.py
 
 .PHONY: demo dist install install-dev lock test-ranges range-lane-newest range-lane-lowest collector docker chromium phoenix go-test go-lint lint typecheck test-py test deploy-check k8s-check
 

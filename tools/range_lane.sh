@@ -25,7 +25,7 @@ rm -rf "$venv"
 "$uv" venv --quiet --python "$(python3 -c 'import sys; print(sys.executable)')" "$venv"
 "$uv" pip install --quiet --python "$venv/bin/python" "${options[@]}" -e ".[test]"
 echo "range lane $name: $("$uv" pip list --python "$venv/bin/python" 2>/dev/null \
-  | awk '$1 ~ /^(xxhash|wrapt|opentelemetry-sdk|protobuf|hypothesis|numpy|pytest)$/ {printf "%s %s, ", $1, $2}')"
+  | awk '$1 ~ /^(xxhash|wrapt|isal|opentelemetry-sdk|protobuf|hypothesis|numpy|pytest)$/ {printf "%s %s, ", $1, $2}')"
 # The lane's own interpreter and nothing the locked suite set: a plain pytest, skips named.
 env -u VALGEN_REQUIRE_ALL "$venv/bin/python" -m pytest -q -p no:cacheprovider "$@"
 echo "range lane $name: passed in $((SECONDS - started)) s"

@@ -90,12 +90,17 @@ def test_steps_land_in_the_trainers_run_as_traces_tables_and_scalars(tmp_path: P
         wait_for(lambda: len(ledger.read_text().splitlines()) == 3, 120)
         # A step of a real attempt sent again (a retried request) is recorded under that attempt: written once.
         attempt = [generation("tk", 4, 0, attempt="L1.1"), summary("tk", 4, 1, attempt="L1.1", attempt_start=5_000)]
+        # Each POST is retried until accepted (a busy service can answer after the client's 10 s):
+        # a request sent again is what this part tests.
+        retried = request(*attempt, resource=resource).SerializeToString()
         for _ in range(2):
-            assert post_protobuf(port, request(*attempt, resource=resource).SerializeToString())
+            wait_for(lambda: post_protobuf(port, retried), 60)
         wait_for(lambda: len(ledger.read_text().splitlines()) == 4, 120)
-        assert post_protobuf(port, rollout_request("tk", 2, resource=resource).SerializeToString())
+        rollouts = rollout_request("tk", 2, resource=resource).SerializeToString()
+        wait_for(lambda: post_protobuf(port, rollouts), 60)
         wait_for(lambda: len(ledger.read_text().splitlines()) == 5, 120)
-        assert post_protobuf(port, conversation_step("tk", 5, resource=resource).SerializeToString())
+        conversation = conversation_step("tk", 5, resource=resource).SerializeToString()
+        wait_for(lambda: post_protobuf(port, conversation), 60)
         wait_for(lambda: len(ledger.read_text().splitlines()) == 6, 120)
     finally:
         assert exporter.stop() == 0, exporter.log_tail()
