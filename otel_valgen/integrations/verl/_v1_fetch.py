@@ -29,7 +29,6 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Mapping, Sequence
-from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Final, NamedTuple, overload
 
@@ -162,26 +161,24 @@ def _held_columns(trainer: Any, store: _V1Store, held: StepRows) -> tuple[dict[s
     if prompt_ids is None or responses is None or not (held.has("rm_scores") and held.has("response_mask")):
         return None, "the trainer's rows lack prompts, responses, rm_scores or response_mask as 1-D rows"
     size, tokenizer = len(store.keys), trainer.tokenizer
-    probe = store.fetch([0], HELD_FETCHED)
-    present = frozenset(_field_names(probe))
+    turns = held.values("num_turns")
+    rows = _V1PromptRows.plan(store)
+    # TransferQueue answers on its client's thread while this one reads the held tensors and decodes
+    # the prompts (the Rust tokenizer lets go of the GIL); its storage unit answers one request at a time.
+    fetches = in_side_thread(_held_fetches, store, rows.firsts, turns)
     own = responses.lengths()  # each row's own length, as TransferQueue holds it
     tagged = _tag_spans(store.tags)
     spans = tagged if tagged is not None else own
     width = int(spans.max()) if size else 0
-    turns = held.values("num_turns")
-    num_turns = turns if RAW_PROMPT in present else None
-    # extra_fields of every row only when the figures over every trajectory need them (turns or
-    # tool rewards); else only the rows read (reward_extra_info), with reward_model.
-    every_row = "extra_fields" in present and not _single_turn_rows(probe, turns)
     tensors = {name: held.matrix(name, width) for name in _TENSORS if held.has(name)}
     found = _v1_token_columns(trainer, store.keys, tensors, responses, spans, tokenizer)
     token_data = figures_ahead(found)  # the figures go on while the rows are fetched and the prompts decoded
-    # TransferQueue answers on its client's thread while this one decodes the prompts (the Rust
-    # tokenizer lets go of the GIL); its storage unit answers one request at a time, in order.
-    fetched = _V1PromptRows.fetch(store, present, ("data_source", RAW_PROMPT), behind=True)
-    every = in_side_thread(store.fetch, range(size), ["extra_fields"] if every_row else [])
-    prompts = fetched.prompts(tokenizer, [prompt_ids[row] for row in fetched.firsts])
-    every = every.result()
+    ids, texts = rows.decode(tokenizer, [prompt_ids[row] for row in rows.firsts])
+    probe, fetched, every = fetches.result()
+    present = frozenset(_field_names(probe))
+    prompts = rows.prompts_of(ids, texts, fetched)
+    num_turns = turns if RAW_PROMPT in present else None
+    every_row = _every_row(probe, turns)
     read = ("reward_model",) if every_row else ("reward_model", "extra_fields")
     kept = _KeptRows(store, [name for name in read if name in present], prompts.ids)
     likely = _likely_kept(prompts.ids, prompts.data_sources)
@@ -215,6 +212,28 @@ def _held_columns(trainer: Any, store: _V1Store, held: StepRows) -> tuple[dict[s
         **_shared_columns(store, kept, present, prompts, extra_fields, token_data),
         **({} if every_row or not kept.has("extra_fields") else {"extra": _kept_extra(kept, probe, size)}),
     }, ""
+
+
+def _held_fetches(store: _V1Store, firsts: Sequence[int], turns: Sequence[Any] | None) -> tuple[Any, Any, Any]:
+    """``_held_columns``' fetches, in order: the probe, the prompt rows, every row's ``extra_fields``.
+
+    The probe is one row (which fields the rows have); the prompt rows are ``data_source`` and
+    ``raw_prompt`` of the rows ``firsts``; ``extra_fields`` of every row only when ``_every_row``.
+    """
+    probe = store.fetch([0], HELD_FETCHED)
+    present = frozenset(_field_names(probe))
+    fetched = store.fetch(firsts, [name for name in ("data_source", RAW_PROMPT) if name in present])
+    every = store.fetch(range(len(store.keys)), ["extra_fields"] if _every_row(probe, turns) else [])
+    return probe, fetched, every
+
+
+def _every_row(probe: Any, turns: Sequence[Any] | None) -> bool:
+    """Whether ``extra_fields`` is read for every row: when the figures over every trajectory need it.
+
+    That is turns or tool rewards; else it is read only for the rows read (reward_extra_info), with
+    ``reward_model``.
+    """
+    return "extra_fields" in _field_names(probe) and not _single_turn_rows(probe, turns)
 
 
 def _single_turn_rows(probe: Any, turns: Sequence[Any] | None) -> bool:
@@ -507,43 +526,42 @@ class _V1Prompts(NamedTuple):
 class _V1PromptRows(NamedTuple):
     """``V1_PROMPT_FIELDS`` of each uid's first row (of every row without uids), as fetched."""
 
-    fetched: Any  # the fields, or their Future when fetched behind
+    fetched: Any  # the fields (None: fetched by the caller, ``plan``)
     uids: list[str] | None
     firsts: list[int]  # the rows fetched
     slots: list[int]  # each row's place among them
 
     @classmethod
-    def fetch(
-        cls, store: _V1Store, present: frozenset[str], fields: Sequence[str] = V1_PROMPT_FIELDS, behind: bool = False
-    ) -> _V1PromptRows:
-        """Fetch the prompt ``fields`` (those the rows have) of one row per uid; ``behind``: on the fetch thread."""
+    def plan(cls, store: _V1Store) -> _V1PromptRows:
+        """Which rows to fetch: one per uid (every row without uids), nothing fetched yet."""
         uids = _v1_uids(store.keys)
         if uids is None:
-            firsts, slots = list(range(len(store.keys))), list(range(len(store.keys)))
-        else:
-            first: dict[str, int] = {}
-            for row, uid in enumerate(uids):
-                first.setdefault(uid, row)
-            place = {uid: slot for slot, uid in enumerate(first)}
-            firsts, slots = list(first.values()), [place[uid] for uid in uids]
-        wanted = [name for name in fields if name in present]
-        fetched = in_side_thread(store.fetch, firsts, wanted) if behind else store.fetch(firsts, wanted)
-        return cls(fetched, uids, firsts, slots)
+            return cls(None, None, list(range(len(store.keys))), list(range(len(store.keys))))
+        first: dict[str, int] = {}
+        for row, uid in enumerate(uids):
+            first.setdefault(uid, row)
+        place = {uid: slot for slot, uid in enumerate(first)}
+        return cls(None, uids, list(first.values()), [place[uid] for uid in uids])
 
-    def prompts(self, tokenizer: Any, tokens: Sequence[np.ndarray] | None = None) -> _V1Prompts:
-        """Each row's prompt id and text (``prompt_groups`` of the rows fetched), and its prompt's columns.
+    @classmethod
+    def fetch(cls, store: _V1Store, present: frozenset[str], fields: Sequence[str] = V1_PROMPT_FIELDS) -> _V1PromptRows:
+        """Fetch the prompt ``fields`` (those the rows have) of one row per uid."""
+        rows = cls.plan(store)
+        return rows._replace(fetched=store.fetch(rows.firsts, [name for name in fields if name in present]))
 
-        ``tokens``: the prompt ids of the rows fetched, when known (else fetched with them). With
-        them, a fetch behind is waited for after the prompts are decoded.
-        """
-        fetched = self.fetched
-        if tokens is None:
-            fetched = _settled(fetched)
-            tokens = [_row_array(row) for row in _row_values(fetched["prompts"])]
+    def prompts(self, tokenizer: Any) -> _V1Prompts:
+        """Each row's prompt id and text (``prompt_groups`` of the rows fetched), and its prompt's columns."""
+        ids, texts = self.decode(tokenizer, [_row_array(row) for row in _row_values(self.fetched["prompts"])])
+        return self.prompts_of(ids, texts, self.fetched)
+
+    def decode(self, tokenizer: Any, tokens: Sequence[np.ndarray]) -> tuple[list[str], list[str]]:
+        """The prompt id and text of each row fetched, from its prompt's token ids (``prompt_groups_of``)."""
         uids = self.uids
         non_tensor = {UID_KEY: _objects([uids[row] for row in self.firsts])} if uids is not None else {}
-        ids, texts = prompt_groups_of(len(tokens), tokens.__getitem__, non_tensor, tokenizer)
-        fetched = _settled(fetched)
+        return prompt_groups_of(len(tokens), tokens.__getitem__, non_tensor, tokenizer)
+
+    def prompts_of(self, ids: Sequence[str], texts: Sequence[str], fetched: Any) -> _V1Prompts:
+        """Each row's prompt id, text and prompt columns, from those of the rows ``fetched``."""
         return _V1Prompts(
             [ids[slot] for slot in self.slots],
             [texts[slot] for slot in self.slots],
@@ -557,11 +575,6 @@ class _V1PromptRows(NamedTuple):
             return None
         values = _values(fetched.get(name))
         return [values[slot] for slot in self.slots]
-
-
-def _settled(fetched: Any) -> Any:
-    """What a fetch gave: its Future's result when fetched behind."""
-    return fetched.result() if isinstance(fetched, Future) else fetched
 
 
 class _KeptRows:
