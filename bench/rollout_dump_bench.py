@@ -567,12 +567,16 @@ class Wire:
 
 @contextlib.contextmanager
 def wire_tap(wire: Wire) -> Any:
-    """Note the size of each generation record the SDK's OTLP/HTTP exporter sends while the block runs."""
+    """Note the size of each generation record the OTLP/HTTP exporter sends while the block runs.
+
+    The exporter is the SDK's, its request built in place (``_otlp_request``): the same bytes as the
+    SDK's encoder, which sizes each record here.
+    """
     from opentelemetry.exporter.otlp.proto.common._internal import _encode_attributes
     from opentelemetry.exporter.otlp.proto.common._internal._log_encoder import _encode_log
-    from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
 
     from otel_valgen import contract
+    from otel_valgen._otlp_request import InPlaceHttpExporter as OTLPLogExporter
 
     export = OTLPLogExporter.export
 

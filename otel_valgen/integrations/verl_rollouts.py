@@ -266,10 +266,14 @@ def figures_ahead(found: Any) -> dict[str, Any] | None:
 
 
 def _spans(tensors: Any, prompt_width: int) -> np.ndarray:
-    """Each row's tokens under the response part of the attention mask, ``ROW_BLOCK`` rows at a time."""
+    """Each row's tokens under the response part of the attention mask, ``ROW_BLOCK`` rows at a time.
+
+    The mask's values added up: its ones, as an attention mask holds only zeros and ones (counting
+    nonzero values converts each block to bools first, three times as long).
+    """
     attention = _numpy(tensors["attention_mask"])
     blocks = [
-        np.count_nonzero(attention[start : start + ROW_BLOCK, prompt_width:], axis=1)
+        attention[start : start + ROW_BLOCK, prompt_width:].sum(axis=1, dtype=np.int64)
         for start in range(0, len(attention), ROW_BLOCK)
     ]
     return np.concatenate(blocks) if blocks else np.zeros(0, dtype=np.int64)
