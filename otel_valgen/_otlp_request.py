@@ -27,9 +27,10 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsSer
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.sdk._logs import ReadableLogRecord
 from opentelemetry.sdk._logs.export import LogRecordExportResult
-from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.semconv.attributes.http_attributes import HTTP_RESPONSE_STATUS_CODE
+
+from otel_valgen._sink import by_resource_and_scope
 
 
 class _Unusual(Exception):
@@ -124,18 +125,8 @@ def _put_scope(target: Any, scope: InstrumentationScope | None) -> None:
 
 def _in_place(batch: Sequence[ReadableLogRecord]) -> ExportLogsServiceRequest:
     """The request, records grouped by resource then scope in order of first appearance. Raises on unusual values."""
-    groups: dict[Resource, dict[InstrumentationScope | None, list[ReadableLogRecord]]] = {}
-    last: tuple[object, object, list[ReadableLogRecord]] | None = None
-    for readable in batch:
-        resource, scope = readable.resource, readable.instrumentation_scope or None
-        if last is not None and resource is last[0] and scope is last[1]:
-            members = last[2]  # the same objects as the record before: its group, without hashing them again
-        else:
-            members = groups.setdefault(resource, {}).setdefault(scope, [])  # type: ignore[arg-type]
-            last = (resource, scope, members)
-        members.append(readable)
     request = ExportLogsServiceRequest()
-    for resource, scopes in groups.items():
+    for resource, scopes in by_resource_and_scope(batch).items():
         resource_logs = request.resource_logs.add()
         resource_logs.resource.SetInParent()
         if resource.attributes:

@@ -165,18 +165,27 @@ def _put_scope(scope: InstrumentationScope | None, out: list[str]) -> None:
     out.append("{" + ",".join(fields) + "}")
 
 
-def _direct(batch: Sequence[ReadableLogRecord]) -> str | None:
-    """The request's line, its records grouped by resource then scope in order of first appearance."""
-    groups: dict[Resource, dict[InstrumentationScope | None, list[ReadableLogRecord]]] = {}
+Groups = dict[Resource, dict[InstrumentationScope | None, list[ReadableLogRecord]]]
+
+
+def by_resource_and_scope(batch: Sequence[ReadableLogRecord]) -> Groups:
+    """A batch's records grouped by resource then scope, in order of first appearance (the OTLP encoders' order)."""
+    groups: Groups = {}
     last: tuple[object, object, list[ReadableLogRecord]] | None = None
     for readable in batch:
         resource, scope = readable.resource, readable.instrumentation_scope or None
         if last is not None and resource is last[0] and scope is last[1]:
             members = last[2]  # the same objects as the record before: its group, without hashing them again
         else:
-            members = groups.setdefault(resource, {}).setdefault(scope, [])
+            members = groups.setdefault(resource, {}).setdefault(scope, [])  # type: ignore[arg-type]
             last = (resource, scope, members)
         members.append(readable)
+    return groups
+
+
+def _direct(batch: Sequence[ReadableLogRecord]) -> str | None:
+    """The request's line, its records grouped by resource then scope in order of first appearance."""
+    groups = by_resource_and_scope(batch)
     if not groups:
         return None
     out = ['{"resourceLogs":[']

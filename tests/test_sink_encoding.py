@@ -11,11 +11,10 @@ import pytest
 from opentelemetry._logs import SeverityNumber
 from opentelemetry.exporter.otlp.json.file._log_exporter import FileLogExporter
 from opentelemetry.sdk._logs import ReadableLogRecord
-from opentelemetry.sdk.resources import Resource
 
 import otel_valgen as vg
 from otel_valgen import _sink
-from tests.support.sdk_records import VALUES, sdk_records, traced
+from tests.support.sdk_records import VALUES, sdk_records, sparse_batch, traced
 
 
 @pytest.mark.parametrize("body", [*VALUES, {"input": "q", "output": "a"}, {1: "int key", None: "none key"}])
@@ -41,14 +40,7 @@ def test_each_kind_of_value_is_encoded_as_the_library_does(body: Any) -> None:
 
 def test_sparse_records_scopes_and_resources_group_as_the_library_does() -> None:
     """Missing fields are left out, and records group by resource then scope in order of appearance."""
-    plain = sdk_records([{"body": "only a body"}, {}, {"attributes": {"k": 1}, "severity_number": SeverityNumber.WARN}])
-    versioned = sdk_records(
-        [{"body": "x", "event_name": "e"}],
-        resource=Resource({"service.name": "other", "n": 3}, schema_url="https://schema/r"),
-        scope=("scope", "1.2", "https://schema/s"),
-    )
-    bare = sdk_records([{"body": "y"}], resource=Resource({}))
-    batch = [plain[0], versioned[0], plain[1], bare[0], plain[2]]
+    batch = sparse_batch()
     assert _sink._direct(batch) == _sink.library_line(batch)
     assert _sink._direct([]) is None
     assert _sink.library_line([]) is None

@@ -954,10 +954,10 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         "py.otlp_request.records_by_resource_and_scope",
         "records group under their own resource and scope, in order of first appearance",
-        "otel_valgen/_otlp_request.py",
+        "otel_valgen/_sink.py",
         "if last is not None and resource is last[0] and scope is last[1]:",
         "if last is not None:",
-        ("tests/test_otlp_request.py",),
+        ("tests/test_otlp_request.py", "tests/test_sink_encoding.py"),
     ),
     Mutation(
         "py.sink.forked_child_starts_afresh",

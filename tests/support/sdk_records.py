@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from opentelemetry import trace
+from opentelemetry._logs import SeverityNumber
 from opentelemetry.sdk._logs import LoggerProvider, ReadableLogRecord
 from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogRecordProcessor
 from opentelemetry.sdk.resources import Resource
@@ -28,6 +29,18 @@ def sdk_records(
         logger.emit(**arguments)
     provider.shutdown()
     return list(captured.get_finished_logs())
+
+
+def sparse_batch() -> list[ReadableLogRecord]:
+    """Records missing most fields, under three resources and two scopes, interleaved."""
+    plain = sdk_records([{"body": "only a body"}, {}, {"attributes": {"k": 1}, "severity_number": SeverityNumber.WARN}])
+    versioned = sdk_records(
+        [{"body": "x", "event_name": "e"}],
+        resource=Resource({"service.name": "other", "n": 3}, schema_url="https://schema/r"),
+        scope=("scope", "1.2", "https://schema/s"),
+    )
+    bare = sdk_records([{"body": "y"}], resource=Resource({}))
+    return [plain[0], versioned[0], plain[1], bare[0], plain[2]]
 
 
 def traced() -> Any:
