@@ -37,23 +37,22 @@ class _Unusual(Exception):
     """A value the in-place encoding does not take: the library encodes the batch."""
 
 
-def _put_value(target: AnyValue, value: object) -> None:  # noqa: PLR0911 (one return per kind of value)
+_SCALAR_FIELDS: dict[type, str] = {
+    str: "string_value",
+    bool: "bool_value",
+    int: "int_value",  # out of int64: ValueError, the library's case
+    float: "double_value",
+    bytes: "bytes_value",
+}
+"""The ``AnyValue`` field of each scalar type, by exact type (subclasses are unusual)."""
+
+
+def _put_value(target: AnyValue, value: object) -> None:
     """Set ``target`` to the library's ``_encode_value(value)``, for these types."""
     kind = type(value)
-    if kind is str:
-        target.string_value = value  # type: ignore[assignment]
-        return
-    if kind is bool:
-        target.bool_value = value  # type: ignore[assignment]
-        return
-    if kind is int:
-        target.int_value = value  # type: ignore[assignment]  # out of int64: ValueError, the library's case
-        return
-    if kind is float:
-        target.double_value = value  # type: ignore[assignment]
-        return
-    if kind is bytes:
-        target.bytes_value = value  # type: ignore[assignment]
+    scalar = _SCALAR_FIELDS.get(kind)
+    if scalar is not None:
+        setattr(target, scalar, value)
         return
     if value is None:
         return

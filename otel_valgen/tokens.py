@@ -578,7 +578,10 @@ def _bytes(value: Any) -> bytes:
 
 def bucket(value: float) -> str:
     """The log bucket of a figure's value: ``ceil(log_GAMMA(value))``, or ``ZERO_BUCKET`` below MIN_VALUE."""
-    index = _bucket_index(value)
+    return _bucket_key(_bucket_index(value))
+
+
+def _bucket_key(index: int | None) -> str:
     return ZERO_BUCKET if index is None else str(index)
 
 
@@ -661,7 +664,7 @@ class MismatchFigures:
             self.maxima[name] = max(self.maxima.get(name, 0.0), *finite)
             counts = self.buckets.setdefault(name, {})
             for index, n in Counter(indices[position] for position in picked).items():
-                key = ZERO_BUCKET if index is None else str(index)
+                key = _bucket_key(index)
                 counts[key] = counts.get(key, 0) + n
 
     def absorb(self, other: MismatchFigures) -> None:

@@ -8,7 +8,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from opentelemetry._logs import SeverityNumber
 from opentelemetry.exporter.otlp.proto.common._internal import _encode_value
 from opentelemetry.exporter.otlp.proto.common._log_encoder import encode_logs
 from opentelemetry.sdk._logs import ReadableLogRecord
@@ -17,7 +16,7 @@ import otel_valgen as vg
 from otel_valgen import _otlp_request, contract, tokens
 from otel_valgen._otlp_request import InPlaceHttpExporter, export_request
 from tests.conftest import OtlpHttpReceiver
-from tests.support.sdk_records import VALUES, sdk_records, sparse_batch, traced
+from tests.support.sdk_records import VALUES, full_record, sparse_batch
 
 
 def _library(batch: Sequence[ReadableLogRecord]) -> bytes | type[BaseException]:
@@ -33,23 +32,6 @@ def _ours(batch: Sequence[ReadableLogRecord]) -> bytes | type[BaseException]:
         return export_request(batch).SerializeToString()
     except Exception as error:
         return type(error)
-
-
-def _record(body: Any, attributes: dict[str, Any]) -> list[ReadableLogRecord]:
-    return sdk_records(
-        [
-            {
-                "timestamp": 1_700_000_000_000_000_001,
-                "observed_timestamp": 1_700_000_000_000_000_002,
-                "context": traced(),
-                "severity_number": SeverityNumber.INFO,
-                "severity_text": "INFO",
-                "body": body,
-                "attributes": attributes,
-                "event_name": "valgen.generation",
-            }
-        ]
-    )
 
 
 def _encodable(value: Any) -> bool:
@@ -71,7 +53,7 @@ ATTRIBUTES["packed"] = {"version": 1, "ids": b"\x78\x01", "nested": [{"k": b""},
 )
 def test_each_kind_of_value_is_encoded_as_the_library_does(body: Any) -> None:
     """Every value the SDK hands over, as body and as attribute, gives the library's bytes (or its refusal)."""
-    batch = _record(body, ATTRIBUTES)
+    batch = full_record(body, ATTRIBUTES)
     if _encodable(body):
         assert _otlp_request._in_place(batch).SerializeToString() == _library(batch)
     assert _ours(batch) == _library(batch)
@@ -93,11 +75,11 @@ def test_unusual_values_fall_back_to_the_library() -> None:
 
     unusual = (bytearray(b"ab"), Text("sub"), 3.5 + 0j, np.float32(0.5), types.MappingProxyType({"k": 1}), 2**64)
     for value in unusual:
-        as_body = _record(value, {"k": "v"})  # the SDK hands a body over as it is
+        as_body = full_record(value, {"k": "v"})  # the SDK hands a body over as it is
         with pytest.raises((_otlp_request._Unusual, ValueError, TypeError)):
             _otlp_request._in_place(as_body)
         assert _ours(as_body) == _library(as_body), repr(value)
-        as_attribute = _record("body", {"k": "v", "odd": value})  # after the SDK's cleaning of attributes
+        as_attribute = full_record("body", {"k": "v", "odd": value})  # after the SDK's cleaning of attributes
         assert _ours(as_attribute) == _library(as_attribute), repr(value)
 
 

@@ -8,33 +8,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from opentelemetry._logs import SeverityNumber
 from opentelemetry.exporter.otlp.json.file._log_exporter import FileLogExporter
 from opentelemetry.sdk._logs import ReadableLogRecord
 
 import otel_valgen as vg
 from otel_valgen import _sink
-from tests.support.sdk_records import VALUES, sdk_records, sparse_batch, traced
+from tests.support.sdk_records import VALUES, full_record, sdk_records, sparse_batch
 
 
 @pytest.mark.parametrize("body", [*VALUES, {"input": "q", "output": "a"}, {1: "int key", None: "none key"}])
 def test_each_kind_of_value_is_encoded_as_the_library_does(body: Any) -> None:
     """Every value the SDK hands over, as body and as attribute, gives the library's bytes."""
     attributes = {f"a{index}": value for index, value in enumerate(VALUES) if value is not None}
-    batch = sdk_records(
-        [
-            {
-                "timestamp": 1_700_000_000_000_000_001,
-                "observed_timestamp": 1_700_000_000_000_000_002,
-                "context": traced(),
-                "severity_number": SeverityNumber.INFO,
-                "severity_text": "INFO",
-                "body": body,
-                "attributes": attributes,
-                "event_name": "valgen.generation",
-            }
-        ]
-    )
+    batch = full_record(body, attributes)
     assert _sink._direct(batch) == _sink.library_line(batch)
 
 

@@ -31,6 +31,24 @@ def sdk_records(
     return list(captured.get_finished_logs())
 
 
+def full_record(body: Any, attributes: dict[str, Any]) -> list[ReadableLogRecord]:
+    """One record with every field the SDK hands over set: times, trace context, severity, event name."""
+    return sdk_records(
+        [
+            {
+                "timestamp": 1_700_000_000_000_000_001,
+                "observed_timestamp": 1_700_000_000_000_000_002,
+                "context": traced(),
+                "severity_number": SeverityNumber.INFO,
+                "severity_text": "INFO",
+                "body": body,
+                "attributes": attributes,
+                "event_name": "valgen.generation",
+            }
+        ]
+    )
+
+
 def sparse_batch() -> list[ReadableLogRecord]:
     """Records missing most fields, under three resources and two scopes, interleaved."""
     plain = sdk_records([{"body": "only a body"}, {}, {"attributes": {"k": 1}, "severity_number": SeverityNumber.WARN}])
