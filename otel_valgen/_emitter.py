@@ -38,7 +38,6 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from opentelemetry._logs import SeverityNumber
 from opentelemetry.context import Context
 from opentelemetry.sdk._logs.export import LogRecordExporter
 from opentelemetry.util.types import AnyValue
@@ -441,13 +440,11 @@ class Emitter:
         True when the SDK took it; a failure is counted and warned, never raised.
         """
         try:
-            self.pipeline.logger.emit(
-                timestamp=time.time_ns(),
-                context=state.context,
-                severity_number=SeverityNumber.INFO,
-                severity_text="INFO",
-                body=body,
-                attributes={
+            self.pipeline.emit(
+                time.time_ns(),
+                state.context,
+                body,
+                {
                     contract.RUN_ID: self.settings.run_id,
                     contract.STEP: state.step,
                     contract.SOURCE: state.source,
@@ -455,7 +452,7 @@ class Emitter:
                     contract.KIND: state.kind,
                     **attributes,
                 },
-                event_name=event,
+                event,
             )
         except Exception as error:
             self.stats.failed(f"sending a {event} record", error)
@@ -707,14 +704,8 @@ class Emitter:
         if state.rate is not None:  # the watch-list's rate, so that the collector applies it too
             pending.attributes[contract.SAMPLE_RATE] = state.rate
         try:
-            self.pipeline.logger.emit(
-                timestamp=pending.timestamp,
-                context=state.context,
-                severity_number=SeverityNumber.INFO,
-                severity_text="INFO",
-                body=pending.body,
-                attributes=pending.attributes,
-                event_name=contract.EVENT_GENERATION,
+            self.pipeline.emit(
+                pending.timestamp, state.context, pending.body, pending.attributes, contract.EVENT_GENERATION
             )
         except Exception as error:
             self._lost(state, "sending a generation record to the OpenTelemetry SDK", error)

@@ -14,19 +14,29 @@ import os
 import socket
 import threading
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypedDict
 
 import requests
-from opentelemetry.sdk._logs import LoggerProvider, LogRecordProcessor, ReadableLogRecord
+from opentelemetry._logs import LogRecord, SeverityNumber
+from opentelemetry.context import Context
+from opentelemetry.sdk._logs import Logger as SdkLogger
+from opentelemetry.sdk._logs import (
+    LoggerProvider,
+    LogRecordLimits,
+    LogRecordProcessor,
+    ReadableLogRecord,
+    ReadWriteLogRecord,
+)
 from opentelemetry.sdk._logs.export import (
     BatchLogRecordProcessor,
     LogRecordExporter,
     LogRecordExportResult,
 )
 from opentelemetry.sdk.resources import Resource
+from opentelemetry.util.types import AnyValue
 
 from otel_valgen import _stats, contract
 from otel_valgen._courier import Courier, sender_for
@@ -171,6 +181,35 @@ def build_resource(settings: Settings, instance_id: str, extra: dict[str, str]) 
     return detected.merge(Resource(attributes))
 
 
+_PLAIN_SCALARS = frozenset({str, int, float, bool, bytes, type(None)})
+
+
+def plain_value(value: object) -> bool:
+    """Whether the SDK's attribute checks leave ``value`` as it is (up to lists read as tuples).
+
+    Texts, ints, floats, bools, bytes and None, and lists, tuples and dicts (non-empty text
+    keys) of them, with no subclass anywhere.
+    """
+    kind = type(value)
+    if kind in _PLAIN_SCALARS:
+        return True
+    if kind is list or kind is tuple:
+        return all(map(plain_value, value))  # type: ignore[call-overload]
+    if kind is dict:
+        return plain_attributes(value)  # type: ignore[arg-type]
+    return False
+
+
+def plain_attributes(attributes: Mapping[str, object]) -> bool:
+    """Whether every key is a non-empty ``str`` and every value ``plain_value``."""
+    for key, value in attributes.items():
+        if type(key) is not str or not key:
+            return False
+        if type(value) not in _PLAIN_SCALARS and not plain_value(value):
+            return False
+    return True
+
+
 class Pipeline:
     """One process's SDK provider and exporter; flushes are bounded in time."""
 
@@ -205,7 +244,8 @@ class Pipeline:
             self.exporter.courier = self._courier(settings, stats, spool_dir)
             self.exporter.on_waiting = functools.partial(_report_to_ray, settings.run_id)
         self.resource = build_resource(settings, self.instance_id, resource_extra or {})
-        self.provider = LoggerProvider(resource=self.resource, shutdown_on_exit=False)
+        self.limits = LogRecordLimits()  # OTEL_LOGRECORD_ATTRIBUTE_* and OTEL_ATTRIBUTE_*, read once
+        self.provider = LoggerProvider(resource=self.resource, shutdown_on_exit=False, log_record_limits=self.limits)
         processor: LogRecordProcessor
         if self._local:
             processor = LocalBatcher(self.exporter, batching.schedule_delay_ms / 1000, batching.max_export_batch_size)
@@ -219,6 +259,9 @@ class Pipeline:
             processor = QueueGuard(batch_processor, self.exporter)
         self.provider.add_log_record_processor(processor)
         self.logger = self.provider.get_logger(contract.SCOPE_NAME)
+        # The SDK's logger takes a record built here as it is (``emit``); its no-op one
+        # (``OTEL_SDK_DISABLED``) is only called.
+        self._sdk_logger = self.logger if isinstance(self.logger, SdkLogger) else None
         self._stats = stats
 
     def _courier(self, settings: Settings, stats: _stats.Stats, spool_dir: Path) -> Courier | None:
@@ -240,6 +283,48 @@ class Pipeline:
         if settings.spool and any(spool_dir.glob("*.jsonl")):
             courier.start(away=False)
         return courier
+
+    def emit(
+        self, timestamp: int, context: Context | None, body: AnyValue, attributes: dict[str, AnyValue], event_name: str
+    ) -> None:
+        """Hand one INFO record to the SDK's logger.
+
+        The SDK copies every attribute value through its checks (``BoundedAttributes``), which
+        cost more than the rest of a record's way to the exporter. Records built here hold
+        nothing those checks would change when the values are plain (``plain_attributes``)
+        and no limit applies: the record then goes to the logger with ``attributes`` as they
+        are. Any other record takes the SDK's own way, with its repairs, limits and warnings.
+        """
+        limits, logger = self.limits, self._sdk_logger
+        if (
+            logger is None
+            or limits.max_log_record_attribute_length is not None
+            or (limits.max_log_record_attributes is not None and len(attributes) > limits.max_log_record_attributes)
+            or not plain_attributes(attributes)
+        ):
+            self.logger.emit(
+                timestamp=timestamp,
+                context=context,
+                severity_number=SeverityNumber.INFO,
+                severity_text="INFO",
+                body=body,
+                attributes=attributes,
+                event_name=event_name,
+            )
+            return
+        record = LogRecord(
+            timestamp=timestamp,
+            context=context,
+            severity_number=SeverityNumber.INFO,
+            severity_text="INFO",
+            body=body,
+            event_name=event_name,
+        )
+        writable = ReadWriteLogRecord(record, self.resource, logger.instrumentation_scope, limits)
+        record.attributes = attributes  # after the record's own (empty) checked attributes: as they are
+        # The SDK's logger passes a ReadWriteLogRecord to its processors as it is (its annotation
+        # names the API's record only); tests/test_pipeline.py pins that.
+        logger.emit(writable)  # type: ignore[arg-type]
 
     @property
     def description(self) -> str:

@@ -173,10 +173,23 @@ class ResponseLanes:
 
 def _call_lanes(hashes: bytes) -> list[int] | None:
     """1 + the response index of each generation among equal id hashes of one call; None if all are 1."""
-    ordered = np.sort(np.frombuffer(hashes, dtype=np.uint64))  # equal hashes side by side, found in C
-    if not (ordered[1:] == ordered[:-1]).any():
+    if not has_repeats(np.frombuffer(hashes, dtype=np.uint64)):
         return None
     return _counted(memoryview(hashes).cast("Q").tolist(), {})
+
+
+def has_repeats(words: np.ndarray) -> bool:
+    """Whether two of ``words`` (uint64 hashes) are equal, found in C.
+
+    Equal words share their low bits: the words are counted by those (a table about four
+    times their number) and only those in a bucket with others are sorted and compared,
+    a few percent of the call (sorting them all took 3.5 times as long at 10,000).
+    """
+    bits = max(16, (4 * len(words)).bit_length())
+    buckets = (words & np.uint64((1 << bits) - 1)).astype(np.intp)
+    shared = words[np.bincount(buckets, minlength=1 << bits)[buckets] > 1]
+    ordered = np.sort(shared)
+    return bool((ordered[1:] == ordered[:-1]).any())
 
 
 def _counted(words: list[int], counts: dict[int, int]) -> list[int]:

@@ -92,6 +92,12 @@ def _put_value(value: object, out: list[str]) -> None:  # noqa: PLR0911 (one ret
     raise _Unusual
 
 
+# Each record repeats the same attribute names: the JSON that opens a key's KeyValue is kept,
+# for as many names as a run's records and resources use (nested maps may bring more, unkept).
+_KEY_HEADS: dict[str, str] = {}
+_KEY_HEADS_MAX = 4096
+
+
 def _put_key_values(items: Iterable[tuple[str, object]], out: list[str]) -> None:
     """Append the JSON of each ``KeyValue.to_dict()`` (the key when not empty, then the value), comma-separated."""
     first = True
@@ -101,7 +107,12 @@ def _put_key_values(items: Iterable[tuple[str, object]], out: list[str]) -> None
         if not first:
             out.append(",")
         first = False
-        out.append('{"key":' + _text(key) + ',"value":' if key else '{"value":')
+        head = _KEY_HEADS.get(key)
+        if head is None:
+            head = '{"key":' + _text(key) + ',"value":' if key else '{"value":'
+            if len(_KEY_HEADS) < _KEY_HEADS_MAX:
+                _KEY_HEADS[key] = head
+        out.append(head)
         _put_value(value, out)
         out.append("}")
 

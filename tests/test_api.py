@@ -8,11 +8,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import xxhash
 
 import otel_valgen as vg
 from otel_valgen import contract
+from otel_valgen._records import has_repeats
 from otel_valgen.reader import EndRecord, read_paths
 from otel_valgen.sampling import SortKey, bottom_k, sample_key, untagged
 from otel_valgen.testing import capture_records
@@ -56,6 +58,17 @@ def test_sample_id_defaults_to_input_hash_plus_response_index() -> None:
     same = xxhash.xxh64_hexdigest(b"same")
     other = xxhash.xxh64_hexdigest(b"other")
     assert ids == sorted([f"{same}/0", f"{same}/1", f"{other}/0"])
+
+
+@pytest.mark.parametrize("size", [2, 1_000, 20_000])
+def test_one_repeated_prompt_hash_is_found_among_many(size: int) -> None:
+    """A call's responses share a prompt when two id hashes are equal, and only then (its /0, /1 ids)."""
+    words = np.unique(np.random.default_rng(size).integers(0, 2**64, size, dtype=np.uint64))
+    assert not has_repeats(words)
+    twin = words[len(words) // 2]
+    assert not has_repeats(np.append(words, twin ^ np.uint64(1 << 40)))  # equal low bits, another hash
+    assert has_repeats(np.append(words, twin))
+    assert has_repeats(np.insert(words, 0, twin))
 
 
 @pytest.mark.parametrize("presample", [True, False])

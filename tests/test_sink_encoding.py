@@ -32,6 +32,14 @@ def test_sparse_records_scopes_and_resources_group_as_the_library_does() -> None
     assert _sink.library_line([]) is None
 
 
+def test_many_attribute_names_encode_as_the_library_does_and_stay_bounded() -> None:
+    """More distinct attribute names than the sink keeps the JSON of: the same line, a bounded table."""
+    names = _sink._KEY_HEADS_MAX + 100
+    batch = full_record({f"key.{index}": index for index in range(names)}, {"k": "v"})  # a body is not limited
+    assert _sink._direct(batch) == _sink.library_line(batch)
+    assert len(_sink._KEY_HEADS) == _sink._KEY_HEADS_MAX
+
+
 def test_unusual_values_fall_back_to_the_library() -> None:
     """A value the direct encoding does not take (bytes, a subclass) leaves the batch to the library."""
 
