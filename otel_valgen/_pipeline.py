@@ -320,10 +320,10 @@ class Pipeline:
             body=body,
             event_name=event_name,
         )
-        writable = ReadWriteLogRecord(record, self.resource, logger.instrumentation_scope, limits)
+        writable = ReadWriteLogRecord(record, logger.resource, logger.instrumentation_scope, limits)
         record.attributes = attributes  # after the record's own (empty) checked attributes: as they are
         # The SDK's logger passes a ReadWriteLogRecord to its processors as it is (its annotation
-        # names the API's record only); tests/test_pipeline.py pins that.
+        # names the API's record only); tests/test_record_emit.py pins that.
         logger.emit(writable)  # type: ignore[arg-type]
 
     @property

@@ -2,7 +2,9 @@
 
 It stands in for the collector (the SDK's gRPC exporter talks to it) and for the exporter
 service (the collector's ``otlp_grpc/trackers`` exporter talks to it), keeping every
-``ExportLogsServiceRequest`` it accepted.
+``ExportLogsServiceRequest`` it accepted. Like both (``max_recv_msg_size_mib: 64`` in the
+collector's configs, ``MAX_BODY_BYTES`` in the exporter service), it takes messages of up to
+64 MiB: a step of agentic rollouts is more than gRPC's default 4 MiB.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from contextlib import contextmanager
 from typing import Any
 
 from opentelemetry.proto.collector.logs.v1 import logs_service_pb2, logs_service_pb2_grpc
+
+from otel_valgen.exporter.server import MAX_BODY_BYTES
 
 
 class OtlpGrpcStandIn(logs_service_pb2_grpc.LogsServiceServicer):
@@ -34,7 +38,9 @@ def otlp_grpc_stand_in(endpoint: str = "127.0.0.1:0") -> Iterator[OtlpGrpcStandI
     import grpc
 
     stand_in = OtlpGrpcStandIn()
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=4), options=[("grpc.max_receive_message_length", MAX_BODY_BYTES)]
+    )
     logs_service_pb2_grpc.add_LogsServiceServicer_to_server(stand_in, server)
     host = endpoint.rsplit(":", 1)[0]
     stand_in.endpoint = f"{host}:{server.add_insecure_port(endpoint)}"
