@@ -295,23 +295,6 @@ class Pipeline:
         and no limit applies: the record then goes to the logger with ``attributes`` as they
         are. Any other record takes the SDK's own way, with its repairs, limits and warnings.
         """
-        limits, logger = self.limits, self._sdk_logger
-        if (
-            logger is None
-            or limits.max_log_record_attribute_length is not None
-            or (limits.max_log_record_attributes is not None and len(attributes) > limits.max_log_record_attributes)
-            or not plain_attributes(attributes)
-        ):
-            self.logger.emit(
-                timestamp=timestamp,
-                context=context,
-                severity_number=SeverityNumber.INFO,
-                severity_text="INFO",
-                body=body,
-                attributes=attributes,
-                event_name=event_name,
-            )
-            return
         record = LogRecord(
             timestamp=timestamp,
             context=context,
@@ -320,6 +303,16 @@ class Pipeline:
             body=body,
             event_name=event_name,
         )
+        limits, logger = self.limits, self._sdk_logger
+        if (
+            logger is None
+            or limits.max_log_record_attribute_length is not None
+            or (limits.max_log_record_attributes is not None and len(attributes) > limits.max_log_record_attributes)
+            or not plain_attributes(attributes)
+        ):
+            record.attributes = attributes
+            self.logger.emit(record)  # the SDK makes its ReadWriteLogRecord, checking each value
+            return
         writable = ReadWriteLogRecord(record, logger.resource, logger.instrumentation_scope, limits)
         record.attributes = attributes  # after the record's own (empty) checked attributes: as they are
         # The SDK's logger passes a ReadWriteLogRecord to its processors as it is (its annotation
